@@ -1,0 +1,38 @@
+# PGXS build of the outbox extension (C++17). `make && make install` builds and
+# installs outbox.so, outbox.control and the install/upgrade scripts.
+# `make installcheck` runs the pg_regress and isolation suites against the
+# server PGHOST/PGPORT point at (test/run_all.sh starts one for them).
+
+EXTENSION = outbox
+MODULE_big = outbox
+DATA = $(wildcard sql/outbox--*.sql)
+
+# PostgreSQL-facing code first, PostgreSQL-free code (also built by CMake for
+# the unit tests) after it.
+PG_SRCS = src/pg_bridge.cpp src/outbox.cpp src/guc.cpp src/emit.cpp src/partition.cpp src/sink_catalog.cpp
+FREE_SRCS = src/uuid7.cpp src/names.cpp src/route_match.cpp src/partition_calendar.cpp \
+            src/sink_options.cpp
+OBJS = $(PG_SRCS:.cpp=.o) $(FREE_SRCS:.cpp=.o)
+
+REGRESS = setup emit sinks routes partitions privileges extension
+REGRESS_OPTS = --inputdir=. --outputdir=test/results
+ISOLATION = maintain_never_blocks_emit
+ISOLATION_OPTS = --inputdir=test/isolation --outputdir=test/results/isolation
+
+PG_CONFIG ?= pg_config
+
+PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Wno-unused-parameter \
+              -Wno-missing-field-initializers -Wno-register
+ifeq ($(WERROR),1)
+PG_CXXFLAGS += -Werror
+endif
+SHLIB_LINK = -lrdkafka -lstdc++
+
+# No LLVM bitcode: the JIT never inlines our functions, and this keeps clang
+# out of the build requirements.
+override with_llvm = no
+
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+EXTRA_CLEAN = test/results build

@@ -1,0 +1,55 @@
+-- Who may do what: emit() only when granted; sinks, routes, events and
+-- controls only for superusers and the extension owner.
+CREATE ROLE regress_outbox_app;
+CREATE ROLE regress_outbox_other;
+
+SET ROLE regress_outbox_app;
+SELECT error_of($$SELECT outbox.emit('priv.t', '{}')$$);
+RESET ROLE;
+
+GRANT EXECUTE ON FUNCTION outbox.emit(text, jsonb, text, jsonb) TO regress_outbox_app;
+SET ROLE regress_outbox_app;
+-- Granted: emit works without any privilege on the events table ...
+SELECT outbox.emit('priv.t', '{"by": "app"}') IS NOT NULL AS emitted;
+-- ... which the role still cannot read or change.
+SELECT error_of($$SELECT count(*) FROM outbox.events$$);
+SELECT error_of($$UPDATE outbox.events SET status = 'published'$$);
+SELECT error_of($$INSERT INTO outbox.events (id, topic, payload) VALUES (gen_random_uuid(), 'x', '{}')$$);
+-- Sink options hold secrets: unreadable.
+SELECT error_of($$SELECT options FROM outbox.sinks$$);
+SELECT error_of($$SELECT * FROM outbox.routes$$);
+SELECT error_of($$SELECT outbox.create_sink('priv', 'redis', '{}')$$);
+SELECT error_of($$SELECT outbox.drop_sink('redis-r')$$);
+SELECT error_of($$SELECT outbox.add_route('priv.*', 'redis-r')$$);
+SELECT error_of($$SELECT outbox.remove_route('orders.*')$$);
+SELECT error_of($$SELECT * FROM outbox.route_for('orders.created')$$);
+SELECT error_of($$SELECT outbox.retry_dead()$$);
+SELECT error_of($$SELECT outbox.maintain()$$);
+SELECT error_of($$SELECT * FROM outbox.stats$$);
+SELECT error_of($$SELECT * FROM outbox.partitions$$);
+SELECT error_of($$SET outbox.max_payload_bytes = '100MB'$$);
+RESET ROLE;
+
+-- An ungranted role cannot emit.
+SET ROLE regress_outbox_other;
+SELECT error_of($$SELECT outbox.emit('priv.t', '{}')$$);
+RESET ROLE;
+
+-- Even if EXECUTE on sink management is granted by mistake, the functions
+-- themselves refuse anyone but superusers and the extension owner.
+GRANT EXECUTE ON FUNCTION outbox.create_sink(text, text, jsonb) TO regress_outbox_app;
+GRANT EXECUTE ON FUNCTION outbox.drop_sink(text) TO regress_outbox_app;
+GRANT EXECUTE ON FUNCTION outbox.add_route(text, text, text) TO regress_outbox_app;
+GRANT EXECUTE ON FUNCTION outbox.remove_route(text) TO regress_outbox_app;
+SET ROLE regress_outbox_app;
+SELECT error_of($$SELECT outbox.create_sink('priv', 'redis', '{}')$$);
+SELECT error_of($$SELECT outbox.drop_sink('redis-r')$$);
+SELECT error_of($$SELECT outbox.add_route('priv.*', 'redis-r')$$);
+SELECT error_of($$SELECT outbox.remove_route('orders.*')$$);
+RESET ROLE;
+
+SELECT topic, payload FROM outbox.events WHERE topic = 'priv.t';
+
+DROP OWNED BY regress_outbox_app, regress_outbox_other;
+DROP ROLE regress_outbox_app;
+DROP ROLE regress_outbox_other;

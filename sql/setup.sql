@@ -1,0 +1,15 @@
+-- Shared by every regression file: the extension, and error_of() which runs a
+-- statement and returns 'ok' or its SQLSTATE and message, so expected files
+-- pin the SQLSTATE of every error a user can hit.
+CREATE EXTENSION outbox;
+SELECT outbox.publisher_preloaded();
+
+CREATE FUNCTION public.error_of(statement text) RETURNS text
+LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE statement;
+    RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE || ': ' || SQLERRM;
+END
+$$;

@@ -1,0 +1,58 @@
+-- outbox.create_sink() / drop_sink(): validation and SQLSTATEs.
+
+-- Kafka: librdkafka properties, checked by librdkafka itself.
+SELECT outbox.create_sink('kafka-main', 'kafka',
+    '{"bootstrap.servers": "127.0.0.1:9092", "linger.ms": "1", "compression.type": "lz4"}');
+SELECT name, kind, options FROM outbox.sinks ORDER BY name;
+SELECT error_of($$SELECT outbox.create_sink('kafka-main', 'kafka', '{"bootstrap.servers": "h:1"}')$$);
+SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"bootstrap.servers": "h:1", "no.such.property": "1"}')$$);
+SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"bootstrap.servers": "h:1", "acks": "banana"}')$$);
+SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"bootstrap.servers": "h:1", "linger.ms": "-5"}')$$);
+SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"bootstrap.servers": "h:1", "linger.ms": 5}')$$);
+SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"linger.ms": "5"}')$$);
+SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"bootstrap.servers": ""}')$$);
+SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"bootstrap.servers": "h:1", "plugin.library.paths": "/tmp/x.so"}')$$);
+SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '["bootstrap.servers"]')$$);
+SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', NULL)$$);
+
+-- Redis: the contract's keys; numbers accepted for port, db and maxlen.
+SELECT outbox.create_sink('redis-default', 'redis', '{}');
+SELECT outbox.create_sink('redis-stream', 'redis',
+    '{"host": "cache.internal", "port": 6380, "db": "2", "password": "s3cret", "mode": "stream", "maxlen": 10000}');
+SELECT outbox.create_sink('redis-pubsub', 'redis', '{"mode": "publish", "port": "6379"}');
+SELECT outbox.create_sink('redis-list', 'redis', '{"mode": "list", "db": 0}');
+SELECT error_of($$SELECT outbox.create_sink('r1', 'redis', '{"hostname": "x"}')$$);
+SELECT error_of($$SELECT outbox.create_sink('r1', 'redis', '{"port": 0}')$$);
+SELECT error_of($$SELECT outbox.create_sink('r1', 'redis', '{"port": "65536"}')$$);
+SELECT error_of($$SELECT outbox.create_sink('r1', 'redis', '{"port": "63 79"}')$$);
+SELECT error_of($$SELECT outbox.create_sink('r1', 'redis', '{"port": 6379.5}')$$);
+SELECT error_of($$SELECT outbox.create_sink('r1', 'redis', '{"db": -1}')$$);
+SELECT error_of($$SELECT outbox.create_sink('r1', 'redis', '{"mode": "queue"}')$$);
+SELECT error_of($$SELECT outbox.create_sink('r1', 'redis', '{"mode": "list", "maxlen": 5}')$$);
+SELECT error_of($$SELECT outbox.create_sink('r1', 'redis', '{"maxlen": 0}')$$);
+SELECT error_of($$SELECT outbox.create_sink('r1', 'redis', '{"host": 127}')$$);
+SELECT error_of($$SELECT outbox.create_sink('r1', 'redis', '{"password": true}')$$);
+SELECT error_of($$SELECT outbox.create_sink('r1', 'redis', '{"host": ""}')$$);
+
+-- Names and kinds.
+SELECT error_of($$SELECT outbox.create_sink(NULL, 'redis', '{}')$$);
+SELECT error_of($$SELECT outbox.create_sink('', 'redis', '{}')$$);
+SELECT error_of($$SELECT outbox.create_sink('my sink', 'redis', '{}')$$);
+SELECT error_of($$SELECT outbox.create_sink('x"; DROP TABLE outbox.sinks; --', 'redis', '{}')$$);
+SELECT error_of(format('SELECT outbox.create_sink(%L, %L, %L)', repeat('s', 64), 'redis', '{}'));
+SELECT error_of(format('SELECT outbox.create_sink(%L, %L, %L)', repeat('s', 63), 'redis', '{}'));
+SELECT error_of($$SELECT outbox.create_sink('r1', 'rabbitmq', '{}')$$);
+SELECT error_of($$SELECT outbox.create_sink('r1', NULL, '{}')$$);
+
+-- Failed creations left nothing behind.
+SELECT name, kind FROM outbox.sinks ORDER BY name;
+
+-- drop_sink: unknown names, and sinks still in use, are refused.
+SELECT error_of($$SELECT outbox.drop_sink('nope')$$);
+SELECT error_of($$SELECT outbox.drop_sink(NULL)$$);
+SELECT outbox.add_route('inventory.*', 'redis-list');
+SELECT error_of($$SELECT outbox.drop_sink('redis-list')$$);
+SELECT outbox.remove_route('inventory.*');
+SELECT outbox.drop_sink('redis-list');
+SELECT outbox.drop_sink(repeat('s', 63));
+SELECT name FROM outbox.sinks ORDER BY name;

@@ -1,0 +1,152 @@
+// outbox.emit(topic, payload, key, headers): the SQL entry point applications
+// call inside their own transaction. It validates, generates a UUIDv7 and
+// inserts one row through a plan prepared once per backend. It never talks to
+// a broker: the row becomes visible to the publisher when the caller commits,
+// and vanishes with the caller's transaction or subtransaction if they roll
+// back.
+//
+// This is the hot path of every business transaction: no catalog lookups, no
+// SQL text built per call, no C++ objects (so every ereport below is safe).
+#include "pg_bridge.hpp"
+
+#include "guc.hpp"
+#include "names.hpp"
+#include "partition_calendar.hpp"
+#include "uuid7.hpp"
+
+extern "C" {
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "port.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+#include "utils/uuid.h"
+}
+
+namespace outbox {
+namespace {
+
+// Prepared on first use in this backend and kept for its life. The text is
+// schema-qualified, so the plan means the same whatever the caller's
+// search_path; the plan cache re-plans it if the table is recreated.
+SPIPlanPtr insert_plan = nullptr;
+
+Uuid7Generator id_generator;  // per backend: keeps this backend's ids ordered
+
+void ValidateTopic(text *topic) {
+  const char *data = VARDATA_ANY(topic);
+  const int len = VARSIZE_ANY_EXHDR(topic);
+  if (!IsValidTopic(std::string_view(data, len))) {
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("invalid topic %s", QuoteValue(data, len)),
+                    errdetail("topic must be 1 to %d characters of [A-Za-z0-9._-].",
+                              static_cast<int>(kMaxTopicLength))));
+  }
+}
+
+void ValidatePayload(Jsonb *payload) {
+  // The limit is on the JSON text (octet_length(payload::text)), which is what
+  // the brokers receive; jsonb's binary size is no bound on it either way.
+  const char *as_text = JsonbToCString(nullptr, &payload->root, VARSIZE(payload));
+  const size_t len = strlen(as_text);
+  if (len > static_cast<size_t>(guc::max_payload_bytes)) {
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("payload is too large: %zu bytes as JSON text", len),
+                    errdetail("outbox.max_payload_bytes is %d bytes.", guc::max_payload_bytes)));
+  }
+}
+
+void ValidateHeaders(Jsonb *headers) {
+  if (!JB_ROOT_IS_OBJECT(headers) || JB_ROOT_IS_SCALAR(headers)) {
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("headers must be a JSON object or NULL")));
+  }
+  JsonbIterator *it = JsonbIteratorInit(&headers->root);
+  JsonbValue v;
+  JsonbIteratorToken token;
+  const char *key = nullptr;
+  int key_len = 0;
+  while ((token = JsonbIteratorNext(&it, &v, true)) != WJB_DONE) {
+    if (token == WJB_KEY) {
+      key = v.val.string.val;
+      key_len = v.val.string.len;
+    } else if (token == WJB_VALUE && v.type != jbvString) {
+      ereport(ERROR,
+              (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+               errmsg("headers value for key %s must be a JSON string", QuoteValue(key, key_len))));
+    }
+  }
+}
+
+void PrepareInsert() {
+  Oid types[6] = {UUIDOID, TEXTOID, TEXTOID, JSONBOID, JSONBOID, TIMESTAMPTZOID};
+  SPIPlanPtr plan = SPI_prepare(
+      "INSERT INTO outbox.events (id, topic, key, payload, headers, created_at) "
+      "VALUES ($1, $2, $3, $4, $5, $6)",
+      6, types);
+  if (plan == nullptr) {
+    elog(ERROR, "outbox: could not prepare the event insert: %s",
+         SPI_result_code_string(SPI_result));
+  }
+  if (SPI_keepplan(plan) != 0) elog(ERROR, "outbox: could not keep the event insert plan");
+  insert_plan = plan;
+}
+
+}  // namespace
+}  // namespace outbox
+
+extern "C" {
+PG_FUNCTION_INFO_V1(outbox_emit);
+}
+
+// No OUTBOX_SQL_FUNCTION shim here: nothing in this function can throw a C++
+// exception (Uuid7Generator::Next and the name check are noexcept in
+// practice: no allocation), and skipping the try block keeps the hot path lean.
+extern "C" Datum outbox_emit(PG_FUNCTION_ARGS) {
+  using namespace outbox;
+
+  if (PG_ARGISNULL(0)) {
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("topic must not be NULL")));
+  }
+  if (PG_ARGISNULL(1)) {
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("payload must not be NULL")));
+  }
+  text *topic = PG_GETARG_TEXT_PP(0);
+  Jsonb *payload = PG_GETARG_JSONB_P(1);
+  ValidateTopic(topic);
+  ValidatePayload(payload);
+  const bool has_key = !PG_ARGISNULL(2);
+  const bool has_headers = !PG_ARGISNULL(3);
+  if (has_headers) ValidateHeaders(PG_GETARG_JSONB_P(3));
+
+  // The id's millisecond and created_at come from the same clock reading, so
+  // an event's id tells which daily partition holds it.
+  const TimestampTz now = GetCurrentTimestamp();
+  uint8_t random[10];
+  if (!pg_strong_random(random, sizeof random)) {
+    ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("could not generate random bytes")));
+  }
+  const int64_t unix_ms = now / 1000 + kPgEpochUnixSeconds * 1000;
+  const Uuid id = id_generator.Next(unix_ms, random);
+  pg_uuid_t *uuid = static_cast<pg_uuid_t *>(palloc(sizeof(pg_uuid_t)));
+  memcpy(uuid->data, id.data(), UUID_LEN);
+
+  Datum values[6] = {UUIDPGetDatum(uuid),
+                     PointerGetDatum(topic),
+                     has_key ? PG_GETARG_DATUM(2) : (Datum)0,
+                     PointerGetDatum(payload),
+                     has_headers ? PG_GETARG_DATUM(3) : (Datum)0,
+                     TimestampTzGetDatum(now)};
+  const char nulls[6] = {' ', ' ', has_key ? ' ' : 'n', ' ', has_headers ? ' ' : 'n', ' '};
+
+  if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "outbox: SPI_connect failed");
+  if (insert_plan == nullptr) PrepareInsert();
+  const int rc = SPI_execute_plan(insert_plan, values, nulls, false, 0);
+  if (rc != SPI_OK_INSERT) {
+    elog(ERROR, "outbox: event insert failed: %s", SPI_result_code_string(rc));
+  }
+  SPI_finish();
+
+  PG_RETURN_UUID_P(uuid);
+}

@@ -1,0 +1,137 @@
+// The outbox.* settings. Each one's range is stated in its long description,
+// and the README's settings table repeats them.
+#include "guc.hpp"
+
+#include <cstdlib>
+#include <cstring>
+
+extern "C" {
+#include "miscadmin.h"
+#include "utils/datetime.h"
+#include "utils/guc.h"
+#include "utils/timestamp.h"
+}
+
+namespace outbox {
+namespace guc {
+
+int premake_days = 3;
+int batch_size = 1000;
+int max_attempts = 10;
+int backoff_min_ms = 100;
+int backoff_max_ms = 60000;
+int poll_interval_ms = 1000;
+int workers = 1;
+int max_payload_bytes = 1024 * 1024;
+int maintenance_lock_timeout_ms = 100;
+
+namespace {
+
+char *retention_text = nullptr;
+Interval retention_value;
+
+// Parse an interval the way interval_in does, but without raising: a check
+// hook may run in the postmaster, where an ERROR is not an option.
+bool ParseInterval(const char *text, Interval *out) {
+  char buf[256];
+  char workbuf[256];
+  char *field[MAXDATEFIELDS];
+  int ftype[MAXDATEFIELDS];
+  int nf = 0;
+  int dtype = 0;
+  struct pg_itm_in itm;
+  if (text == nullptr || std::strlen(text) >= sizeof buf) return false;
+  std::strcpy(buf, text);
+  int dterr = ParseDateTime(buf, workbuf, sizeof workbuf, field, ftype, MAXDATEFIELDS, &nf);
+  if (dterr == 0) dterr = DecodeInterval(field, ftype, nf, INTERVAL_FULL_RANGE, &dtype, &itm);
+  if (dterr == DTERR_BAD_FORMAT) dterr = DecodeISO8601Interval(buf, &dtype, &itm);
+  if (dterr != 0 || dtype != DTK_DELTA) return false;
+  return itmin2interval(&itm, out) == 0;
+}
+
+bool CheckRetention(char **newval, void **extra, GucSource source) {
+  Interval parsed;
+  if (!ParseInterval(*newval, &parsed)) {
+    GUC_check_errdetail("\"%s\" is not an interval, e.g. '7 days' or '36 hours'.", *newval);
+    return false;
+  }
+  if (parsed.time < 0 || parsed.day < 0 || parsed.month < 0) {
+    GUC_check_errdetail("outbox.retention must not be negative.");
+    return false;
+  }
+  // GUC frees extra with free(): allocate it with malloc.
+  void *copy = std::malloc(sizeof(Interval));
+  if (copy == nullptr) return false;
+  std::memcpy(copy, &parsed, sizeof parsed);
+  *extra = copy;
+  return true;
+}
+
+void AssignRetention(const char *newval, void *extra) {
+  if (extra != nullptr) std::memcpy(&retention_value, extra, sizeof retention_value);
+}
+
+}  // namespace
+
+const Interval &Retention() { return retention_value; }
+
+void Define() {
+  DefineCustomStringVariable(
+      "outbox.retention", "How long published events are kept.",
+      "An interval such as '7 days'. A partition whose whole day is older than this is "
+      "dropped, unless it still holds pending or dead events.",
+      &retention_text, "7 days", PGC_SUSET, 0, CheckRetention, AssignRetention, nullptr);
+
+  DefineCustomIntVariable("outbox.premake", "Days of partitions created ahead of today.",
+                          "Valid range is 0 .. 365.", &premake_days, 3, 0, 365, PGC_SUSET, 0,
+                          nullptr, nullptr, nullptr);
+
+  DefineCustomIntVariable("outbox.batch_size", "Most events one claim takes.",
+                          "Valid range is 1 .. 100000.", &batch_size, 1000, 1, 100000, PGC_SUSET, 0,
+                          nullptr, nullptr, nullptr);
+
+  DefineCustomIntVariable("outbox.max_attempts",
+                          "Failed attempts after which an event becomes dead.",
+                          "Valid range is 1 .. 1000000.", &max_attempts, 10, 1, 1000000, PGC_SUSET,
+                          0, nullptr, nullptr, nullptr);
+
+  DefineCustomIntVariable("outbox.backoff_min", "Shortest wait before retrying an event.",
+                          "Valid range is 1 ms .. 1 hour.", &backoff_min_ms, 100, 1, 3600000,
+                          PGC_SUSET, GUC_UNIT_MS, nullptr, nullptr, nullptr);
+
+  DefineCustomIntVariable("outbox.backoff_max", "Longest wait before retrying an event.",
+                          "Valid range is 1 ms .. 1 day; if below outbox.backoff_min, "
+                          "outbox.backoff_min is used.",
+                          &backoff_max_ms, 60000, 1, 86400000, PGC_SUSET, GUC_UNIT_MS, nullptr,
+                          nullptr, nullptr);
+
+  DefineCustomIntVariable("outbox.poll_interval",
+                          "Safety poll of the publisher; commits wake it at once.",
+                          "Valid range is 10 ms .. 1 hour.", &poll_interval_ms, 1000, 10, 3600000,
+                          PGC_SUSET, GUC_UNIT_MS, nullptr, nullptr, nullptr);
+
+  // A server-start setting can only be defined while preloading (defining it
+  // later is FATAL); without preloading there is no publisher to size anyway.
+  if (process_shared_preload_libraries_in_progress) {
+    DefineCustomIntVariable("outbox.workers", "Publisher processes per database.",
+                            "Valid range is 1 .. 64. Takes effect at server start.", &workers, 1, 1,
+                            64, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
+  }
+
+  DefineCustomIntVariable("outbox.max_payload_bytes",
+                          "Largest payload outbox.emit() accepts, measured as JSON text.",
+                          "Valid range is 1 byte .. 512 MB.", &max_payload_bytes, 1024 * 1024, 1,
+                          512 * 1024 * 1024, PGC_SUSET, GUC_UNIT_BYTE, nullptr, nullptr, nullptr);
+
+  DefineCustomIntVariable(
+      "outbox.maintenance_lock_timeout",
+      "Longest time partition maintenance waits for a lock before retrying later.",
+      "Valid range is 1 ms .. 1 minute. Bounds how long outbox.maintain() can delay emit().",
+      &maintenance_lock_timeout_ms, 100, 1, 60000, PGC_SUSET, GUC_UNIT_MS, nullptr, nullptr,
+      nullptr);
+
+  MarkGUCPrefixReserved("outbox");
+}
+
+}  // namespace guc
+}  // namespace outbox

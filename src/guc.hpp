@@ -1,0 +1,31 @@
+// Every outbox.* setting. Defined in _PG_init (guc.cpp); read anywhere.
+// Values are plain globals owned by PostgreSQL's GUC machinery: read them, do
+// not write them.
+#pragma once
+
+#include "pg_bridge.hpp"
+
+extern "C" {
+#include "datatype/timestamp.h"
+}
+
+namespace outbox {
+namespace guc {
+
+extern int premake_days;
+extern int batch_size;
+extern int max_attempts;
+extern int backoff_min_ms;
+extern int backoff_max_ms;
+extern int poll_interval_ms;
+extern int workers;
+extern int max_payload_bytes;
+extern int maintenance_lock_timeout_ms;
+
+// outbox.retention, parsed (the GUC itself is text holding an interval).
+const Interval &Retention();
+
+void Define();
+
+}  // namespace guc
+}  // namespace outbox

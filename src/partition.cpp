@@ -1,0 +1,351 @@
+// Daily partitions of outbox.events (see partition.hpp for the contract).
+//
+// Why the DDL looks the way it does (measured on PostgreSQL 15):
+// - CREATE TABLE ... PARTITION OF takes AccessExclusive on outbox.events, so
+//   one open transaction that emitted would make it wait and every new emit()
+//   queue behind it. CREATE TABLE (LIKE ...) + ATTACH PARTITION takes only
+//   ShareUpdateExclusive on the parent, which emit()'s RowExclusive does not
+//   conflict with.
+// - DROP TABLE of a partition needs AccessExclusive on the parent whatever we
+//   do (DETACH CONCURRENTLY cannot run in a function and is refused while a
+//   default partition exists), so every step runs under a short lock_timeout
+//   and is retried at the next run instead of waiting.
+// - events_default catches rows for days that have no partition yet, so
+//   emit() never fails when maintenance has not run; the next run moves them
+//   into their day's partition.
+//
+// Memory: everything is palloc'd in the caller's context. No C++ object with
+// a destructor is alive across any call below (see pg_bridge.hpp).
+#include "partition.hpp"
+
+#include "guc.hpp"
+#include "partition_calendar.hpp"
+
+extern "C" {
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
+#include "utils/timestamp.h"
+}
+
+namespace outbox {
+namespace {
+
+// Advisory lock key (per database) serialising maintenance runs: two runs
+// would otherwise race to create the same partition.
+constexpr int64_t kMaintenanceLockKey = 0x6f7574626f78;  // "outbox"
+// Days between 1970-01-01 and 2000-01-01.
+constexpr int64_t kUnixToPgDays = kPgEpochUnixSeconds / 86400;
+
+struct Partition {
+  char name[NAMEDATALEN];
+  int64_t day;  // -1 with is_ours false for partitions we did not name
+  bool is_ours;
+};
+
+struct PartitionSet {
+  Partition *items;
+  int count;
+};
+
+// What a step does inside its guarded subtransaction. Returns false to roll
+// the subtransaction back (undo and release its locks) without an error.
+using StepFn = bool (*)(void *arg);
+
+int64_t ScalarInt8(const char *sql) {
+  if (SPI_execute(sql, false, 1) != SPI_OK_SELECT || SPI_processed != 1) {
+    elog(ERROR, "outbox: maintenance query failed: %s", sql);
+  }
+  bool isnull = false;
+  Datum d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+  return isnull ? 0 : DatumGetInt64(d);
+}
+
+void Exec(const char *sql) {
+  const int rc = SPI_execute(sql, false, 0);
+  if (rc < 0)
+    elog(ERROR, "outbox: maintenance statement failed (%s): %s", SPI_result_code_string(rc), sql);
+}
+
+// Queries here run with read_only = false: that takes a fresh snapshot per
+// statement, so each one sees the DDL of the steps before it.
+
+// Run step(arg) in a subtransaction with lock_timeout set to
+// outbox.maintenance_lock_timeout. A lock timeout rolls the step back and
+// returns false (logged, retried next run); any other error propagates.
+bool RunGuarded(const char *what, StepFn step, void *arg) {
+  MemoryContext oldcontext = CurrentMemoryContext;
+  ResourceOwner oldowner = CurrentResourceOwner;
+  volatile bool done = false;
+
+  BeginInternalSubTransaction(nullptr);
+  MemoryContextSwitchTo(oldcontext);
+  PG_TRY();
+  {
+    const int nest = NewGUCNestLevel();
+    char timeout[32];
+    snprintf(timeout, sizeof timeout, "%d", guc::maintenance_lock_timeout_ms);
+    (void)set_config_option("lock_timeout", timeout, PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+                            true, 0, false);
+    const bool keep = step(arg);
+    AtEOXact_GUC(true, nest);
+    if (keep) {
+      ReleaseCurrentSubTransaction();
+    } else {
+      RollbackAndReleaseCurrentSubTransaction();
+    }
+    MemoryContextSwitchTo(oldcontext);
+    CurrentResourceOwner = oldowner;
+    done = keep;
+  }
+  PG_CATCH();
+  {
+    MemoryContextSwitchTo(oldcontext);
+    ErrorData *edata = CopyErrorData();
+    FlushErrorState();
+    RollbackAndReleaseCurrentSubTransaction();
+    MemoryContextSwitchTo(oldcontext);
+    CurrentResourceOwner = oldowner;
+    if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE) ReThrowError(edata);
+    ereport(NOTICE, (errmsg("outbox: could not %s within outbox.maintenance_lock_timeout "
+                            "(%d ms); will retry at the next maintenance",
+                            what, guc::maintenance_lock_timeout_ms)));
+    FreeErrorData(edata);
+  }
+  PG_END_TRY();
+  return done;
+}
+
+PartitionSet ListPartitions(Oid parent) {
+  char sql[256];
+  snprintf(sql, sizeof sql,
+           "SELECT c.relname::text FROM pg_catalog.pg_inherits i "
+           "JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = %u",
+           parent);
+  if (SPI_execute(sql, false, 0) != SPI_OK_SELECT) elog(ERROR, "outbox: cannot list partitions");
+  PartitionSet set;
+  set.count = static_cast<int>(SPI_processed);
+  set.items = static_cast<Partition *>(palloc0(sizeof(Partition) * (set.count + 1)));
+  for (int i = 0; i < set.count; ++i) {
+    char *name = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+    strlcpy(set.items[i].name, name, NAMEDATALEN);
+    const std::optional<int64_t> day = ParsePartitionName(name);
+    set.items[i].is_ours = day.has_value();
+    set.items[i].day = day.value_or(-1);
+  }
+  return set;
+}
+
+bool HasPartitionFor(const PartitionSet &set, int64_t day) {
+  for (int i = 0; i < set.count; ++i) {
+    if (set.items[i].is_ours && set.items[i].day == day) return true;
+  }
+  return false;
+}
+
+struct CreateArg {
+  int64_t day;
+  bool move_from_default;
+};
+
+bool CreateStep(void *p) {
+  const CreateArg *arg = static_cast<const CreateArg *>(p);
+  char name[kPartitionNameBufSize], from[kPartitionNameBufSize], to[kPartitionNameBufSize];
+  FormatPartitionName(arg->day, name);
+  FormatDayStartLiteral(arg->day, from);
+  FormatDayStartLiteral(arg->day + 1, to);
+  const char *qname = quote_identifier(name);
+
+  Exec(
+      psprintf("CREATE TABLE outbox.%s (LIKE outbox.events INCLUDING DEFAULTS "
+               "INCLUDING CONSTRAINTS INCLUDING STORAGE INCLUDING COMPRESSION)",
+               qname));
+  if (arg->move_from_default) {
+    // Rows emitted while the day had no partition: move them so ATTACH's check
+    // of the default partition passes. AccessExclusive on the default
+    // partition only; emit() into today's partition is unaffected.
+    Exec("LOCK TABLE outbox.events_default IN ACCESS EXCLUSIVE MODE");
+    Exec(
+        psprintf("WITH moved AS (DELETE FROM outbox.events_default WHERE created_at >= '%s' "
+                 "AND created_at < '%s' RETURNING *) INSERT INTO outbox.%s SELECT * FROM moved",
+                 from, to, qname));
+  }
+  Exec(
+      psprintf("ALTER TABLE outbox.events ATTACH PARTITION outbox.%s "
+               "FOR VALUES FROM ('%s') TO ('%s')",
+               qname, from, to));
+  ereport(LOG, (errmsg("outbox: created partition outbox.%s", name)));
+  return true;
+}
+
+void CreatePartition(int64_t day, bool move_from_default) {
+  // Inside CREATE EXTENSION every new relation would become a member of the
+  // extension, and members cannot be dropped on their own. Partitions are
+  // data, not part of the extension: create them as ordinary tables. (On an
+  // error CREATE EXTENSION resets these flags itself.)
+  const bool saved_creating = creating_extension;
+  const Oid saved_extension = CurrentExtensionObject;
+  creating_extension = false;
+  CurrentExtensionObject = InvalidOid;
+  CreateArg arg{day, move_from_default};
+  char what[96];
+  char name[kPartitionNameBufSize];
+  FormatPartitionName(day, name);
+  snprintf(what, sizeof what, "create partition outbox.%s", name);
+  RunGuarded(what, CreateStep, &arg);
+  creating_extension = saved_creating;
+  CurrentExtensionObject = saved_extension;
+}
+
+int64_t UnpublishedIn(const char *qualified_table, const char *range_filter) {
+  return ScalarInt8(psprintf("SELECT count(*) FROM %s WHERE status <> 'published'%s",
+                             qualified_table, range_filter));
+}
+
+void WarnKept(const char *what, int64_t unpublished) {
+  ereport(WARNING,
+          (errmsg("outbox: %s is past outbox.retention but holds %lld pending or dead events; "
+                  "kept",
+                  what, static_cast<long long>(unpublished)),
+           errhint("It is dropped at the first maintenance after its events are published; "
+                   "see outbox.stats, and outbox.retry_dead() for dead events.")));
+}
+
+struct DropArg {
+  const char *name;
+  int64_t unpublished;  // set when the step finds events after all
+};
+
+bool DropStep(void *p) {
+  DropArg *arg = static_cast<DropArg *>(p);
+  const char *qname = quote_identifier(arg->name);
+  // The lock DROP would take anyway, taken first so that the re-check below
+  // cannot race with retry_dead() or a replay turning rows back to pending.
+  Exec("LOCK TABLE outbox.events IN ACCESS EXCLUSIVE MODE");
+  arg->unpublished = UnpublishedIn(psprintf("outbox.%s", qname), "");
+  if (arg->unpublished > 0) return false;
+  Exec(psprintf("DROP TABLE outbox.%s", qname));
+  ereport(LOG, (errmsg("outbox: dropped partition outbox.%s past outbox.retention", arg->name)));
+  return true;
+}
+
+void DropIfPublished(const char *name) {
+  char what[96];
+  snprintf(what, sizeof what, "partition outbox.%s", name);
+  const int64_t unpublished = UnpublishedIn(psprintf("outbox.%s", quote_identifier(name)), "");
+  if (unpublished > 0) {
+    WarnKept(what, unpublished);
+    return;
+  }
+  DropArg arg{name, 0};
+  snprintf(what, sizeof what, "drop partition outbox.%s", name);
+  if (!RunGuarded(what, DropStep, &arg) && arg.unpublished > 0) {
+    snprintf(what, sizeof what, "partition outbox.%s", name);
+    WarnKept(what, arg.unpublished);
+  }
+}
+
+struct PurgeArg {
+  const char *range_filter;
+};
+
+bool PurgeDefaultStep(void *p) {
+  const PurgeArg *arg = static_cast<const PurgeArg *>(p);
+  Exec(psprintf("DELETE FROM outbox.events_default WHERE status = 'published'%s",
+                arg->range_filter));
+  return true;
+}
+
+// Rows in the default partition: move those of days still within retention
+// into their own partition; delete the published ones of older days.
+void DrainDefault(const PartitionSet &set, TimestampTz cutoff) {
+  if (SPI_execute("SELECT DISTINCT floor(extract(epoch FROM created_at) / 86400)::int8 "
+                  "FROM outbox.events_default",
+                  false, 0) != SPI_OK_SELECT) {
+    elog(ERROR, "outbox: cannot read the default partition");
+  }
+  const int ndays = static_cast<int>(SPI_processed);
+  int64_t *days = static_cast<int64_t *>(palloc(sizeof(int64_t) * (ndays + 1)));
+  for (int i = 0; i < ndays; ++i) {
+    bool isnull = false;
+    days[i] =
+        DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull)) -
+        kUnixToPgDays;
+  }
+  for (int i = 0; i < ndays; ++i) {
+    const int64_t day = days[i];
+    if (DayEnd(day) > cutoff) {
+      if (!HasPartitionFor(set, day)) CreatePartition(day, true);
+      continue;
+    }
+    char from[kPartitionNameBufSize], to[kPartitionNameBufSize];
+    FormatDayStartLiteral(day, from);
+    FormatDayStartLiteral(day + 1, to);
+    PurgeArg arg{psprintf(" AND created_at >= '%s' AND created_at < '%s'", from, to)};
+    char what[96];
+    snprintf(what, sizeof what, "delete published events of %.10s from outbox.events_default",
+             from);
+    RunGuarded(what, PurgeDefaultStep, &arg);
+    const int64_t unpublished = UnpublishedIn("outbox.events_default", arg.range_filter);
+    if (unpublished > 0) {
+      snprintf(what, sizeof what, "outbox.events_default (events of %.10s)", from);
+      WarnKept(what, unpublished);
+    }
+  }
+}
+
+}  // namespace
+
+void MaintainPartitions(TimestampTz at) {
+  const Oid nsp = get_namespace_oid("outbox", true);
+  const Oid parent = OidIsValid(nsp) ? get_relname_relid("events", nsp) : InvalidOid;
+  if (!OidIsValid(parent)) {
+    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
+                    errmsg("outbox.events does not exist in this database"),
+                    errhint("Run CREATE EXTENSION outbox.")));
+  }
+  const Interval &retention = guc::Retention();
+  const TimestampTz cutoff = DatumGetTimestampTz(DirectFunctionCall2(
+      timestamptz_mi_interval, TimestampTzGetDatum(at), PointerGetDatum(&retention)));
+
+  if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "outbox: SPI_connect failed");
+  if (ScalarInt8(psprintf("SELECT pg_catalog.pg_try_advisory_xact_lock(%lld)::int::int8",
+                          static_cast<long long>(kMaintenanceLockKey))) == 0) {
+    ereport(NOTICE, (errmsg("outbox: another maintenance is running in this database; "
+                            "skipped")));
+    SPI_finish();
+    return;
+  }
+  PartitionSet set = ListPartitions(parent);
+
+  DrainDefault(set, cutoff);
+  set = ListPartitions(parent);
+
+  const int64_t today = DayOf(at);
+  for (int64_t day = today; day <= today + guc::premake_days; ++day) {
+    if (!HasPartitionFor(set, day)) CreatePartition(day, false);
+  }
+
+  for (int i = 0; i < set.count; ++i) {
+    const Partition &p = set.items[i];
+    if (p.is_ours && DayEnd(p.day) <= cutoff) DropIfPublished(p.name);
+  }
+  SPI_finish();
+}
+
+}  // namespace outbox
+
+// outbox.maintain(at timestamptz DEFAULT now()).
+OUTBOX_SQL_FUNCTION(outbox_maintain) {
+  if (PG_ARGISNULL(0)) {
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("at must not be NULL")));
+  }
+  outbox::MaintainPartitions(PG_GETARG_TIMESTAMPTZ(0));
+  PG_RETURN_VOID();
+}

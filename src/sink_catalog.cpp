@@ -1,0 +1,316 @@
+// Sinks and routes: outbox.create_sink, drop_sink, add_route, remove_route and
+// route_for. The catalog tables (outbox.sinks, outbox.routes) are readable
+// only by superusers and the extension owner because sink options hold
+// secrets; these functions also refuse anyone else explicitly, so a careless
+// GRANT EXECUTE cannot expose or change them.
+//
+// Every statement is parameterised: names, patterns and options never reach
+// SQL text. Options are validated by PostgreSQL-free code (sink_options.cpp)
+// through ValidateOptions below, the only place here that builds C++
+// containers; it calls no PostgreSQL function and catches its own exceptions.
+#include "pg_bridge.hpp"
+
+#include <cstring>
+#include <string_view>
+
+#include "names.hpp"
+#include "route_match.hpp"
+#include "sink_options.hpp"
+
+extern "C" {
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/tuplestore.h"
+}
+
+namespace outbox {
+namespace {
+
+// One flattened option, all strings palloc'd.
+struct RawOption {
+  const char *key;
+  SinkOption::Kind kind;
+  const char *text;
+};
+
+enum class Validation { kValid, kInvalid, kInternal };
+
+// PostgreSQL-free: builds the option list and validates it. Never throws,
+// never calls PostgreSQL; its containers die before it returns.
+Validation ValidateOptions(bool kafka, const RawOption *raw, int n, char *err,
+                           size_t errlen) noexcept {
+  try {
+    SinkOptions options;
+    options.reserve(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) options.push_back(SinkOption{raw[i].key, raw[i].kind, raw[i].text});
+    const std::optional<std::string> error =
+        kafka ? ValidateKafkaOptions(options) : ParseRedisOptions(options, nullptr);
+    if (!error) return Validation::kValid;
+    strlcpy(err, error->c_str(), errlen);
+    return Validation::kInvalid;
+  } catch (const std::exception &e) {
+    strlcpy(err, e.what(), errlen);
+    return Validation::kInternal;
+  }
+}
+
+// Connect to SPI (the caller calls SPI_finish) and refuse anyone but
+// superusers and the extension owner.
+void ConnectAsSinkAdmin(const char *action) {
+  if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "outbox: SPI_connect failed");
+  if (superuser()) return;
+  bool isnull = true;
+  Datum owner = (Datum)0;
+  if (SPI_execute("SELECT extowner FROM pg_catalog.pg_extension WHERE extname = 'outbox'", true,
+                  1) == SPI_OK_SELECT &&
+      SPI_processed == 1) {
+    owner = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+  }
+  if (isnull || !has_privs_of_role(GetUserId(), DatumGetObjectId(owner))) {
+    ereport(ERROR,
+            (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE), errmsg("permission denied to %s", action),
+             errdetail("Only superusers and the owner of extension outbox manage sinks "
+                       "and routes.")));
+  }
+}
+
+text *RequireText(FunctionCallInfo fcinfo, int argno, const char *argname) {
+  if (PG_ARGISNULL(argno)) {
+    ereport(ERROR,
+            (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("%s must not be NULL", argname)));
+  }
+  return PG_GETARG_TEXT_PP(argno);
+}
+
+std::string_view View(text *t) { return std::string_view(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t)); }
+
+void CheckSinkName(text *name) {
+  if (!IsValidSinkName(View(name))) {
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("invalid sink name %s", QuoteText(name)),
+                    errdetail("A sink name is 1 to %d characters of [A-Za-z0-9._-].",
+                              static_cast<int>(kMaxSinkNameLength))));
+  }
+}
+
+// Run a parameterised statement; returns rows processed.
+uint64 Run(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls,
+           bool read_only) {
+  const int rc = SPI_execute_with_args(sql, nargs, types, values, nulls, read_only, 0);
+  if (rc < 0) elog(ERROR, "outbox: catalog statement failed: %s", SPI_result_code_string(rc));
+  return SPI_processed;
+}
+
+RawOption *FlattenOptions(Jsonb *options, int *count) {
+  if (!JB_ROOT_IS_OBJECT(options) || JB_ROOT_IS_SCALAR(options)) {
+    ereport(ERROR,
+            (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("options must be a JSON object")));
+  }
+  const int n = static_cast<int>(JB_ROOT_COUNT(options));
+  RawOption *raw = static_cast<RawOption *>(palloc0(sizeof(RawOption) * (n + 1)));
+  JsonbIterator *it = JsonbIteratorInit(&options->root);
+  JsonbValue v;
+  JsonbIteratorToken token;
+  int i = -1;
+  while ((token = JsonbIteratorNext(&it, &v, true)) != WJB_DONE) {
+    if (token == WJB_KEY) {
+      ++i;
+      raw[i].key = pnstrdup(v.val.string.val, v.val.string.len);
+    } else if (token == WJB_VALUE) {
+      if (v.type == jbvString) {
+        raw[i].kind = SinkOption::Kind::kString;
+        raw[i].text = pnstrdup(v.val.string.val, v.val.string.len);
+      } else if (v.type == jbvNumeric) {
+        raw[i].kind = SinkOption::Kind::kNumber;
+        raw[i].text =
+            DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(v.val.numeric)));
+      } else {
+        raw[i].kind = SinkOption::Kind::kOther;
+        raw[i].text = "";
+      }
+    }
+  }
+  *count = i + 1;
+  return raw;
+}
+
+}  // namespace
+}  // namespace outbox
+
+using namespace outbox;
+
+// outbox.create_sink(name text, kind text, options jsonb)
+OUTBOX_SQL_FUNCTION(outbox_create_sink) {
+  text *name = RequireText(fcinfo, 0, "name");
+  text *kind = RequireText(fcinfo, 1, "kind");
+  CheckSinkName(name);
+  const std::string_view kind_view = View(kind);
+  const bool kafka = kind_view == "kafka";
+  if (!kafka && kind_view != "redis") {
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("invalid sink kind %s", QuoteText(kind)),
+                    errhint("kind is 'kafka' or 'redis'.")));
+  }
+  if (PG_ARGISNULL(2)) {
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("options must not be NULL"),
+                    errhint("Use '{}' for no options.")));
+  }
+  Jsonb *options = PG_GETARG_JSONB_P(2);
+
+  int n = 0;
+  RawOption *raw = FlattenOptions(options, &n);
+  char err[1024];
+  const Validation result = ValidateOptions(kafka, raw, n, err, sizeof err);
+  if (result == Validation::kInternal) elog(ERROR, "outbox: option validation failed: %s", err);
+  if (result == Validation::kInvalid) {
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("invalid options for %s sink \"%s\": %s", kafka ? "kafka" : "redis",
+                           text_to_cstring(name), err)));
+  }
+
+  ConnectAsSinkAdmin("create sinks");
+  Oid types[3] = {TEXTOID, TEXTOID, JSONBOID};
+  Datum values[3] = {PointerGetDatum(name), PointerGetDatum(kind), PointerGetDatum(options)};
+  if (Run("INSERT INTO outbox.sinks (name, kind, options) VALUES ($1, $2, $3) "
+          "ON CONFLICT (name) DO NOTHING",
+          3, types, values, nullptr, false) == 0) {
+    ereport(ERROR, (errcode(ERRCODE_DUPLICATE_OBJECT),
+                    errmsg("sink \"%s\" already exists", text_to_cstring(name))));
+  }
+  SPI_finish();
+  PG_RETURN_VOID();
+}
+
+// outbox.drop_sink(name text)
+OUTBOX_SQL_FUNCTION(outbox_drop_sink) {
+  text *name = RequireText(fcinfo, 0, "name");
+  ConnectAsSinkAdmin("drop sinks");
+  Oid types[1] = {TEXTOID};
+  Datum values[1] = {PointerGetDatum(name)};
+  // Lock the sink row first so no route can be added to it meanwhile.
+  if (Run("SELECT 1 FROM outbox.sinks WHERE name = $1 FOR UPDATE", 1, types, values, nullptr,
+          false) == 0) {
+    ereport(ERROR,
+            (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("sink %s does not exist", QuoteText(name))));
+  }
+  Run("SELECT count(*) FROM outbox.routes WHERE sink = $1", 1, types, values, nullptr, true);
+  bool isnull = false;
+  const int64 routes =
+      DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+  if (routes > 0) {
+    ereport(ERROR, (errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
+                    errmsg("cannot drop sink \"%s\" because %lld route(s) use it",
+                           text_to_cstring(name), static_cast<long long>(routes)),
+                    errhint("Remove them first with outbox.remove_route().")));
+  }
+  Run("DELETE FROM outbox.sinks WHERE name = $1", 1, types, values, nullptr, false);
+  SPI_finish();
+  PG_RETURN_VOID();
+}
+
+// outbox.add_route(pattern text, sink text, target text DEFAULT NULL)
+OUTBOX_SQL_FUNCTION(outbox_add_route) {
+  text *pattern = RequireText(fcinfo, 0, "pattern");
+  text *sink = RequireText(fcinfo, 1, "sink");
+  if (!IsValidPattern(View(pattern))) {
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("invalid pattern %s", QuoteText(pattern)),
+                    errdetail("A pattern is 1 to %d characters of [A-Za-z0-9._-] and '*', "
+                              "which matches any run of characters.",
+                              static_cast<int>(kMaxTopicLength))));
+  }
+  text *target = PG_ARGISNULL(2) ? nullptr : PG_GETARG_TEXT_PP(2);
+
+  ConnectAsSinkAdmin("add routes");
+  Oid types[3] = {TEXTOID, TEXTOID, TEXTOID};
+  Datum values[3] = {PointerGetDatum(sink), (Datum)0, (Datum)0};
+  // KEY SHARE keeps the sink from being dropped before we insert.
+  if (Run("SELECT kind FROM outbox.sinks WHERE name = $1 FOR KEY SHARE", 1, types, values, nullptr,
+          false) == 0) {
+    ereport(ERROR,
+            (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("sink %s does not exist", QuoteText(sink))));
+  }
+  const char *kind = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+  if (target != nullptr) {
+    const bool kafka = strcmp(kind, "kafka") == 0;
+    if (kafka ? !IsValidTopic(View(target)) : VARSIZE_ANY_EXHDR(target) == 0) {
+      ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                      errmsg("invalid target %s for %s sink \"%s\"", QuoteText(target), kind,
+                             text_to_cstring(sink)),
+                      errdetail(kafka ? "A Kafka topic is 1 to 249 characters of [A-Za-z0-9._-]."
+                                      : "A Redis key must not be empty.")));
+    }
+  }
+  values[0] = PointerGetDatum(pattern);
+  values[1] = PointerGetDatum(sink);
+  values[2] = target != nullptr ? PointerGetDatum(target) : (Datum)0;
+  const char nulls[3] = {' ', ' ', target != nullptr ? ' ' : 'n'};
+  if (Run("INSERT INTO outbox.routes (pattern, sink, target) VALUES ($1, $2, $3) "
+          "ON CONFLICT (pattern) DO NOTHING",
+          3, types, values, nulls, false) == 0) {
+    ereport(ERROR, (errcode(ERRCODE_DUPLICATE_OBJECT),
+                    errmsg("a route for pattern \"%s\" already exists", text_to_cstring(pattern)),
+                    errhint("Remove it first with outbox.remove_route().")));
+  }
+  SPI_finish();
+  PG_RETURN_VOID();
+}
+
+// outbox.remove_route(pattern text)
+OUTBOX_SQL_FUNCTION(outbox_remove_route) {
+  text *pattern = RequireText(fcinfo, 0, "pattern");
+  ConnectAsSinkAdmin("remove routes");
+  Oid types[1] = {TEXTOID};
+  Datum values[1] = {PointerGetDatum(pattern)};
+  if (Run("DELETE FROM outbox.routes WHERE pattern = $1", 1, types, values, nullptr, false) == 0) {
+    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+                    errmsg("no route for pattern %s", QuoteText(pattern))));
+  }
+  SPI_finish();
+  PG_RETURN_VOID();
+}
+
+// outbox.route_for(topic text) RETURNS TABLE (pattern text, sink text, target text):
+// the route an event of this topic takes now (target resolved), or no row.
+OUTBOX_SQL_FUNCTION(outbox_route_for) {
+  text *topic = RequireText(fcinfo, 0, "topic");
+  InitMaterializedSRF(fcinfo, 0);
+  ReturnSetInfo *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
+
+  if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "outbox: SPI_connect failed");
+  Run("SELECT pattern, sink, target FROM outbox.routes", 0, nullptr, nullptr, nullptr, true);
+  const int n = static_cast<int>(SPI_processed);
+  // Copy out of SPI memory: the result must outlive SPI_finish.
+  MemoryContext outer = rsinfo->econtext->ecxt_per_query_memory;
+  MemoryContext spi = MemoryContextSwitchTo(outer);
+  std::string_view *patterns =
+      static_cast<std::string_view *>(palloc0(sizeof(std::string_view) * (n + 1)));
+  char **sinks = static_cast<char **>(palloc0(sizeof(char *) * (n + 1)));
+  char **targets = static_cast<char **>(palloc0(sizeof(char *) * (n + 1)));
+  for (int i = 0; i < n; ++i) {
+    HeapTuple row = SPI_tuptable->vals[i];
+    TupleDesc desc = SPI_tuptable->tupdesc;
+    const char *p = SPI_getvalue(row, desc, 1);
+    patterns[i] = std::string_view(pstrdup(p), strlen(p));
+    sinks[i] = pstrdup(SPI_getvalue(row, desc, 2));
+    const char *t = SPI_getvalue(row, desc, 3);
+    targets[i] = t != nullptr ? pstrdup(t) : nullptr;
+  }
+  MemoryContextSwitchTo(spi);
+  SPI_finish();
+
+  const int best = BestPatternIndex(patterns, static_cast<size_t>(n), View(topic));
+  if (best >= 0) {
+    Datum values[3] = {
+        CStringGetTextDatum(patterns[best].data()), CStringGetTextDatum(sinks[best]),
+        targets[best] != nullptr ? CStringGetTextDatum(targets[best]) : PointerGetDatum(topic)};
+    bool nulls[3] = {false, false, false};
+    tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+  }
+  return (Datum)0;
+}

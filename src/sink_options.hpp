@@ -1,0 +1,43 @@
+// Validation of outbox.create_sink() options. PostgreSQL-free: the SQL entry
+// point flattens the jsonb into SinkOption values, and the publisher parses the
+// same values again when it builds a sink, so both agree on what is valid.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace outbox {
+
+struct SinkOption {
+  enum class Kind { kString, kNumber, kOther };
+  std::string key;
+  Kind kind = Kind::kString;
+  std::string text;  // the string, or the number's text; empty for kOther
+};
+
+using SinkOptions = std::vector<SinkOption>;
+
+// Kafka: every value must be a string, every key a librdkafka property that
+// rd_kafka_conf_set accepts with that value (its message is returned verbatim
+// inside ours), and bootstrap.servers (or metadata.broker.list) must be set.
+// Creates no librdkafka handle, thread or connection.
+// Returns the error message, or nothing when the options are valid.
+std::optional<std::string> ValidateKafkaOptions(const SinkOptions &options);
+
+struct RedisOptions {
+  enum class Mode { kStream, kPublish, kList };
+  std::string host = "127.0.0.1";
+  int port = 6379;
+  int64_t db = 0;
+  std::optional<std::string> password;
+  Mode mode = Mode::kStream;
+  std::optional<int64_t> maxlen;  // XADD MAXLEN ~ N; streams only
+};
+
+// Redis: keys host, port, db, password, mode, maxlen; strings, with numbers
+// also accepted for port, db and maxlen. Fills *out when valid.
+std::optional<std::string> ParseRedisOptions(const SinkOptions &options, RedisOptions *out);
+
+}  // namespace outbox

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Install what outbox needs to build and test, from Debian's packages.
+#
+# Idempotent: each package is checked with dpkg-query first, so on a machine
+# that already has everything this script installs nothing and needs no
+# network. `apt-get update` runs once, and only when something is missing.
+# Must run as root (CI and developer machines are root).
+set -euo pipefail
+
+# build-essential/g++/cmake/make/pkg-config: the PGXS and CMake builds.
+# postgresql-15 + -server-dev-15: the server we test against and the PGXS
+#   headers, pg_regress, pg_isolation_regress and the PostgreSQL::Test perl modules.
+# librdkafka-dev, libhiredis-dev: the Kafka and Redis sinks.
+# libipc-run-perl (+ libio-pty-perl, which it only recommends): required by
+#   PostgreSQL::Test::Utils for the TAP tests; IO::Pty for interactive_psql.
+# redis-server, kcat: brokers/tools the integration tests and demo start.
+# postgresql-15-pgq3: for the comparison benchmark.
+# googletest, libgtest-dev: the unit tests (CMake find_package(GTest)).
+# clang-format: the style check.
+PACKAGES=(
+  build-essential g++ cmake pkg-config make
+  postgresql-15 postgresql-server-dev-15
+  librdkafka-dev libhiredis-dev libipc-run-perl
+  libio-pty-perl
+  redis-server kcat postgresql-15-pgq3
+  googletest libgtest-dev clang-format
+)
+
+is_installed() {
+  # "install ok installed" is the only status that means the package is usable;
+  # a removed-but-not-purged package reports "deinstall ok config-files".
+  [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" == "install ok installed" ]]
+}
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  is_installed "$pkg" || missing+=("$pkg")
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "install_deps: all ${#PACKAGES[@]} packages already installed"
+  exit 0
+fi
+
+if ((EUID != 0)); then
+  echo "install_deps: missing packages (${missing[*]}) and not root; install them and re-run" >&2
+  exit 1
+fi
+
+echo "install_deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q --no-install-recommends "${missing[@]}"
+
+# Debian's postgresql-15 creates a "main" cluster on port 5432 and may start it,
+# and redis-server's package may start a server on 6379. Our tests start their
+# own servers on other ports and sockets and must not depend on these, so stop
+# only the ones this run just installed (a machine's pre-existing services are
+# left alone). Failures are ignored: without an init system nothing was started.
+for pkg in "${missing[@]}"; do
+  case "$pkg" in
+    postgresql-15)
+      if command -v pg_ctlcluster >/dev/null && pg_lsclusters -h 2>/dev/null | grep -q '^15 main .* online'; then
+        echo "install_deps: stopping Debian's auto-started 15/main cluster (tests use their own)"
+        pg_ctlcluster 15 main stop || true
+      fi
+      ;;
+    redis-server)
+      if pgrep -x redis-server >/dev/null; then
+        echo "install_deps: stopping the redis-server service the package started"
+        service redis-server stop >/dev/null 2>&1 || systemctl stop redis-server >/dev/null 2>&1 || true
+      fi
+      ;;
+  esac
+done
+
+# Verify: a package that apt-get silently skipped would fail much later and
+# more confusingly in the build.
+still_missing=()
+for pkg in "${PACKAGES[@]}"; do
+  is_installed "$pkg" || still_missing+=("$pkg")
+done
+if ((${#still_missing[@]} > 0)); then
+  echo "install_deps: still missing after apt-get install: ${still_missing[*]}" >&2
+  exit 1
+fi
+echo "install_deps: done"
