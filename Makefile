@@ -9,14 +9,17 @@ DATA = $(wildcard sql/outbox--*.sql)
 
 # PostgreSQL-facing code first, PostgreSQL-free code (also built by CMake for
 # the unit tests) after it.
-PG_SRCS = src/pg_bridge.cpp src/outbox.cpp src/guc.cpp src/emit.cpp src/partition.cpp src/sink_catalog.cpp
+PG_SRCS = src/pg_bridge.cpp src/outbox.cpp src/guc.cpp src/emit.cpp src/partition.cpp \
+          src/sink_catalog.cpp src/shmem.cpp src/launcher.cpp src/worker.cpp src/claim.cpp \
+          src/payload_json.cpp src/database_guard.cpp
 FREE_SRCS = src/uuid7.cpp src/names.cpp src/route_match.cpp src/partition_calendar.cpp \
-            src/sink_options.cpp
+            src/sink_options.cpp src/backoff.cpp src/order_guard.cpp src/dispatch.cpp \
+            src/sink.cpp src/kafka_sink.cpp
 OBJS = $(PG_SRCS:.cpp=.o) $(FREE_SRCS:.cpp=.o)
 
 REGRESS = setup emit sinks routes partitions privileges extension
 REGRESS_OPTS = --inputdir=. --outputdir=test/results
-ISOLATION = maintain_never_blocks_emit
+ISOLATION = maintain_never_blocks_emit concurrent_claims_never_overlap
 ISOLATION_OPTS = --inputdir=test/isolation --outputdir=test/results/isolation
 
 PG_CONFIG ?= pg_config

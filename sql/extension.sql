@@ -30,7 +30,9 @@ SELECT pg_describe_object(classid, objid, objsubid) AS member
    AND deptype = 'e'
  ORDER BY 1;
 
--- The settings, with their defaults.
+-- The settings, with their defaults (outbox.workers exists only when the
+-- library is preloaded, which this server does not do).
+LOAD 'outbox';
 SELECT name, setting, unit, context FROM pg_settings
  WHERE name LIKE 'outbox.%' ORDER BY name;
 

@@ -29,20 +29,30 @@ CREATE TABLE outbox.events (
     attempts        int         NOT NULL DEFAULT 0,
     published_at    timestamptz,
     last_error      text,
-    next_attempt_at timestamptz  -- NULL: due now; set by the publisher's backoff
+    next_attempt_at timestamptz  -- NULL: never tried; see events_retry_idx
 ) PARTITION BY RANGE (created_at);
 
 COMMENT ON TABLE outbox.events IS
     'Every retained event, one partition per UTC day (outbox.partitions).';
 COMMENT ON COLUMN outbox.events.status IS 'pending, published or dead';
 COMMENT ON COLUMN outbox.events.next_attempt_at IS
-    'Earliest time the publisher retries a failed event; NULL means now';
+    'NULL: never tried; else when the publisher tries it next (infinity: no route yet)';
 
--- The one index: events not yet published, in id (= emit time) order. The
--- publisher claims from it, retention checks it, retry_dead() finds dead
--- events through it; published rows leave it, so a claim never walks them.
-CREATE INDEX events_unpublished_idx ON outbox.events (id)
-    WHERE status <> 'published';
+-- Three partial indexes, and an emitted event enters exactly one of them:
+-- - ready: pending events never tried (next_attempt_at NULL), in id (= emit
+--   time) order. Every insert writes this entry and nothing else; the
+--   publisher claims from here.
+-- - retry: pending events waiting for a retry, or parked behind an earlier
+--   event of the same key, or for a route ('infinity'), by due time.
+-- - dead: events that failed outbox.max_attempts times.
+-- A published event is in none of them, so neither a claim nor a retention
+-- check ever walks published rows, and a claim never walks failing ones.
+CREATE INDEX events_ready_idx ON outbox.events (id)
+    WHERE status = 'pending' AND next_attempt_at IS NULL;
+CREATE INDEX events_retry_idx ON outbox.events (next_attempt_at, id)
+    WHERE status = 'pending' AND next_attempt_at IS NOT NULL;
+CREATE INDEX events_dead_idx ON outbox.events (id)
+    WHERE status = 'dead';
 
 CREATE TABLE outbox.events_default PARTITION OF outbox.events DEFAULT;
 
@@ -135,10 +145,9 @@ AS $$
         UPDATE outbox.events e
            SET status = 'pending', attempts = 0, next_attempt_at = NULL
          WHERE e.status = 'dead'
-           AND e.status <> 'published'  -- lets the planner use events_unpublished_idx
            AND ($1 IS NULL OR e.topic = $1)
         RETURNING 1)
-    SELECT count(*) FROM revived
+    SELECT count(*) FROM revived, LATERAL (SELECT outbox.wakeup()) w
 $$;
 COMMENT ON FUNCTION outbox.retry_dead(text) IS
     'Put dead events (all, or one topic''s) back to pending; returns how many';
@@ -150,6 +159,14 @@ SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'outbox_maintain';
 COMMENT ON FUNCTION outbox.maintain(timestamptz) IS
     'Create partitions ahead and drop those past retention, as if the time were at';
+
+CREATE FUNCTION outbox.wakeup()
+RETURNS void
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'outbox_wakeup';
+COMMENT ON FUNCTION outbox.wakeup() IS
+    'Wake this database''s publishers when the current transaction commits';
 
 CREATE FUNCTION outbox.publisher_preloaded()
 RETURNS boolean
@@ -186,8 +203,13 @@ SELECT c.relname::text AS name,
        SELECT CASE WHEN c.relname ~ '^events_p[0-9]{8}$'
                    THEN to_date(substr(c.relname, 9), 'YYYYMMDD') END AS day) b
   LEFT JOIN (SELECT tableoid, count(*) AS unpublished
-               FROM outbox.events
-              WHERE status <> 'published'
+               FROM (SELECT tableoid FROM outbox.events
+                      WHERE status = 'pending' AND next_attempt_at IS NULL
+                     UNION ALL
+                     SELECT tableoid FROM outbox.events
+                      WHERE status = 'pending' AND next_attempt_at IS NOT NULL
+                     UNION ALL
+                     SELECT tableoid FROM outbox.events WHERE status = 'dead') x
               GROUP BY tableoid) u ON u.tableoid = c.oid
  WHERE i.inhparent = 'outbox.events'::regclass
  ORDER BY b.day NULLS LAST, c.relname;
@@ -208,6 +230,8 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM PUBLIC;
 -- ---------------------------------------------------------------------------
 
 SELECT outbox.maintain();
+-- Publishing starts as soon as CREATE EXTENSION commits.
+SELECT outbox.wakeup();
 
 DO $$
 BEGIN

@@ -12,6 +12,7 @@
 #include "guc.hpp"
 #include "names.hpp"
 #include "partition_calendar.hpp"
+#include "shmem.hpp"
 #include "uuid7.hpp"
 
 extern "C" {
@@ -148,5 +149,7 @@ extern "C" Datum outbox_emit(PG_FUNCTION_ARGS) {
   }
   SPI_finish();
 
+  // Not now: at commit, and only if the transaction commits.
+  WakePublishersAtCommit();
   PG_RETURN_UUID_P(uuid);
 }

@@ -1,8 +1,12 @@
-// Module entry: defines the settings and records whether the library was
-// preloaded (the publisher needs shared_preload_libraries; emit() does not).
+// Module entry: defines the settings and, when preloaded, the shared state,
+// the launcher and the DDL guard. emit() and the catalog functions work
+// without preloading; the publisher does not.
 #include "pg_bridge.hpp"
 
+#include "database_guard.hpp"
 #include "guc.hpp"
+#include "shmem.hpp"
+#include "worker.hpp"
 
 extern "C" {
 #include "miscadmin.h"
@@ -22,8 +26,24 @@ bool loaded_at_preload = false;
 void _PG_init(void) {
   loaded_at_preload = process_shared_preload_libraries_in_progress;
   outbox::guc::Define();
+  // Workers need the postmaster to know them from the start; and nothing may
+  // run during pg_upgrade's binary-upgrade mode.
+  if (!loaded_at_preload || IsBinaryUpgrade) return;
+  outbox::RequestSharedMemory();
+  outbox::InstallSharedMemoryHooks();
+  outbox::InstallDatabaseGuard();
+  outbox::RegisterLauncher();
 }
 
 // outbox.publisher_preloaded(): can this server run the publisher? The install
 // script uses it to warn that events will wait as pending.
 OUTBOX_SQL_FUNCTION(outbox_publisher_preloaded) { PG_RETURN_BOOL(loaded_at_preload); }
+
+// outbox.wakeup(): wake this database's publishers when the calling
+// transaction commits (and make sure the launcher runs one). The install
+// script calls it so publishing starts right after CREATE EXTENSION commits.
+OUTBOX_SQL_FUNCTION(outbox_wakeup) {
+  outbox::AnnounceExtensionAtCommit();
+  outbox::WakePublishersAtCommit();
+  PG_RETURN_VOID();
+}

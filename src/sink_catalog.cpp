@@ -15,6 +15,8 @@
 
 #include "names.hpp"
 #include "route_match.hpp"
+#include "shmem.hpp"
+#include "sink_catalog.hpp"
 #include "sink_options.hpp"
 
 extern "C" {
@@ -31,23 +33,18 @@ extern "C" {
 namespace outbox {
 namespace {
 
-// One flattened option, all strings palloc'd.
-struct RawOption {
-  const char *key;
-  SinkOption::Kind kind;
-  const char *text;
-};
-
 enum class Validation { kValid, kInvalid, kInternal };
 
 // PostgreSQL-free: builds the option list and validates it. Never throws,
 // never calls PostgreSQL; its containers die before it returns.
-Validation ValidateOptions(bool kafka, const RawOption *raw, int n, char *err,
+Validation ValidateOptions(bool kafka, const OptionView *raw, int n, char *err,
                            size_t errlen) noexcept {
   try {
     SinkOptions options;
     options.reserve(static_cast<size_t>(n));
-    for (int i = 0; i < n; ++i) options.push_back(SinkOption{raw[i].key, raw[i].kind, raw[i].text});
+    for (int i = 0; i < n; ++i) {
+      options.push_back(SinkOption{std::string(raw[i].key), raw[i].kind, std::string(raw[i].text)});
+    }
     const std::optional<std::string> error =
         kafka ? ValidateKafkaOptions(options) : ParseRedisOptions(options, nullptr);
     if (!error) return Validation::kValid;
@@ -106,13 +103,16 @@ uint64 Run(const char *sql, int nargs, Oid *types, Datum *values, const char *nu
   return SPI_processed;
 }
 
-RawOption *FlattenOptions(Jsonb *options, int *count) {
+}  // namespace
+
+OptionView *FlattenSinkOptions(Jsonb *options, int *count) {
   if (!JB_ROOT_IS_OBJECT(options) || JB_ROOT_IS_SCALAR(options)) {
     ereport(ERROR,
             (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("options must be a JSON object")));
   }
   const int n = static_cast<int>(JB_ROOT_COUNT(options));
-  RawOption *raw = static_cast<RawOption *>(palloc0(sizeof(RawOption) * (n + 1)));
+  OptionView *raw = static_cast<OptionView *>(palloc0(sizeof(OptionView) * (n + 1)));
+  for (int j = 0; j < n; ++j) new (&raw[j]) OptionView();
   JsonbIterator *it = JsonbIteratorInit(&options->root);
   JsonbValue v;
   JsonbIteratorToken token;
@@ -120,11 +120,12 @@ RawOption *FlattenOptions(Jsonb *options, int *count) {
   while ((token = JsonbIteratorNext(&it, &v, true)) != WJB_DONE) {
     if (token == WJB_KEY) {
       ++i;
-      raw[i].key = pnstrdup(v.val.string.val, v.val.string.len);
+      raw[i].key = std::string_view(pnstrdup(v.val.string.val, v.val.string.len), v.val.string.len);
     } else if (token == WJB_VALUE) {
       if (v.type == jbvString) {
         raw[i].kind = SinkOption::Kind::kString;
-        raw[i].text = pnstrdup(v.val.string.val, v.val.string.len);
+        raw[i].text =
+            std::string_view(pnstrdup(v.val.string.val, v.val.string.len), v.val.string.len);
       } else if (v.type == jbvNumeric) {
         raw[i].kind = SinkOption::Kind::kNumber;
         raw[i].text =
@@ -139,7 +140,6 @@ RawOption *FlattenOptions(Jsonb *options, int *count) {
   return raw;
 }
 
-}  // namespace
 }  // namespace outbox
 
 using namespace outbox;
@@ -163,7 +163,7 @@ OUTBOX_SQL_FUNCTION(outbox_create_sink) {
   Jsonb *options = PG_GETARG_JSONB_P(2);
 
   int n = 0;
-  RawOption *raw = FlattenOptions(options, &n);
+  OptionView *raw = FlattenSinkOptions(options, &n);
   char err[1024];
   const Validation result = ValidateOptions(kafka, raw, n, err, sizeof err);
   if (result == Validation::kInternal) elog(ERROR, "outbox: option validation failed: %s", err);
@@ -182,6 +182,7 @@ OUTBOX_SQL_FUNCTION(outbox_create_sink) {
     ereport(ERROR, (errcode(ERRCODE_DUPLICATE_OBJECT),
                     errmsg("sink \"%s\" already exists", text_to_cstring(name))));
   }
+  ReloadConfigAtCommit();  // publishers pick the change up when it commits
   SPI_finish();
   PG_RETURN_VOID();
 }
@@ -209,6 +210,7 @@ OUTBOX_SQL_FUNCTION(outbox_drop_sink) {
                     errhint("Remove them first with outbox.remove_route().")));
   }
   Run("DELETE FROM outbox.sinks WHERE name = $1", 1, types, values, nullptr, false);
+  ReloadConfigAtCommit();  // publishers pick the change up when it commits
   SPI_finish();
   PG_RETURN_VOID();
 }
@@ -257,6 +259,7 @@ OUTBOX_SQL_FUNCTION(outbox_add_route) {
                     errmsg("a route for pattern \"%s\" already exists", text_to_cstring(pattern)),
                     errhint("Remove it first with outbox.remove_route().")));
   }
+  ReloadConfigAtCommit();  // publishers pick the change up when it commits
   SPI_finish();
   PG_RETURN_VOID();
 }
@@ -271,6 +274,7 @@ OUTBOX_SQL_FUNCTION(outbox_remove_route) {
     ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
                     errmsg("no route for pattern %s", QuoteText(pattern))));
   }
+  ReloadConfigAtCommit();  // publishers pick the change up when it commits
   SPI_finish();
   PG_RETURN_VOID();
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace outbox {
@@ -18,6 +19,14 @@ struct SinkOption {
 };
 
 using SinkOptions = std::vector<SinkOption>;
+
+// An option as views into someone else's memory (PostgreSQL-facing code
+// flattens jsonb into these without building containers).
+struct OptionView {
+  std::string_view key;
+  SinkOption::Kind kind = SinkOption::Kind::kString;
+  std::string_view text;
+};
 
 // Kafka: every value must be a string, every key a librdkafka property that
 // rd_kafka_conf_set accepts with that value (its message is returned verbatim

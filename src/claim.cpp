@@ -1,0 +1,336 @@
+// The SQL half of a publish cycle (see claim.hpp).
+//
+// Index use (see the install script): due retries come from events_retry_idx
+// in next_attempt_at order, never-tried events from events_ready_idx in id
+// order; neither walks published, dead, parked or unrouted rows. Outcomes are
+// written by ctid, partition by partition: we hold the rows' locks, so their
+// ctids cannot change under us, and no index on id is needed.
+//
+// Memory: everything is palloc'd in the caller's per-cycle context. The only
+// C++ objects are the trivially destructible views handed to the Dispatcher,
+// whose Dispatch call runs no PostgreSQL code.
+#include "claim.hpp"
+
+#include <new>
+
+#include "guc.hpp"
+#include "payload_json.hpp"
+#include "sink_catalog.hpp"
+
+extern "C" {
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "lib/stringinfo.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/timestamp.h"
+#include "utils/uuid.h"
+}
+
+namespace outbox {
+namespace {
+
+SPIPlanPtr claim_retry_plan = nullptr;
+SPIPlanPtr claim_ready_plan = nullptr;
+
+// Columns of both claim queries.
+enum Column { kTableOid = 1, kCtid, kId, kTopic, kKey, kPayload, kHeaders, kAttempts };
+
+#define CLAIM_COLUMNS "tableoid, ctid, id, topic, key, payload, headers, attempts"
+
+SPIPlanPtr Prepare(const char *sql, int nargs, Oid *types) {
+  SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
+  if (plan == nullptr) elog(ERROR, "outbox: could not prepare: %s", sql);
+  if (SPI_keepplan(plan) != 0) elog(ERROR, "outbox: could not keep plan: %s", sql);
+  return plan;
+}
+
+void PreparePlans() {
+  if (claim_retry_plan != nullptr) return;
+  Oid types[1] = {INT4OID};
+  claim_retry_plan =
+      Prepare("SELECT " CLAIM_COLUMNS
+              " FROM outbox.events WHERE status = 'pending' AND next_attempt_at IS NOT NULL"
+              " AND next_attempt_at <= now() ORDER BY next_attempt_at, id LIMIT $1"
+              " FOR UPDATE SKIP LOCKED",
+              1, types);
+  claim_ready_plan =
+      Prepare("SELECT " CLAIM_COLUMNS
+              " FROM outbox.events WHERE status = 'pending' AND next_attempt_at IS NULL"
+              " ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
+              1, types);
+}
+
+// One claimed row, copied out of SPI's tuple table.
+struct Claimed {
+  Oid tableoid;
+  ItemPointerData ctid;
+};
+
+std::string_view View(const char *s) { return std::string_view(s, strlen(s)); }
+
+const char *TextColumn(HeapTuple row, TupleDesc desc, int col, bool *isnull) {
+  Datum d = SPI_getbinval(row, desc, col, isnull);
+  return *isnull ? nullptr : TextDatumGetCString(d);
+}
+
+// Fill *event from a claimed row (all strings palloc'd).
+void ReadEvent(HeapTuple row, TupleDesc desc, EventRow *event, Claimed *claimed) {
+  bool isnull = false;
+  claimed->tableoid = DatumGetObjectId(SPI_getbinval(row, desc, kTableOid, &isnull));
+  claimed->ctid =
+      *reinterpret_cast<ItemPointer>(DatumGetPointer(SPI_getbinval(row, desc, kCtid, &isnull)));
+  Datum id = SPI_getbinval(row, desc, kId, &isnull);
+  event->id = View(DatumGetCString(DirectFunctionCall1(uuid_out, id)));
+  event->topic = View(TextColumn(row, desc, kTopic, &isnull));
+  const char *key = TextColumn(row, desc, kKey, &isnull);
+  event->has_key = !isnull;
+  event->key = isnull ? std::string_view() : View(key);
+
+  StringInfoData payload;
+  initStringInfo(&payload);
+  Jsonb *jb = DatumGetJsonbP(SPI_getbinval(row, desc, kPayload, &isnull));
+  AppendCompactJson(&payload, &jb->root);
+  event->payload = std::string_view(payload.data, payload.len);
+
+  Datum headers_datum = SPI_getbinval(row, desc, kHeaders, &isnull);
+  StringInfoData headers_json;
+  initStringInfo(&headers_json);
+  if (isnull) {
+    appendStringInfoString(&headers_json, "{}");
+  } else {
+    Jsonb *headers = DatumGetJsonbP(headers_datum);
+    AppendCompactJson(&headers_json, &headers->root);
+    const int count = JB_ROOT_COUNT(headers);
+    Header *list = static_cast<Header *>(palloc0(sizeof(Header) * (count + 1)));
+    JsonbIterator *it = JsonbIteratorInit(&headers->root);
+    JsonbValue v;
+    JsonbIteratorToken token;
+    int i = -1;
+    while ((token = JsonbIteratorNext(&it, &v, true)) != WJB_DONE) {
+      if (token == WJB_KEY) {
+        new (&list[++i]) Header();
+        list[i].name =
+            std::string_view(pnstrdup(v.val.string.val, v.val.string.len), v.val.string.len);
+      } else if (token == WJB_VALUE && v.type == jbvString) {  // emit() allows only strings
+        list[i].value =
+            std::string_view(pnstrdup(v.val.string.val, v.val.string.len), v.val.string.len);
+      }
+    }
+    event->headers = list;
+    event->header_count = static_cast<size_t>(i + 1);
+  }
+  event->headers_json = std::string_view(headers_json.data, headers_json.len);
+  event->attempts = DatumGetInt32(SPI_getbinval(row, desc, kAttempts, &isnull));
+}
+
+int CompareEventIds(const void *a, const void *b) {
+  const EventRow *x = *static_cast<EventRow *const *>(a);
+  const EventRow *y = *static_cast<EventRow *const *>(b);
+  return x->id.compare(y->id);
+}
+
+const char *OutcomeStatus(Outcome o) { return o == Outcome::kDead ? "dead" : "pending"; }
+
+// Write the outcomes of the rows claimed from one partition.
+void WriteOutcomes(Oid partition, const Claimed *claimed, const RowOutcome *outcomes, int n) {
+  const char *qname = quote_identifier(get_rel_name(partition));
+  Datum *published = static_cast<Datum *>(palloc(sizeof(Datum) * n));
+  Datum *failed = static_cast<Datum *>(palloc(sizeof(Datum) * n));
+  Datum *statuses = static_cast<Datum *>(palloc(sizeof(Datum) * n));
+  Datum *attempts = static_cast<Datum *>(palloc(sizeof(Datum) * n));
+  Datum *next = static_cast<Datum *>(palloc(sizeof(Datum) * n));
+  bool *next_null = static_cast<bool *>(palloc(sizeof(bool) * n));
+  Datum *errors = static_cast<Datum *>(palloc(sizeof(Datum) * n));
+  int npublished = 0, nfailed = 0;
+  for (int i = 0; i < n; ++i) {
+    if (claimed[i].tableoid != partition) continue;
+    const RowOutcome &o = outcomes[i];
+    Datum ctid = PointerGetDatum(&claimed[i].ctid);
+    if (o.outcome == Outcome::kPublished) {
+      published[npublished++] = ctid;
+    } else if (o.outcome != Outcome::kUntouched) {
+      failed[nfailed] = ctid;
+      statuses[nfailed] = CStringGetTextDatum(OutcomeStatus(o.outcome));
+      attempts[nfailed] = Int32GetDatum(o.attempts);
+      next_null[nfailed] = o.outcome == Outcome::kDead;
+      next[nfailed] = TimestampTzGetDatum(o.next_attempt_us);  // INT64_MAX is 'infinity'
+      errors[nfailed] = CStringGetTextDatum(o.error);
+      ++nfailed;
+    }
+  }
+  if (npublished > 0) {
+    Oid types[1] = {TIDARRAYOID};
+    Datum args[1] = {PointerGetDatum(construct_array(
+        published, npublished, TIDOID, sizeof(ItemPointerData), false, TYPALIGN_SHORT))};
+    const int rc = SPI_execute_with_args(
+        psprintf("UPDATE outbox.%s SET status = 'published', published_at = now(),"
+                 " last_error = NULL WHERE ctid = ANY($1)",
+                 qname),
+        1, types, args, nullptr, false, 0);
+    if (rc != SPI_OK_UPDATE) elog(ERROR, "outbox: marking events published failed");
+  }
+  if (nfailed > 0) {
+    int dims[1] = {nfailed};
+    int lbs[1] = {1};
+    Oid types[5] = {TIDARRAYOID, TEXTARRAYOID, INT4ARRAYOID, TIMESTAMPTZARRAYOID, TEXTARRAYOID};
+    Datum args[5] = {
+        PointerGetDatum(construct_array(failed, nfailed, TIDOID, sizeof(ItemPointerData), false,
+                                        TYPALIGN_SHORT)),
+        PointerGetDatum(construct_array(statuses, nfailed, TEXTOID, -1, false, TYPALIGN_INT)),
+        PointerGetDatum(construct_array(attempts, nfailed, INT4OID, 4, true, TYPALIGN_INT)),
+        PointerGetDatum(construct_md_array(next, next_null, 1, dims, lbs, TIMESTAMPTZOID, 8,
+                                           FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
+        PointerGetDatum(construct_array(errors, nfailed, TEXTOID, -1, false, TYPALIGN_INT))};
+    const int rc = SPI_execute_with_args(
+        psprintf("UPDATE outbox.%s e SET status = u.status, attempts = u.attempts,"
+                 " next_attempt_at = u.next, last_error = u.error"
+                 " FROM unnest($1, $2, $3, $4, $5) AS u(t, status, attempts, next, error)"
+                 " WHERE e.ctid = u.t",
+                 qname),
+        5, types, args, nullptr, false, 0);
+    if (rc != SPI_OK_UPDATE) elog(ERROR, "outbox: recording failed deliveries failed");
+  }
+}
+
+int RunClaim(SPIPlanPtr plan, int limit) {
+  Datum args[1] = {Int32GetDatum(limit)};
+  const int rc = SPI_execute_plan(plan, args, nullptr, false, 0);
+  if (rc != SPI_OK_SELECT) elog(ERROR, "outbox: claim failed: %s", SPI_result_code_string(rc));
+  return static_cast<int>(SPI_processed);
+}
+
+}  // namespace
+
+int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted) {
+  PreparePlans();
+  const int batch = guc::batch_size;
+
+  // Due retries first (they are older), then never-tried events.
+  int nretry = RunClaim(claim_retry_plan, batch);
+  SPITupleTable *retry_rows = SPI_tuptable;
+  int nready = nretry < batch ? RunClaim(claim_ready_plan, batch - nretry) : 0;
+  SPITupleTable *ready_rows = nready > 0 ? SPI_tuptable : nullptr;
+  const int n = nretry + nready;
+  if (n == 0) return 0;
+
+  EventRow *events = static_cast<EventRow *>(palloc(sizeof(EventRow) * n));
+  Claimed *claimed_by_event = static_cast<Claimed *>(palloc(sizeof(Claimed) * n));
+  for (int i = 0; i < n; ++i) {
+    new (&events[i]) EventRow();
+    SPITupleTable *t = i < nretry ? retry_rows : ready_rows;
+    const int r = i < nretry ? i : i - nretry;
+    ReadEvent(t->vals[r], t->tupdesc, &events[i], &claimed_by_event[i]);
+  }
+
+  // The dispatcher wants id order (= emit order per session).
+  EventRow **order = static_cast<EventRow **>(palloc(sizeof(EventRow *) * n));
+  for (int i = 0; i < n; ++i) order[i] = &events[i];
+  qsort(order, n, sizeof(EventRow *), CompareEventIds);
+  EventRow *sorted = static_cast<EventRow *>(palloc(sizeof(EventRow) * n));
+  Claimed *claimed = static_cast<Claimed *>(palloc(sizeof(Claimed) * n));
+  for (int i = 0; i < n; ++i) {
+    new (&sorted[i]) EventRow(*order[i]);
+    claimed[i] = claimed_by_event[order[i] - events];
+  }
+
+  RowOutcome *outcomes = static_cast<RowOutcome *>(palloc(sizeof(RowOutcome) * n));
+  for (int i = 0; i < n; ++i) new (&outcomes[i]) RowOutcome();
+  DispatchSettings settings;
+  settings.max_attempts = guc::max_attempts;
+  settings.backoff_min_ms = guc::backoff_min_ms;
+  settings.backoff_max_ms = guc::backoff_max_ms;
+  settings.now_us = GetCurrentTimestamp();
+  dispatcher->Dispatch(sorted, static_cast<size_t>(n), settings, outcomes, interrupted);
+
+  // One pass per partition the batch touched (usually one or two).
+  for (int i = 0; i < n; ++i) {
+    bool seen = false;
+    for (int j = 0; j < i && !seen; ++j) seen = claimed[j].tableoid == claimed[i].tableoid;
+    if (!seen) WriteOutcomes(claimed[i].tableoid, claimed, outcomes, n);
+  }
+  return n;
+}
+
+void LoadConfiguration(Dispatcher *dispatcher) {
+  if (SPI_execute("SELECT name, kind, options FROM outbox.sinks ORDER BY name", false, 0) !=
+      SPI_OK_SELECT) {
+    elog(ERROR, "outbox: cannot read outbox.sinks");
+  }
+  const int nsinks = static_cast<int>(SPI_processed);
+  SPITupleTable *sink_rows = SPI_tuptable;
+  SinkRow *sinks = static_cast<SinkRow *>(palloc(sizeof(SinkRow) * (nsinks + 1)));
+  for (int i = 0; i < nsinks; ++i) {
+    new (&sinks[i]) SinkRow();
+    bool isnull = false;
+    HeapTuple row = sink_rows->vals[i];
+    sinks[i].name = View(TextColumn(row, sink_rows->tupdesc, 1, &isnull));
+    sinks[i].kind = View(TextColumn(row, sink_rows->tupdesc, 2, &isnull));
+    Jsonb *options = DatumGetJsonbP(SPI_getbinval(row, sink_rows->tupdesc, 3, &isnull));
+    int count = 0;
+    sinks[i].options = FlattenSinkOptions(options, &count);
+    sinks[i].option_count = static_cast<size_t>(count);
+  }
+
+  if (SPI_execute("SELECT pattern, sink, target FROM outbox.routes", false, 0) != SPI_OK_SELECT) {
+    elog(ERROR, "outbox: cannot read outbox.routes");
+  }
+  const int nroutes = static_cast<int>(SPI_processed);
+  SPITupleTable *route_rows = SPI_tuptable;
+  RouteRow *routes = static_cast<RouteRow *>(palloc(sizeof(RouteRow) * (nroutes + 1)));
+  for (int i = 0; i < nroutes; ++i) {
+    new (&routes[i]) RouteRow();
+    bool isnull = false;
+    HeapTuple row = route_rows->vals[i];
+    routes[i].pattern = View(TextColumn(row, route_rows->tupdesc, 1, &isnull));
+    routes[i].sink = View(TextColumn(row, route_rows->tupdesc, 2, &isnull));
+    const char *target = TextColumn(row, route_rows->tupdesc, 3, &isnull);
+    routes[i].has_target = !isnull;
+    routes[i].target = isnull ? std::string_view() : View(target);
+  }
+  dispatcher->Configure(routes, static_cast<size_t>(nroutes), sinks, static_cast<size_t>(nsinks));
+
+  // Events parked for lack of a route get another look under the new routes.
+  if (SPI_execute("UPDATE outbox.events SET next_attempt_at = NULL"
+                  " WHERE status = 'pending' AND next_attempt_at = 'infinity'",
+                  false, 0) != SPI_OK_UPDATE) {
+    elog(ERROR, "outbox: cannot release events that waited for a route");
+  }
+
+  // Rebuild the per-key order state from the events that wait for a retry.
+  if (SPI_execute("SELECT id, topic, key, next_attempt_at FROM outbox.events"
+                  " WHERE status = 'pending' AND next_attempt_at IS NOT NULL"
+                  " AND key IS NOT NULL ORDER BY id",
+                  false, 0) != SPI_OK_SELECT) {
+    elog(ERROR, "outbox: cannot read waiting events");
+  }
+  for (uint64 i = 0; i < SPI_processed; ++i) {
+    HeapTuple row = SPI_tuptable->vals[i];
+    TupleDesc desc = SPI_tuptable->tupdesc;
+    bool isnull = false;
+    EventRow event;
+    event.id =
+        View(DatumGetCString(DirectFunctionCall1(uuid_out, SPI_getbinval(row, desc, 1, &isnull))));
+    event.topic = View(TextColumn(row, desc, 2, &isnull));
+    event.has_key = true;
+    event.key = View(TextColumn(row, desc, 3, &isnull));
+    const TimestampTz until = DatumGetTimestampTz(SPI_getbinval(row, desc, 4, &isnull));
+    dispatcher->NoteWaiting(event, until);
+  }
+}
+
+TimestampTz NextRetryAt() {
+  if (SPI_execute("SELECT min(next_attempt_at) FROM outbox.events"
+                  " WHERE status = 'pending' AND next_attempt_at IS NOT NULL"
+                  " AND next_attempt_at < 'infinity'",
+                  false, 1) != SPI_OK_SELECT ||
+      SPI_processed != 1) {
+    return 0;
+  }
+  bool isnull = false;
+  Datum d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+  return isnull ? 0 : DatumGetTimestampTz(d);
+}
+
+}  // namespace outbox

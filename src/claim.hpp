@@ -1,0 +1,35 @@
+// Claiming events and recording what became of them: the SQL half of a
+// publish cycle (the Dispatcher decides; this reads and writes rows).
+#pragma once
+
+#include "pg_bridge.hpp"
+
+#include "dispatch.hpp"
+
+extern "C" {
+#include "datatype/timestamp.h"
+}
+
+namespace outbox {
+
+// One publish cycle. Requires: a transaction is open with an active snapshot
+// and SPI connected; CurrentMemoryContext is short-lived (reset by the
+// caller after the cycle).
+//
+// Claims up to outbox.batch_size due events with FOR UPDATE SKIP LOCKED
+// (due retries first, then never-tried events), hands them to the
+// dispatcher in id order, and writes each outcome before the caller commits.
+// The row locks are held while the brokers answer: a crash or an abort at
+// any point leaves every unacknowledged event pending. Returns how many
+// events were claimed.
+int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted);
+
+// Load outbox.sinks and outbox.routes into the dispatcher, let events that
+// waited for a route flow again, and rebuild the per-key order state from
+// the events waiting for a retry. Same requirements as ClaimAndPublish.
+void LoadConfiguration(Dispatcher *dispatcher);
+
+// When the earliest waiting event is due (0 if none waits for a time).
+TimestampTz NextRetryAt();
+
+}  // namespace outbox

@@ -1,0 +1,368 @@
+#include "dispatch.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <set>
+
+#include "backoff.hpp"
+#include "route_match.hpp"
+
+namespace outbox {
+
+namespace {
+
+constexpr int64_t kUsecPerMs = 1000;
+// next_attempt_us for events without a route: PostgreSQL's 'infinity'.
+constexpr int64_t kInfinityUs = INT64_MAX;
+
+void SetError(RowOutcome *out, std::string_view text) {
+  const size_t n = std::min(text.size(), sizeof out->error - 1);
+  std::memcpy(out->error, text.data(), n);
+  out->error[n] = '\0';
+}
+
+std::string Seconds(int64_t us) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(us) / 1e6);
+  return buf;
+}
+
+}  // namespace
+
+Dispatcher::Dispatcher(SinkFactory factory) : factory_(factory), rng_(std::random_device{}()) {}
+
+Dispatcher::~Dispatcher() = default;
+
+double Dispatcher::Random() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
+
+void Dispatcher::Log(LogLevel level, std::string text) {
+  logs_.emplace_back(level, std::move(text));
+}
+
+bool Dispatcher::NextLog(LogLevel *level, std::string *text) {
+  DrainSinkLogs();
+  if (next_log_ >= logs_.size()) {
+    logs_.clear();
+    next_log_ = 0;
+    return false;
+  }
+  *level = logs_[next_log_].first;
+  *text = std::move(logs_[next_log_].second);
+  ++next_log_;
+  return true;
+}
+
+void Dispatcher::DrainSinkLogs() {
+  for (auto &[name, state] : sinks_) {
+    if (!state.sink) continue;
+    for (LogLine &line : state.sink->TakeLogs()) {
+      Log(line.level, "sink \"" + name + "\": " + line.text);
+    }
+  }
+}
+
+void Dispatcher::Configure(const RouteRow *routes, size_t nroutes, const SinkRow *sinks,
+                           size_t nsinks) {
+  try {
+    routes_.clear();
+    for (size_t i = 0; i < nroutes; ++i) {
+      routes_.push_back(Route{std::string(routes[i].pattern), std::string(routes[i].sink),
+                              routes[i].has_target, std::string(routes[i].target)});
+    }
+    std::set<std::string> seen;
+    for (size_t i = 0; i < nsinks; ++i) {
+      const std::string name(sinks[i].name);
+      SinkOptions options;
+      for (size_t j = 0; j < sinks[i].option_count; ++j) {
+        const OptionView &o = sinks[i].options[j];
+        options.push_back(SinkOption{std::string(o.key), o.kind, std::string(o.text)});
+      }
+      seen.insert(name);
+      auto it = sinks_.find(name);
+      const bool changed =
+          it == sinks_.end() || it->second.kind != sinks[i].kind ||
+          it->second.options.size() != options.size() ||
+          !std::equal(options.begin(), options.end(), it->second.options.begin(),
+                      [](const SinkOption &a, const SinkOption &b) {
+                        return a.key == b.key && a.kind == b.kind && a.text == b.text;
+                      });
+      if (changed) {
+        if (it != sinks_.end()) DrainSinkLogs();
+        SinkState fresh;
+        fresh.kind = std::string(sinks[i].kind);
+        fresh.options = std::move(options);
+        sinks_[name] = std::move(fresh);  // closes the old producer, if any
+      }
+    }
+    for (auto it = sinks_.begin(); it != sinks_.end();) {
+      if (seen.count(it->first) == 0) {
+        DrainSinkLogs();
+        it = sinks_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    guard_.Clear();
+  } catch (const std::exception &e) {
+    Log(LogLevel::kError, std::string("could not load sinks and routes: ") + e.what());
+  }
+}
+
+int Dispatcher::RouteIndex(std::string_view topic) const {
+  std::vector<std::string_view> patterns;
+  patterns.reserve(routes_.size());
+  for (const Route &r : routes_) patterns.emplace_back(r.pattern);
+  return BestPatternIndex(patterns.data(), patterns.size(), topic);
+}
+
+void Dispatcher::NoteWaiting(const EventRow &event, int64_t until_us) {
+  if (!event.has_key || until_us == kInfinityUs) return;
+  try {
+    const int r = RouteIndex(event.topic);
+    if (r >= 0) guard_.Block(routes_[r].pattern, event.key, event.id, until_us);
+  } catch (const std::exception &) {
+    // Out of memory: order state incomplete; the next Configure rebuilds it.
+  }
+}
+
+Sink *Dispatcher::SinkFor(const std::string &name, SinkState *state) {
+  if (state->sink && state->sink->NeedsRecreate()) {
+    Log(LogLevel::kWarning, "sink \"" + name + "\" hit a fatal error; recreating its producer");
+    DrainSinkLogs();
+    state->sink.reset();
+  }
+  if (!state->sink) {
+    std::string error;
+    state->sink = factory_(name, state->kind, state->options, &error);
+    if (!state->sink) {
+      state->last_error = error.empty() ? "could not create the sink" : error;
+      return nullptr;
+    }
+  }
+  return state->sink.get();
+}
+
+void Dispatcher::Dispatch(const EventRow *rows, size_t n, const DispatchSettings &settings,
+                          RowOutcome *out, Sink::InterruptCheck interrupted) {
+  for (size_t i = 0; i < n; ++i) out[i] = RowOutcome{};
+  try {
+    std::vector<int> route_of(n, -1);
+    std::map<std::string, std::vector<size_t>> groups;  // sink name -> rows, in id order
+    std::set<std::string> admitted;
+    for (size_t i = 0; i < n; ++i) {
+      const EventRow &row = rows[i];
+      out[i].attempts = row.attempts;
+      const int r = RouteIndex(row.topic);
+      route_of[i] = r;
+      if (r < 0) {
+        out[i].outcome = Outcome::kParkNoRoute;
+        out[i].next_attempt_us = kInfinityUs;
+        SetError(&out[i], "no route matches topic \"" + std::string(row.topic) + "\"");
+        continue;
+      }
+      const Route &route = routes_[r];
+      auto sink_it = sinks_.find(route.sink);
+      if (sink_it == sinks_.end()) {  // routes reference sinks; only a race gets here
+        out[i].outcome = Outcome::kPark;
+        out[i].next_attempt_us = settings.now_us + settings.backoff_max_ms * kUsecPerMs;
+        SetError(&out[i], "sink \"" + route.sink + "\" does not exist");
+        continue;
+      }
+      SinkState &state = sink_it->second;
+      if (state.down && settings.now_us < state.retry_at_us) {
+        out[i].outcome = Outcome::kPark;
+        out[i].next_attempt_us = state.retry_at_us;
+        SetError(&out[i], "sink \"" + route.sink + "\" is unavailable: " + state.last_error);
+      } else if (row.has_key) {
+        int64_t until = 0;
+        if (!guard_.MayDeliver(route.pattern, row.key, row.id, &admitted, &until)) {
+          out[i].outcome = Outcome::kPark;
+          out[i].next_attempt_us = std::max(until, settings.now_us);
+          SetError(&out[i], "waiting for an earlier event with the same key");
+        }
+      }
+      if (out[i].outcome == Outcome::kPark) {
+        if (row.has_key) guard_.Block(route.pattern, row.key, row.id, out[i].next_attempt_us);
+        continue;
+      }
+      admitted.emplace(row.id);
+      groups[route.sink].push_back(i);
+    }
+    for (auto &[name, members] : groups) {
+      DispatchGroup(name, &sinks_[name], members, rows, route_of, settings, out, interrupted);
+    }
+  } catch (const std::exception &e) {
+    // Out of memory half-way: whatever has no outcome yet stays as it was.
+    for (size_t i = 0; i < n; ++i) {
+      if (out[i].outcome == Outcome::kPublished) continue;
+      out[i] = RowOutcome{};
+      out[i].attempts = rows[i].attempts;
+    }
+    Log(LogLevel::kError, std::string("batch abandoned: ") + e.what());
+  }
+}
+
+void Dispatcher::DispatchGroup(const std::string &sink_name, SinkState *state,
+                               const std::vector<size_t> &members, const EventRow *rows,
+                               const std::vector<int> &route_of, const DispatchSettings &settings,
+                               RowOutcome *out, Sink::InterruptCheck interrupted) {
+  auto message_for = [&](size_t i) {
+    const EventRow &row = rows[i];
+    const Route &route = routes_[route_of[i]];
+    OutMessage m;
+    m.id = row.id;
+    m.topic = row.topic;
+    m.target = route.has_target ? std::string_view(route.target) : row.topic;
+    m.has_key = row.has_key;
+    m.key = row.key;
+    m.payload = row.payload;
+    m.headers = row.headers;
+    m.header_count = row.header_count;
+    m.headers_json = row.headers_json;
+    return m;
+  };
+
+  std::vector<Delivery> results(members.size());
+  Sink *sink = SinkFor(sink_name, state);
+  if (sink != nullptr) {
+    std::vector<OutMessage> messages;
+    messages.reserve(members.size());
+    for (size_t i : members) messages.push_back(message_for(i));
+    sink->Publish(messages.data(), messages.size(), results.data(), interrupted);
+  } else {
+    for (Delivery &d : results) d = Delivery{DeliveryStatus::kRetriable, state->last_error};
+  }
+
+  size_t delivered = 0, retriable = 0;
+  for (const Delivery &d : results) {
+    if (d.status == DeliveryStatus::kDelivered) ++delivered;
+    // A message held back behind a transient failure fails with it.
+    if (d.status == DeliveryStatus::kRetriable || d.status == DeliveryStatus::kNotSent) {
+      ++retriable;
+    }
+  }
+  const bool interrupted_now = interrupted != nullptr && interrupted();
+
+  // Nothing delivered, nothing refused: the sink is down. Park its events
+  // until the sink's backoff expires; attempts are not counted.
+  if (delivered == 0 && retriable == results.size() && !interrupted_now) {
+    state->failures++;
+    const int64_t wait_ms =
+        BackoffMs(state->failures, settings.backoff_min_ms, settings.backoff_max_ms, Random());
+    state->retry_at_us = settings.now_us + wait_ms * kUsecPerMs;
+    state->last_error = results.empty() ? state->last_error : results.front().error;
+    if (!state->down) {
+      Log(LogLevel::kWarning, "sink \"" + sink_name + "\" is unavailable (" + state->last_error +
+                                  "); its events wait, retrying in " +
+                                  Seconds(wait_ms * kUsecPerMs));
+    }
+    state->down = true;
+    for (size_t k = 0; k < members.size(); ++k) {
+      const size_t i = members[k];
+      out[i].outcome = Outcome::kPark;
+      out[i].next_attempt_us = state->retry_at_us;
+      SetError(&out[i], results[k].error);
+      if (rows[i].has_key) {
+        guard_.Block(routes_[route_of[i]].pattern, rows[i].key, rows[i].id, state->retry_at_us);
+      }
+    }
+    return;
+  }
+
+  if (delivered > 0 || !interrupted_now) {
+    if (state->down) {
+      Log(LogLevel::kInfo, "sink \"" + sink_name + "\" is available again");
+    }
+    state->down = false;
+    state->failures = 0;
+  }
+
+  for (size_t k = 0; k < members.size(); ++k) {
+    const size_t i = members[k];
+    const Route &route = routes_[route_of[i]];
+    Delivery result = results[k];
+    if (result.status == DeliveryStatus::kRetriable && interrupted_now) {
+      out[i].outcome = Outcome::kUntouched;  // shutting down: no verdict
+      continue;
+    }
+    if (result.status == DeliveryStatus::kNotSent) {
+      // Held back behind an earlier failure of its key in this call (handled
+      // above, in id order): wait as long as that one waits, or go at once
+      // if it died.
+      int64_t until = settings.now_us;
+      if (rows[i].has_key &&
+          !guard_.MayDeliver(route.pattern, rows[i].key, rows[i].id, nullptr, &until)) {
+        guard_.Block(route.pattern, rows[i].key, rows[i].id, until);
+      }
+      out[i].outcome = Outcome::kPark;
+      out[i].next_attempt_us = std::max(until, settings.now_us);
+      SetError(&out[i], result.error.empty() ? "waiting for an earlier event with the same key"
+                                             : result.error);
+      continue;
+    }
+    if (result.status == DeliveryStatus::kRejected && members.size() > 1 && sink != nullptr &&
+        !interrupted_now) {
+      // Kafka fails every message of a produce request when the broker
+      // refuses one (too large, not authorised): try this one alone before
+      // counting it against the event.
+      OutMessage alone = message_for(i);
+      Delivery solo;
+      sink->Publish(&alone, 1, &solo, interrupted);
+      result = solo;
+    }
+    Attempted(rows[i], route, result, settings, &out[i]);
+  }
+}
+
+void Dispatcher::Attempted(const EventRow &row, const Route &route, const Delivery &delivery,
+                           const DispatchSettings &settings, RowOutcome *out) {
+  if (delivery.status == DeliveryStatus::kDelivered) {
+    out->outcome = Outcome::kPublished;
+    if (row.has_key) guard_.Release(route.pattern, row.key, row.id);
+    return;
+  }
+  out->attempts = row.attempts + 1;
+  SetError(out, delivery.error);
+  if (out->attempts >= settings.max_attempts) {
+    out->outcome = Outcome::kDead;
+    if (row.has_key) guard_.Release(route.pattern, row.key, row.id);
+    Log(LogLevel::kWarning, "event " + std::string(row.id) + " (topic \"" + std::string(row.topic) +
+                                "\") is dead after " + std::to_string(out->attempts) +
+                                " attempts: " + delivery.error);
+    return;
+  }
+  out->outcome = Outcome::kRetry;
+  out->next_attempt_us = settings.now_us + BackoffMs(out->attempts, settings.backoff_min_ms,
+                                                     settings.backoff_max_ms, Random()) *
+                                               kUsecPerMs;
+  if (row.has_key) guard_.Block(route.pattern, row.key, row.id, out->next_attempt_us);
+}
+
+void Dispatcher::Poll() {
+  for (auto &[name, state] : sinks_) {
+    if (state.sink) state.sink->Poll();
+  }
+}
+
+int64_t Dispatcher::NextSinkRetryUs() const {
+  int64_t next = 0;
+  for (const auto &[name, state] : sinks_) {
+    if (state.down && (next == 0 || state.retry_at_us < next)) next = state.retry_at_us;
+  }
+  return next;
+}
+
+std::string Dispatcher::SinkStates() const {
+  std::string s;
+  for (const auto &[name, state] : sinks_) {
+    if (!s.empty()) s += ", ";
+    s += name + "=" +
+         (state.down   ? std::string("down")
+          : state.sink ? state.sink->State()
+                       : std::string("idle"));
+  }
+  return s;
+}
+
+}  // namespace outbox

@@ -1,0 +1,164 @@
+// What happens to each claimed event: route it, hold it behind an earlier
+// event of its key, hand it to its sink, and turn the broker's answer into
+// the row's next state. PostgreSQL-free (unit-tested with a fake sink); the
+// publisher's claim code reads rows into EventRow and writes RowOutcome back.
+//
+// Rules (contract and issue "The publisher"):
+// - No route: the event waits (next_attempt_at = infinity) and flows once a
+//   route exists (routes changing resets those rows).
+// - Per-key order: an event is never sent while an earlier event of the same
+//   route and key waits for a retry (OrderGuard); it is parked behind it.
+// - A sink that delivers nothing of a call and reports only transient errors
+//   is down: its events are parked until the sink's own backoff expires,
+//   without counting attempts (an outage is not the events' fault), and one
+//   log line says so; another line says when it is back.
+// - Transient errors while the sink delivers other events count an attempt
+//   for that event; a message the broker refuses (kRejected) in a call with
+//   others is first retried on its own, and counts an attempt only then, so
+//   one poison event never takes its neighbours down.
+// - After outbox.max_attempts failed attempts an event is dead, and stops
+//   holding back its key.
+//
+// Threading and errors: used by the publisher's main thread only; no method
+// throws (failures are reported through outcomes and logs).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "order_guard.hpp"
+#include "sink.hpp"
+
+namespace outbox {
+
+struct EventRow {
+  std::string_view id;
+  std::string_view topic;
+  bool has_key = false;
+  std::string_view key;
+  std::string_view payload;  // compact JSON
+  const Header *headers = nullptr;
+  size_t header_count = 0;
+  std::string_view headers_json;  // compact JSON object, "{}" when none
+  int attempts = 0;
+};
+
+struct RouteRow {
+  std::string_view pattern;
+  std::string_view sink;
+  bool has_target = false;
+  std::string_view target;
+};
+
+struct SinkRow {
+  std::string_view name;
+  std::string_view kind;  // "kafka" or "redis"
+  const OptionView *options = nullptr;
+  size_t option_count = 0;
+};
+
+struct DispatchSettings {
+  int max_attempts = 10;
+  int64_t backoff_min_ms = 100;
+  int64_t backoff_max_ms = 60000;
+  int64_t now_us = 0;  // the caller's clock, in the unit next_attempt_us uses
+};
+
+enum class Outcome {
+  kPublished,    // acknowledged: status published
+  kRetry,        // failed attempt: attempts + 1, retried at next_attempt_us
+  kDead,         // failed its last allowed attempt: status dead
+  kPark,         // not attempted (sink down, or behind an earlier event of
+                 // its key): only next_attempt_us and error change
+  kParkNoRoute,  // no route matches its topic: waits until routes change
+  kUntouched,    // interrupted before an outcome: row left as it was
+};
+
+struct RowOutcome {
+  Outcome outcome = Outcome::kUntouched;
+  int attempts = 0;             // the row's attempts after this batch
+  int64_t next_attempt_us = 0;  // for kRetry and kPark
+  char error[256] = {0};        // for everything but kPublished and kUntouched
+};
+
+// Sinks are created by this factory; tests substitute fakes.
+using SinkFactory = std::unique_ptr<Sink> (*)(std::string_view name, std::string_view kind,
+                                              const SinkOptions &options, std::string *error);
+std::unique_ptr<Sink> MakeSink(std::string_view name, std::string_view kind,
+                               const SinkOptions &options, std::string *error);
+
+class Dispatcher {
+ public:
+  explicit Dispatcher(SinkFactory factory = MakeSink);
+  ~Dispatcher();
+
+  // Install the routing table and the sink definitions. Sinks whose kind or
+  // options changed, or that disappeared, are closed; new ones are created
+  // on first use. Clears the order state (the caller re-notes waiting events
+  // with NoteWaiting, since routes decide which events share an order).
+  void Configure(const RouteRow *routes, size_t nroutes, const SinkRow *sinks, size_t nsinks);
+
+  // An event found waiting for a retry when (re)building the order state.
+  void NoteWaiting(const EventRow &event, int64_t until_us);
+
+  // Decide and deliver a claimed batch; rows must be in id order. Fills
+  // out[0..n). `interrupted` is checked while waiting for brokers.
+  void Dispatch(const EventRow *rows, size_t n, const DispatchSettings &settings, RowOutcome *out,
+                Sink::InterruptCheck interrupted);
+
+  // Serve the sinks' background work while idle.
+  void Poll();
+
+  // The earliest time a sink that is down should be tried again, or 0.
+  int64_t NextSinkRetryUs() const;
+
+  // The next log line, oldest first; false when there is none.
+  bool NextLog(LogLevel *level, std::string *text);
+
+  // For monitoring: "name=state" for each sink, comma-separated.
+  std::string SinkStates() const;
+
+ private:
+  struct SinkState {
+    std::string kind;
+    SinkOptions options;
+    std::unique_ptr<Sink> sink;
+    int failures = 0;         // consecutive calls that delivered nothing
+    int64_t retry_at_us = 0;  // while down: when to try again
+    bool down = false;
+    std::string last_error;
+  };
+  struct Route {
+    std::string pattern;
+    std::string sink;
+    bool has_target = false;
+    std::string target;
+  };
+
+  int RouteIndex(std::string_view topic) const;
+  Sink *SinkFor(const std::string &name, SinkState *state);
+  void Log(LogLevel level, std::string text);
+  void DrainSinkLogs();
+  double Random();
+  void DispatchGroup(const std::string &sink_name, SinkState *state,
+                     const std::vector<size_t> &members, const EventRow *rows,
+                     const std::vector<int> &route_of, const DispatchSettings &settings,
+                     RowOutcome *out, Sink::InterruptCheck interrupted);
+  void Attempted(const EventRow &row, const Route &route, const Delivery &delivery,
+                 const DispatchSettings &settings, RowOutcome *out);
+
+  SinkFactory factory_;
+  std::vector<Route> routes_;
+  std::map<std::string, SinkState> sinks_;
+  OrderGuard guard_;
+  std::vector<std::pair<LogLevel, std::string>> logs_;
+  size_t next_log_ = 0;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace outbox

@@ -1,0 +1,26 @@
+// Details of the Kafka sink that its unit tests check directly. The sink
+// itself is built with MakeKafkaSink (sink.hpp). No PostgreSQL header here.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "sink.hpp"
+
+namespace outbox {
+
+// How the publisher should treat a librdkafka error code (rd_kafka_resp_err_t)
+// that a message failed with: kRejected when the broker refused the message
+// itself (or the produce request that carried it: too large, not authorised,
+// invalid), kRetriable for everything else (broker down, timeouts, leader
+// changes, unknown topic, purged).
+DeliveryStatus ClassifyKafkaError(int err);
+
+// "NAME: description", e.g. "MSG_SIZE_TOO_LARGE: Broker: Message size too large".
+std::string KafkaErrorText(int err);
+
+// True when `name` is a legal Kafka topic name: 1 to 249 characters of
+// [A-Za-z0-9._-], and neither "." nor "..".
+bool IsValidKafkaTopic(std::string_view name);
+
+}  // namespace outbox

@@ -1,0 +1,243 @@
+// The launcher: one background worker per server, connected to no database,
+// that keeps a publisher running in every database where the extension is
+// installed.
+//
+// It cannot look into a database's catalogs (it connects to none), so it
+// learns where the extension is from the publishers: it starts one in every
+// database whose state is unknown; the publisher reports present (and stays)
+// or absent (and exits). CREATE EXTENSION marks its database unknown at
+// commit and wakes the launcher, so publishing starts within a second.
+//
+// Starts only once recovery has finished (BgWorkerStart_RecoveryFinished):
+// a hot standby runs no launcher and publishes nothing; after promotion the
+// launcher starts and the new primary publishes what is pending.
+//
+// Invariants: `running` below is local to the launcher process. A publisher
+// that exits while its database still has the extension (an error the
+// publisher could not survive, or a crash) is restarted after a backoff that
+// doubles up to a minute, so nothing crash-loops.
+#include "worker.hpp"
+
+#include "guc.hpp"
+#include "shmem.hpp"
+
+extern "C" {
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_database.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+}
+
+namespace outbox {
+namespace {
+
+constexpr long kScanIntervalMs = 5000;  // how often pg_database is re-read
+constexpr long kRestartBackoffMaxMs = 60000;
+
+struct Running {
+  Oid dboid;
+  BackgroundWorkerHandle *handle;
+  TimestampTz started_at;
+  TimestampTz next_start;  // not before this time
+  int failures;            // exits while the extension was still there
+};
+
+Running *running = nullptr;  // one per shared slot, in TopMemoryContext
+int nrunning = 0;
+
+void ClearLauncher(int code, Datum arg) {
+  if (Shared() != nullptr) pg_atomic_write_u32(&Shared()->launcher_procno, kNoProc);
+}
+
+struct DatabaseList {
+  Oid *oids;
+  char **names;
+  int count;
+};
+
+// Databases that accept connections and are not templates.
+DatabaseList ListDatabases(MemoryContext into) {
+  DatabaseList list{nullptr, nullptr, 0};
+  StartTransactionCommand();
+  (void)GetTransactionSnapshot();
+  Relation rel = table_open(DatabaseRelationId, AccessShareLock);
+  TableScanDesc scan = table_beginscan_catalog(rel, 0, nullptr);
+  int capacity = 16;
+  MemoryContext old = MemoryContextSwitchTo(into);
+  list.oids = static_cast<Oid *>(palloc(sizeof(Oid) * capacity));
+  list.names = static_cast<char **>(palloc(sizeof(char *) * capacity));
+  MemoryContextSwitchTo(old);
+  HeapTuple tup;
+  while ((tup = heap_getnext(scan, ForwardScanDirection)) != nullptr) {
+    Form_pg_database db = reinterpret_cast<Form_pg_database>(GETSTRUCT(tup));
+    if (!db->datallowconn || db->datistemplate) continue;
+    old = MemoryContextSwitchTo(into);
+    if (list.count == capacity) {
+      capacity *= 2;
+      list.oids = static_cast<Oid *>(repalloc(list.oids, sizeof(Oid) * capacity));
+      list.names = static_cast<char **>(repalloc(list.names, sizeof(char *) * capacity));
+    }
+    list.oids[list.count] = db->oid;
+    list.names[list.count] = pstrdup(NameStr(db->datname));
+    list.count++;
+    MemoryContextSwitchTo(old);
+  }
+  table_endscan(scan);
+  table_close(rel, AccessShareLock);
+  CommitTransactionCommand();
+  return list;
+}
+
+Running *RunningFor(Oid dboid) {
+  for (int i = 0; i < nrunning; ++i) {
+    if (running[i].dboid == dboid) return &running[i];
+  }
+  for (int i = 0; i < nrunning; ++i) {
+    if (!OidIsValid(running[i].dboid)) {
+      running[i] = Running{dboid, nullptr, 0, 0, 0};
+      return &running[i];
+    }
+  }
+  return nullptr;
+}
+
+bool IsAlive(const Running &r) {
+  if (r.handle == nullptr) return false;
+  pid_t pid;
+  const BgwHandleStatus status = GetBackgroundWorkerPid(r.handle, &pid);
+  return status == BGWH_STARTED || status == BGWH_NOT_YET_STARTED;
+}
+
+bool StartPublisher(Running *r, const char *datname) {
+  BackgroundWorker worker;
+  memset(&worker, 0, sizeof worker);
+  worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+  worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+  worker.bgw_restart_time = BGW_NEVER_RESTART;  // the launcher decides
+  snprintf(worker.bgw_library_name, BGW_MAXLEN, "outbox");
+  snprintf(worker.bgw_function_name, BGW_MAXLEN, "outbox_publisher_main");
+  snprintf(worker.bgw_name, BGW_MAXLEN, "outbox publisher for database %s", datname);
+  snprintf(worker.bgw_type, BGW_MAXLEN, "outbox publisher");
+  worker.bgw_main_arg = ObjectIdGetDatum(r->dboid);
+  worker.bgw_extra[0] = 0;  // publisher index within the database
+  worker.bgw_notify_pid = MyProcPid;
+  BackgroundWorkerHandle *handle = nullptr;
+  if (!RegisterDynamicBackgroundWorker(&worker, &handle)) {
+    ereport(WARNING, (errmsg("outbox: could not start a publisher for database \"%s\"", datname),
+                      errhint("Raise max_worker_processes.")));
+    return false;
+  }
+  r->handle = handle;
+  r->started_at = GetCurrentTimestamp();
+  return true;
+}
+
+void Reconcile(MemoryContext scratch) {
+  DatabaseList dbs = ListDatabases(scratch);
+  const TimestampTz now = GetCurrentTimestamp();
+
+  // Forget databases that are gone.
+  for (int i = 0; i < nrunning; ++i) {
+    if (!OidIsValid(running[i].dboid)) continue;
+    bool exists = false;
+    for (int j = 0; j < dbs.count && !exists; ++j) exists = dbs.oids[j] == running[i].dboid;
+    if (!exists && !IsAlive(running[i])) {
+      ReleaseSlot(running[i].dboid);
+      running[i].dboid = InvalidOid;
+    }
+  }
+
+  for (int j = 0; j < dbs.count; ++j) {
+    DatabaseSlot *slot = SlotFor(dbs.oids[j]);
+    Running *r = RunningFor(dbs.oids[j]);
+    if (slot == nullptr || r == nullptr) continue;  // more databases than worker slots
+    if (IsAlive(*r)) continue;
+    const auto state = static_cast<ExtensionState>(pg_atomic_read_u32(&slot->extension_state));
+    if (r->handle != nullptr) {
+      // It exited. Fine if the extension is gone or the database is paused;
+      // otherwise it failed: back off before the next start.
+      r->handle = nullptr;
+      const uint64 paused_until = pg_atomic_read_u64(&slot->paused_until);
+      if (state != ExtensionState::kAbsent && static_cast<TimestampTz>(paused_until) <= now) {
+        r->failures = now - r->started_at > kRestartBackoffMaxMs * 1000L ? 1 : r->failures + 1;
+        long wait = 1000L << (r->failures < 6 ? r->failures : 6);
+        if (wait > kRestartBackoffMaxMs) wait = kRestartBackoffMaxMs;
+        r->next_start = TimestampTzPlusMilliseconds(now, wait);
+        ereport(LOG, (errmsg("outbox: publisher for database \"%s\" exited; restarting in %ld s",
+                             dbs.names[j], wait / 1000)));
+      }
+    }
+    if (state == ExtensionState::kAbsent) continue;
+    if (static_cast<TimestampTz>(pg_atomic_read_u64(&slot->paused_until)) > now) continue;
+    if (now < r->next_start) continue;
+    (void)StartPublisher(r, dbs.names[j]);
+  }
+}
+
+}  // namespace
+
+void RegisterLauncher() {
+  BackgroundWorker worker;
+  memset(&worker, 0, sizeof worker);
+  worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+  worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+  worker.bgw_restart_time = 10;  // seconds, after a crash of the launcher itself
+  snprintf(worker.bgw_library_name, BGW_MAXLEN, "outbox");
+  snprintf(worker.bgw_function_name, BGW_MAXLEN, "outbox_launcher_main");
+  snprintf(worker.bgw_name, BGW_MAXLEN, "outbox launcher");
+  snprintf(worker.bgw_type, BGW_MAXLEN, "outbox launcher");
+  RegisterBackgroundWorker(&worker);
+}
+
+}  // namespace outbox
+
+void outbox_launcher_main(Datum main_arg) {
+  using namespace outbox;
+  pqsignal(SIGHUP, SignalHandlerForConfigReload);
+  pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
+  BackgroundWorkerUnblockSignals();
+  BackgroundWorkerInitializeConnection(nullptr, nullptr, 0);
+  if (Shared() == nullptr) proc_exit(0);
+  pg_atomic_write_u32(&Shared()->launcher_procno, MyProc->pgprocno);
+  on_shmem_exit(ClearLauncher, 0);
+
+  nrunning = Shared()->nslots;
+  running =
+      static_cast<Running *>(MemoryContextAllocZero(TopMemoryContext, sizeof(Running) * nrunning));
+  MemoryContext scratch =
+      AllocSetContextCreate(TopMemoryContext, "outbox launcher", ALLOCSET_DEFAULT_SIZES);
+  if (guc::workers > 1) {
+    ereport(LOG, (errmsg("outbox: outbox.workers = %d, but this version runs one publisher per "
+                         "database",
+                         guc::workers)));
+  }
+  ereport(LOG, (errmsg("outbox: launcher started")));
+
+  while (!ShutdownRequestPending) {
+    if (ConfigReloadPending) {
+      ConfigReloadPending = false;
+      ProcessConfigFile(PGC_SIGHUP);
+    }
+    Reconcile(scratch);
+    MemoryContextReset(scratch);
+    // Woken by CREATE EXTENSION, by publishers exiting (bgw_notify_pid), by
+    // DROP DATABASE ending a pause, or by the timeout for new databases.
+    (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, kScanIntervalMs,
+                    PG_WAIT_EXTENSION);
+    ResetLatch(MyLatch);
+    CHECK_FOR_INTERRUPTS();
+  }
+  proc_exit(0);
+}

@@ -1,0 +1,78 @@
+// Shared state between user backends, the launcher and the publishers: one
+// slot per database that may run publishers, with the latches to wake them.
+// Exists only when outbox is in shared_preload_libraries; every function here
+// is a no-op (or returns "none") otherwise.
+#pragma once
+
+#include "pg_bridge.hpp"
+
+extern "C" {
+#include "datatype/timestamp.h"
+#include "port/atomics.h"
+#include "storage/spin.h"
+}
+
+namespace outbox {
+
+constexpr int kMaxWorkersPerDatabase = 64;  // the range of outbox.workers
+
+// What the launcher knows about the extension in a database.
+enum class ExtensionState : uint32 {
+  kUnknown = 0,  // not checked yet: start a publisher, which finds out
+  kPresent = 1,  // a publisher found it
+  kAbsent = 2,   // a publisher found it missing and exited
+};
+
+struct DatabaseSlot {
+  Oid dboid;                         // InvalidOid: free. Written under SharedState::mutex only.
+  pg_atomic_uint32 extension_state;  // ExtensionState
+  // pgprocno of each running publisher of this database, or -1. Read without
+  // the lock by committing backends to set latches: a stale value only wakes
+  // a process for nothing (SetLatch on an exited process is harmless).
+  pg_atomic_uint32 worker_procno[kMaxWorkersPerDatabase];
+  // Bumped at commit by transactions that changed sinks or routes, so
+  // publishers reload their routing table.
+  pg_atomic_uint64 config_version;
+  // Publishers of this database exit and are not restarted before this time
+  // (DROP DATABASE, CREATE DATABASE ... TEMPLATE, ALTER DATABASE RENAME need
+  // the database free of connections). 0: not paused.
+  pg_atomic_uint64 paused_until;  // TimestampTz
+};
+
+struct SharedState {
+  slock_t mutex;                     // protects slot allocation (DatabaseSlot::dboid)
+  pg_atomic_uint32 launcher_procno;  // -1 when no launcher runs
+  int nslots;
+  DatabaseSlot slots[FLEXIBLE_ARRAY_MEMBER];
+};
+
+constexpr uint32 kNoProc = 0xFFFFFFFFu;
+
+// Hooks for _PG_init (preload only).
+void RequestSharedMemory();
+void InstallSharedMemoryHooks();
+
+// nullptr unless preloaded and attached.
+SharedState *Shared();
+
+// The slot of a database, or nullptr. FindSlot never allocates; SlotFor
+// allocates a free slot when needed (nullptr if all are taken).
+DatabaseSlot *FindSlot(Oid dboid);
+DatabaseSlot *SlotFor(Oid dboid);
+void ReleaseSlot(Oid dboid);
+
+// Set the latch of every publisher of a database, and of the launcher.
+void WakePublishers(Oid dboid);
+void WakeLauncher();
+
+// Called by emit(), and by sink and route changes: at commit of the current
+// transaction, wake this database's publishers (and, for configuration
+// changes, make them reload sinks and routes). Nothing happens on abort.
+// Registers the transaction callback once per process.
+void WakePublishersAtCommit();
+void ReloadConfigAtCommit();
+// Called by the install script: at commit, tell the launcher this database
+// now has the extension, so publishing starts at once.
+void AnnounceExtensionAtCommit();
+
+}  // namespace outbox

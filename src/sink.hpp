@@ -1,0 +1,100 @@
+// The Sink interface: how the publisher hands a batch of events to a broker
+// and learns, per event, what became of it. No PostgreSQL header here or in
+// any implementation (kafka_sink, redis_sink): sinks are unit-tested against
+// brokers on their own, and their threads can never call into PostgreSQL.
+//
+// Threading: a Sink is created, used and destroyed by one thread (the
+// publisher's main thread). Implementations may run threads of their own
+// (librdkafka does) but report back only through Publish/Poll/TakeLogs on the
+// owner's thread.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sink_options.hpp"
+
+namespace outbox {
+
+struct Header {
+  std::string_view name;
+  std::string_view value;
+};
+
+// One event to deliver. Views point into memory the caller keeps alive for
+// the whole Publish call.
+struct OutMessage {
+  std::string_view id;      // the event id, canonical UUID text
+  std::string_view topic;   // the event's topic
+  std::string_view target;  // Kafka topic or Redis key to deliver to
+  bool has_key = false;
+  std::string_view key;
+  std::string_view payload;         // compact JSON text
+  const Header *headers = nullptr;  // the user's headers, in jsonb order
+  size_t header_count = 0;
+  std::string_view headers_json;  // the same headers as a compact JSON object ("{}" if none)
+};
+
+enum class DeliveryStatus {
+  kDelivered,  // the broker acknowledged it
+  kRetriable,  // transient (broker down, timeout, leader change): back off, retry
+  kRejected,   // the broker refused this message (too large, not authorised,
+               // wrong type): counts as a failed attempt once seen alone
+  kNotSent,    // deliberately not sent: an earlier message of the same target
+               // and key failed in this call, and sending this one could
+               // overtake it. Not an attempt: it waits behind that message.
+};
+
+struct Delivery {
+  DeliveryStatus status = DeliveryStatus::kRetriable;
+  std::string error;  // empty when delivered; a human-readable reason otherwise
+};
+
+enum class LogLevel { kDebug, kInfo, kWarning, kError };
+
+struct LogLine {
+  LogLevel level;
+  std::string text;
+};
+
+class Sink {
+ public:
+  virtual ~Sink() = default;
+
+  // Deliver n messages and wait until each has an outcome. The wait is
+  // bounded by the sink's own delivery timeout (Kafka: message.timeout.ms);
+  // besides, `interrupted` (may be null) is checked about every 100 ms and,
+  // when it returns true, Publish stops waiting and reports what has no
+  // outcome yet as kRetriable with error "interrupted". Fills out[0..n).
+  // Never throws. Messages with the same target and key are sent in array
+  // order and, as far as the broker protocol allows, arrive in that order.
+  using InterruptCheck = bool (*)();
+  virtual void Publish(const OutMessage *messages, size_t n, Delivery *out,
+                       InterruptCheck interrupted) = 0;
+
+  // Serve background work (log queue, error events) while idle. Never blocks
+  // for long; never throws.
+  virtual void Poll() = 0;
+
+  // Log lines gathered since the last call, oldest first.
+  virtual std::vector<LogLine> TakeLogs() = 0;
+
+  // True after a fatal error (e.g. Kafka's idempotent producer lost its
+  // sequence): the owner must destroy this sink and create a new one.
+  virtual bool NeedsRecreate() const = 0;
+
+  // One word for monitoring: "connected", "connecting", "down", ...
+  virtual std::string State() const = 0;
+};
+
+// Build a Kafka sink from create_sink() options. Our defaults apply unless
+// the options set them: enable.idempotence=true, acks=all,
+// partitioner=murmur2_random, linger.ms=1, message.timeout.ms=10000.
+// Returns nullptr and sets *error when librdkafka refuses the configuration.
+std::unique_ptr<Sink> MakeKafkaSink(const std::string &name, const SinkOptions &options,
+                                    std::string *error);
+
+}  // namespace outbox

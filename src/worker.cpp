@@ -1,0 +1,270 @@
+// The publisher: one background worker per database (started by the
+// launcher) that claims committed events and hands them to the brokers.
+//
+// Loop: wait on the process latch (set at commit by every transaction that
+// emitted, by sink and route changes, and by signals), then run publish
+// cycles until a claim comes back short; every minute, partition maintenance.
+// Each cycle is one transaction: claim with row locks, deliver, record the
+// outcomes, commit. An ERROR aborts that transaction (events stay pending),
+// is logged once, and the loop backs off and carries on: it never exits for
+// a broker or SQL error, so it never crash-loops the server.
+//
+// Signals: SIGHUP reloads settings; SIGTERM makes a delivery in flight stop
+// waiting (what was acknowledged is recorded, the rest stays pending) and the
+// process exit within a few seconds.
+//
+// Invariants: the Dispatcher (and the librdkafka producers it owns) lives in
+// this process only and is used from this thread only. It is a global, so a
+// longjmp never skips its destructor; it is destroyed at process exit.
+#include "worker.hpp"
+
+#include "claim.hpp"
+#include "guc.hpp"
+#include "partition.hpp"
+#include "shmem.hpp"
+
+extern "C" {
+#include "access/xact.h"
+#include "commands/dbcommands.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/pmsignal.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "tcop/tcopprot.h"
+#include "utils/memutils.h"
+#include "utils/ps_status.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+}
+
+namespace outbox {
+namespace {
+
+constexpr long kMaintenanceIntervalMs = 60 * 1000;
+constexpr long kErrorBackoffMaxMs = 30 * 1000;
+
+Dispatcher *dispatcher = nullptr;
+DatabaseSlot *slot = nullptr;
+int worker_index = 0;
+uint64 loaded_config_version = 0;
+bool config_loaded = false;
+TimestampTz last_maintenance = 0;
+int consecutive_errors = 0;
+MemoryContext cycle_context = nullptr;
+char database_name[NAMEDATALEN] = "";  // for log lines; read once at start
+
+bool PausedNow();
+
+// Checked while a delivery waits for the brokers: stop waiting on SIGTERM,
+// postmaster death, or a pause (DROP DATABASE waits for us).
+bool Interrupted() { return ShutdownRequestPending || !PostmasterIsAlive() || PausedNow(); }
+
+void Unregister(int code, Datum arg) {
+  if (slot != nullptr) pg_atomic_write_u32(&slot->worker_procno[worker_index], kNoProc);
+}
+
+// Log what the dispatcher and its sinks had to say, once each.
+void FlushDispatcherLogs() {
+  if (dispatcher == nullptr) return;
+  LogLevel level;
+  std::string *text = new (std::nothrow) std::string();
+  if (text == nullptr) return;
+  // The string is heap memory owned here; ereport below copies it, and no
+  // ERROR can be raised by elevels below ERROR.
+  while (dispatcher->NextLog(&level, text)) {
+    const int elevel = level == LogLevel::kError     ? LOG
+                       : level == LogLevel::kWarning ? WARNING
+                       : level == LogLevel::kInfo    ? LOG
+                                                     : DEBUG1;
+    ereport(elevel, (errmsg("outbox: %s", text->c_str())));
+  }
+  delete text;
+}
+
+bool PausedNow() {
+  const uint64 until = pg_atomic_read_u64(&slot->paused_until);
+  return until != 0 && static_cast<TimestampTz>(until) > GetCurrentTimestamp();
+}
+
+// True when the extension is installed in this database. Needs a transaction.
+bool ExtensionInstalled() { return OidIsValid(get_extension_oid("outbox", true)); }
+
+// One transaction: check the extension, reload configuration if it changed,
+// run one publish cycle. Returns events claimed, or -1 when the extension is
+// gone.
+int RunCycle() {
+  SetCurrentStatementStartTimestamp();
+  StartTransactionCommand();
+  PushActiveSnapshot(GetTransactionSnapshot());
+  if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "outbox: SPI_connect failed");
+  if (!ExtensionInstalled()) {
+    SPI_finish();
+    PopActiveSnapshot();
+    CommitTransactionCommand();
+    return -1;
+  }
+  pg_atomic_write_u32(&slot->extension_state, static_cast<uint32>(ExtensionState::kPresent));
+
+  const uint64 version = pg_atomic_read_u64(&slot->config_version);
+  if (!config_loaded || version != loaded_config_version) {
+    if (!config_loaded && loaded_config_version == 0) {
+      ereport(LOG, (errmsg("outbox: publishing from database \"%s\"", database_name)));
+    }
+    pgstat_report_activity(STATE_RUNNING, "outbox: loading sinks and routes");
+    LoadConfiguration(dispatcher);
+    loaded_config_version = version;
+    config_loaded = true;
+  }
+  pgstat_report_activity(STATE_RUNNING, "outbox: publishing");
+  const int claimed = ClaimAndPublish(dispatcher, Interrupted);
+  SPI_finish();
+  PopActiveSnapshot();
+  CommitTransactionCommand();
+  pgstat_report_activity(STATE_IDLE, nullptr);
+  FlushDispatcherLogs();
+  return claimed;
+}
+
+void RunMaintenance() {
+  SetCurrentStatementStartTimestamp();
+  StartTransactionCommand();
+  PushActiveSnapshot(GetTransactionSnapshot());
+  pgstat_report_activity(STATE_RUNNING, "outbox: partition maintenance");
+  if (ExtensionInstalled()) MaintainPartitions(GetCurrentTimestamp());
+  PopActiveSnapshot();
+  CommitTransactionCommand();
+  pgstat_report_activity(STATE_IDLE, nullptr);
+}
+
+// How long to sleep when there is nothing to do right now.
+long IdleWaitMs() {
+  long wait = guc::poll_interval_ms;
+  const TimestampTz now = GetCurrentTimestamp();
+  TimestampTz next = 0;
+  SetCurrentStatementStartTimestamp();
+  StartTransactionCommand();
+  PushActiveSnapshot(GetTransactionSnapshot());
+  if (SPI_connect() == SPI_OK_CONNECT) {
+    if (ExtensionInstalled()) next = NextRetryAt();
+    SPI_finish();
+  }
+  PopActiveSnapshot();
+  CommitTransactionCommand();
+  const int64_t sink_retry = dispatcher->NextSinkRetryUs();
+  if (sink_retry != 0 && (next == 0 || sink_retry < next)) next = sink_retry;
+  if (next != 0) {
+    const long until_next = static_cast<long>((next - now) / 1000);
+    if (until_next < wait) wait = until_next < 0 ? 0 : until_next;
+  }
+  const long until_maintenance =
+      kMaintenanceIntervalMs - static_cast<long>((now - last_maintenance) / 1000);
+  if (until_maintenance < wait) wait = until_maintenance < 0 ? 0 : until_maintenance;
+  return wait;
+}
+
+void Sleep(long ms) {
+  if (ms <= 0) return;
+  (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, ms, PG_WAIT_EXTENSION);
+  ResetLatch(MyLatch);
+}
+
+void HandleSignals() {
+  CHECK_FOR_INTERRUPTS();
+  if (ConfigReloadPending) {
+    ConfigReloadPending = false;
+    ProcessConfigFile(PGC_SIGHUP);
+  }
+}
+
+}  // namespace
+}  // namespace outbox
+
+void outbox_publisher_main(Datum main_arg) {
+  using namespace outbox;
+  const Oid dboid = DatumGetObjectId(main_arg);
+  worker_index = static_cast<int>(MyBgworkerEntry->bgw_extra[0]);
+
+  pqsignal(SIGHUP, SignalHandlerForConfigReload);
+  pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
+  BackgroundWorkerUnblockSignals();
+
+  slot = FindSlot(dboid);
+  if (slot == nullptr || worker_index < 0 || worker_index >= kMaxWorkersPerDatabase) {
+    proc_exit(0);
+  }
+  BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+  pg_atomic_write_u32(&slot->worker_procno[worker_index], MyProc->pgprocno);
+  on_shmem_exit(Unregister, 0);
+  pgstat_report_appname("outbox publisher");
+
+  dispatcher = new Dispatcher();
+  cycle_context =
+      AllocSetContextCreate(TopMemoryContext, "outbox publish cycle", ALLOCSET_DEFAULT_SIZES);
+  // Catalog lookups need a transaction.
+  StartTransactionCommand();
+  const char *name = get_database_name(MyDatabaseId);
+  strlcpy(database_name, name != nullptr ? name : "?", sizeof database_name);
+  CommitTransactionCommand();
+
+  // Error recovery, as in PostgreSQL's own background processes: log, abort
+  // the transaction (its events stay pending), back off, carry on.
+  sigjmp_buf local_sigjmp_buf;
+  if (sigsetjmp(local_sigjmp_buf, 1) != 0) {
+    HOLD_INTERRUPTS();
+    error_context_stack = nullptr;
+    EmitErrorReport();
+    AbortCurrentTransaction();
+    SPI_finish();  // harmless when not connected
+    FlushErrorState();
+    MemoryContextSwitchTo(TopMemoryContext);
+    MemoryContextReset(cycle_context);
+    RESUME_INTERRUPTS();
+    consecutive_errors++;
+    config_loaded = false;  // reload from scratch after an error
+    long wait = 1000L << (consecutive_errors < 5 ? consecutive_errors : 5);
+    if (wait > kErrorBackoffMaxMs) wait = kErrorBackoffMaxMs;
+    Sleep(wait);
+  }
+  PG_exception_stack = &local_sigjmp_buf;
+
+  for (;;) {
+    HandleSignals();
+    if (ShutdownRequestPending || PausedNow()) break;
+
+    if (GetCurrentTimestamp() - last_maintenance >= kMaintenanceIntervalMs * 1000L) {
+      last_maintenance = GetCurrentTimestamp();
+      RunMaintenance();
+    }
+
+    MemoryContext old = MemoryContextSwitchTo(cycle_context);
+    const int claimed = RunCycle();
+    MemoryContextSwitchTo(old);
+    MemoryContextReset(cycle_context);
+    if (claimed < 0) {
+      // A probe of a database without the extension is routine: say it
+      // quietly. A publisher that was publishing says it loudly.
+      ereport(config_loaded ? LOG : DEBUG1,
+              (errmsg("outbox: extension not installed in database \"%s\"; publisher exits",
+                      database_name)));
+      pg_atomic_write_u32(&slot->extension_state, static_cast<uint32>(ExtensionState::kAbsent));
+      break;
+    }
+    consecutive_errors = 0;
+    if (claimed >= guc::batch_size) continue;  // more may be waiting
+
+    dispatcher->Poll();
+    FlushDispatcherLogs();
+    old = MemoryContextSwitchTo(cycle_context);
+    const long wait = IdleWaitMs();
+    MemoryContextSwitchTo(old);
+    MemoryContextReset(cycle_context);
+    Sleep(wait);
+  }
+  proc_exit(0);
+}

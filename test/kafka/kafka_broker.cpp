@@ -1,0 +1,438 @@
+// kafka_broker: a scriptable in-process Kafka stand-in for tests.
+//
+// What: starts librdkafka's mock cluster (rdkafka_mock.h) with N brokers listening on
+// 127.0.0.1 (random ports), prints one line
+//
+//     BOOTSTRAP 127.0.0.1:PORT,127.0.0.1:PORT,...
+//
+// to stdout, then reads commands from stdin, one per line, and answers each with exactly
+// one line, `OK` or `ERR <message>`, flushed at once. It exits cleanly on EOF or `quit`.
+//
+// Why: there is no real Kafka on the test machines, and the mock cluster can only be driven
+// by the process that created it, so this process owns it and exposes its fault-injection
+// calls over stdin/stdout. Tests (test/lib/OutboxKafka.pm) hold the pipe: when the test
+// dies, stdin reaches EOF and the broker goes away with it.
+//
+// Usage:
+//   kafka_broker [--brokers N] [--partitions N] [--topic NAME[:PARTITIONS[:REPLICATION]]]...
+//                [--debug]
+//     --brokers N      brokers in the cluster, ids 1..N (default 3)
+//     --partitions N   partition count for topics created by --topic or create_topic when
+//                      no count is given (default 4). Topics the mock creates on its own get
+//                      4 partitions whatever this says: that default is hard-coded in
+//                      librdkafka 2.0.2 and not settable through the public API.
+//     --topic ...      create a topic before BOOTSTRAP is printed (repeatable)
+//     --debug          librdkafka debug=mock,broker logging on stderr
+//
+// Commands (words separated by blanks; ids are 1..N):
+//   ping                                  -> OK
+//   down <broker_id|all>                  close its connections, refuse new ones
+//   up <broker_id|all>                    accept connections again (same port)
+//   rtt <broker_id|all> <ms>              delay every response by ms
+//   produce_errors <count> <ERR_NAME>     the next <count> Produce requests (any broker)
+//                                         fail with ERR_NAME
+//   request_errors <api> <count> <ERR_NAME>
+//                                         same for any request type; api is a number or
+//                                         Produce (0), Fetch (1), ListOffsets (2),
+//                                         Metadata (3), FindCoordinator (10),
+//                                         InitProducerId (22)
+//   clear_errors <api>                    drop errors still queued for that request type
+//   create_topic <name> [partitions] [replication]
+//                                         replication defaults to min(3, brokers)
+//   leader <topic> <partition> <broker_id|-1>
+//                                         move the partition leader; -1 = leaderless. The
+//                                         mock creates a missing topic here (with
+//                                         partition+1 partitions).
+//   topic_error <topic> <ERR_NAME>        error returned for the topic in Metadata responses
+//                                         (NO_ERROR clears it; creates a missing topic)
+//   bootstrap                             -> OK <bootstrap list>
+//   help                                  -> OK <command names>
+//   quit                                  -> OK, then exit
+//
+// ERR_NAME is a librdkafka error name, matched case-insensitively, with or without the
+// RD_KAFKA_RESP_ERR_ prefix and with or without the leading underscore librdkafka puts on
+// its local errors: NOT_LEADER_FOR_PARTITION, REQUEST_TIMED_OUT, MSG_SIZE_TOO_LARGE,
+// TOPIC_AUTHORIZATION_FAILED, NOT_ENOUGH_REPLICAS, INVALID_RECORD, _TRANSPORT (the broker
+// drops the connection instead of answering), ... A decimal error code also works.
+//
+// Mock-cluster behaviour worth knowing (librdkafka 2.0.2):
+// - Topics are created automatically (4 partitions, replication min(3, brokers)) when a
+//   client asks for their metadata with auto-creation allowed. Producers allow it by
+//   default (allow.auto.create.topics defaults to true for producers); consumers do not,
+//   so a consumer of a never-produced topic sees UNKNOWN_TOPIC_OR_PART. Pre-create topics
+//   when the partition count matters.
+// - `down` does not move partition leaders; a leaderless partition (`leader t 0 -1`) makes
+//   Produce and Fetch for it fail with LEADER_NOT_AVAILABLE / NOT_LEADER until a leader is
+//   set again.
+// - The mock keeps an idempotent producer's ids but does not deduplicate retried batches
+//   unless a transactional.id is set.
+//
+// Build: make -C test/kafka (see the Makefile there).
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
+
+#include <cerrno>
+#include <climits>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Options {
+  int brokers = 3;
+  int partitions = 4;
+  bool debug = false;
+  struct Topic {
+    std::string name;
+    int partitions;
+    int replication;
+  };
+  std::vector<Topic> topics;
+};
+
+// Parses a whole decimal string into [lo, hi]; false on junk or overflow.
+bool ParseInt(const std::string &s, long lo, long hi, long *out) {
+  if (s.empty()) return false;
+  errno = 0;
+  char *end = nullptr;
+  long v = std::strtol(s.c_str(), &end, 10);
+  if (errno != 0 || end == s.c_str() || *end != '\0' || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+std::string Upper(std::string s) {
+  for (char &c : s) {
+    if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
+  }
+  return s;
+}
+
+// Kafka's rule: 1..249 characters of [A-Za-z0-9._-].
+bool ValidTopicName(const std::string &t) {
+  if (t.empty() || t.size() > 249) return false;
+  for (char c : t) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// librdkafka error name -> code, built from rd_kafka_get_err_descs().
+class ErrorNames {
+ public:
+  ErrorNames() {
+    const struct rd_kafka_err_desc *descs = nullptr;
+    size_t cnt = 0;
+    rd_kafka_get_err_descs(&descs, &cnt);
+    for (size_t i = 0; i < cnt; i++) {
+      if (descs[i].name == nullptr || descs[i].name[0] == '\0') continue;
+      exact_[Upper(descs[i].name)] = descs[i].code;
+    }
+  }
+
+  bool Lookup(const std::string &raw, rd_kafka_resp_err_t *out) const {
+    std::string name = Upper(raw);
+    static const std::string kPrefix = "RD_KAFKA_RESP_ERR_";
+    if (name.compare(0, kPrefix.size(), kPrefix) == 0) name = name.substr(kPrefix.size());
+    long code;
+    if (ParseInt(name, INT_MIN, INT_MAX, &code)) {
+      *out = static_cast<rd_kafka_resp_err_t>(code);
+      return true;
+    }
+    if (name.empty()) return false;
+    auto it = exact_.find(name);
+    if (it == exact_.end()) {
+      // Local errors are named "_FOO"; broker errors "FOO". Try the other spelling.
+      it = exact_.find(name[0] == '_' ? name.substr(1) : "_" + name);
+    }
+    if (it == exact_.end()) return false;
+    *out = it->second;
+    return true;
+  }
+
+ private:
+  std::map<std::string, rd_kafka_resp_err_t> exact_;
+};
+
+bool ParseApiKey(const std::string &s, int16_t *out) {
+  static const std::map<std::string, int16_t> kNames = {{"PRODUCE", 0},
+                                                        {"FETCH", 1},
+                                                        {"LISTOFFSETS", 2},
+                                                        {"METADATA", 3},
+                                                        {"OFFSETCOMMIT", 8},
+                                                        {"OFFSETFETCH", 9},
+                                                        {"FINDCOORDINATOR", 10},
+                                                        {"JOINGROUP", 11},
+                                                        {"HEARTBEAT", 12},
+                                                        {"SYNCGROUP", 14},
+                                                        {"APIVERSIONS", 18},
+                                                        {"INITPRODUCERID", 22},
+                                                        {"ADDPARTITIONSTOTXN", 24},
+                                                        {"ENDTXN", 26}};
+  long v;
+  if (ParseInt(s, 0, 100, &v)) {
+    *out = static_cast<int16_t>(v);
+    return true;
+  }
+  auto it = kNames.find(Upper(s));
+  if (it == kNames.end()) return false;
+  *out = it->second;
+  return true;
+}
+
+class Broker {
+ public:
+  Broker(rd_kafka_mock_cluster_t *mc, int brokers, int partitions)
+      : mc_(mc), brokers_(brokers), partitions_(partitions) {}
+
+  // Executes one command line; returns the reply line (without newline).
+  // Sets *quit when the command asks us to exit.
+  std::string Execute(const std::string &line, bool *quit) {
+    std::istringstream in(line);
+    std::vector<std::string> w;
+    for (std::string tok; in >> tok;) w.push_back(tok);
+    if (w.empty()) return "ERR empty command";
+    const std::string cmd = w[0];
+    const size_t n = w.size();
+
+    if (cmd == "ping" && n == 1) return "OK";
+    if (cmd == "quit" && n == 1) {
+      *quit = true;
+      return "OK";
+    }
+    if (cmd == "help") {
+      return "OK ping down up rtt produce_errors request_errors clear_errors create_topic "
+             "leader topic_error bootstrap quit";
+    }
+    if (cmd == "bootstrap" && n == 1) return std::string("OK ") + Bootstraps();
+    if ((cmd == "down" || cmd == "up") && n == 2) {
+      int32_t id;
+      if (!ParseBrokerOrAll(w[1], &id)) return BadBroker(w[1]);
+      rd_kafka_resp_err_t err = cmd == "down" ? rd_kafka_mock_broker_set_down(mc_, id)
+                                              : rd_kafka_mock_broker_set_up(mc_, id);
+      return Reply(err);
+    }
+    if (cmd == "rtt" && n == 3) {
+      int32_t id;
+      long ms;
+      if (!ParseBrokerOrAll(w[1], &id)) return BadBroker(w[1]);
+      if (!ParseInt(w[2], 0, 3600 * 1000, &ms)) return "ERR rtt must be 0..3600000 ms";
+      return Reply(rd_kafka_mock_broker_set_rtt(mc_, id, static_cast<int>(ms)));
+    }
+    if (cmd == "produce_errors" && n == 3) return PushErrors(0, w[1], w[2]);
+    if (cmd == "request_errors" && n == 4) {
+      int16_t api;
+      if (!ParseApiKey(w[1], &api)) return "ERR unknown request type: " + w[1];
+      return PushErrors(api, w[2], w[3]);
+    }
+    if (cmd == "clear_errors" && n == 2) {
+      int16_t api;
+      if (!ParseApiKey(w[1], &api)) return "ERR unknown request type: " + w[1];
+      rd_kafka_mock_clear_request_errors(mc_, api);
+      return "OK";
+    }
+    if (cmd == "create_topic" && n >= 2 && n <= 4) {
+      long parts = partitions_, repl = brokers_ < 3 ? brokers_ : 3;
+      if (!ValidTopicName(w[1])) return "ERR invalid topic name: " + w[1];
+      if (n >= 3 && !ParseInt(w[2], 1, 100000, &parts)) return "ERR partitions must be 1..100000";
+      if (n >= 4 && !ParseInt(w[3], 1, brokers_, &repl))
+        return "ERR replication must be 1.." + std::to_string(brokers_);
+      return Reply(rd_kafka_mock_topic_create(mc_, w[1].c_str(), static_cast<int>(parts),
+                                              static_cast<int>(repl)));
+    }
+    if (cmd == "leader" && n == 4) {
+      long part, id;
+      if (!ValidTopicName(w[1])) return "ERR invalid topic name: " + w[1];
+      if (!ParseInt(w[2], 0, 100000, &part)) return "ERR partition must be 0..100000";
+      if (!ParseInt(w[3], -1, brokers_, &id) || id == 0) return BadBroker(w[3]);
+      return Reply(rd_kafka_mock_partition_set_leader(mc_, w[1].c_str(), static_cast<int32_t>(part),
+                                                      static_cast<int32_t>(id)));
+    }
+    if (cmd == "topic_error" && n == 3) {
+      rd_kafka_resp_err_t err;
+      if (!ValidTopicName(w[1])) return "ERR invalid topic name: " + w[1];
+      if (!names_.Lookup(w[2], &err)) return "ERR unknown error name: " + w[2];
+      rd_kafka_mock_topic_set_error(mc_, w[1].c_str(), err);
+      return "OK";
+    }
+    return "ERR unknown command or wrong argument count: " + cmd;
+  }
+
+  const char *Bootstraps() const { return rd_kafka_mock_cluster_bootstraps(mc_); }
+
+ private:
+  bool ParseBrokerOrAll(const std::string &s, int32_t *id) const {
+    if (s == "all") {
+      *id = -1;
+      return true;
+    }
+    long v;
+    if (!ParseInt(s, 1, brokers_, &v)) return false;
+    *id = static_cast<int32_t>(v);
+    return true;
+  }
+
+  std::string BadBroker(const std::string &s) const {
+    return "ERR bad broker id " + s + " (expected 1.." + std::to_string(brokers_) + " or all)";
+  }
+
+  std::string PushErrors(int16_t api, const std::string &count, const std::string &name) {
+    long cnt;
+    rd_kafka_resp_err_t err;
+    if (!ParseInt(count, 1, 1000000, &cnt)) return "ERR count must be 1..1000000";
+    if (!names_.Lookup(name, &err)) return "ERR unknown error name: " + name;
+    std::vector<rd_kafka_resp_err_t> errs(static_cast<size_t>(cnt), err);
+    rd_kafka_mock_push_request_errors_array(mc_, api, errs.size(), errs.data());
+    return "OK";
+  }
+
+  static std::string Reply(rd_kafka_resp_err_t err) {
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return "OK";
+    return std::string("ERR ") + rd_kafka_err2name(err) + ": " + rd_kafka_err2str(err);
+  }
+
+  rd_kafka_mock_cluster_t *mc_;
+  int brokers_;
+  int partitions_;
+  ErrorNames names_;
+};
+
+void Usage(const char *argv0) {
+  std::fprintf(stderr,
+               "usage: %s [--brokers N] [--partitions N] "
+               "[--topic NAME[:PARTITIONS[:REPLICATION]]]... [--debug]\n"
+               "Prints BOOTSTRAP <list>, then serves commands on stdin (see source header).\n",
+               argv0);
+}
+
+bool ParseArgs(int argc, char **argv, Options *o) {
+  std::vector<std::string> topic_specs;
+  for (int i = 1; i < argc; i++) {
+    std::string a = argv[i];
+    auto value = [&](std::string *v) {
+      if (i + 1 >= argc) return false;
+      *v = argv[++i];
+      return true;
+    };
+    std::string v;
+    long x;
+    if (a == "--brokers") {
+      if (!value(&v) || !ParseInt(v, 1, 64, &x)) return false;
+      o->brokers = static_cast<int>(x);
+    } else if (a == "--partitions") {
+      if (!value(&v) || !ParseInt(v, 1, 100000, &x)) return false;
+      o->partitions = static_cast<int>(x);
+    } else if (a == "--topic") {
+      if (!value(&v)) return false;
+      topic_specs.push_back(v);
+    } else if (a == "--debug") {
+      o->debug = true;
+    } else {
+      return false;
+    }
+  }
+  // Topics last, so --partitions/--brokers given after --topic still apply.
+  for (const std::string &spec : topic_specs) {
+    Options::Topic t{"", o->partitions, o->brokers < 3 ? o->brokers : 3};
+    std::vector<std::string> parts;
+    std::string cur;
+    std::istringstream in(spec);
+    long x;
+    while (std::getline(in, cur, ':')) parts.push_back(cur);
+    if (parts.empty() || parts.size() > 3 || !ValidTopicName(parts[0])) return false;
+    t.name = parts[0];
+    if (parts.size() >= 2) {
+      if (!ParseInt(parts[1], 1, 100000, &x)) return false;
+      t.partitions = static_cast<int>(x);
+    }
+    if (parts.size() == 3) {
+      if (!ParseInt(parts[2], 1, o->brokers, &x)) return false;
+      t.replication = static_cast<int>(x);
+    }
+    o->topics.push_back(t);
+  }
+  return true;
+}
+
+// Writes one reply line and flushes; false when stdout is gone (reader died).
+bool WriteLine(const std::string &s) {
+  std::string line = s + "\n";
+  if (std::fwrite(line.data(), 1, line.size(), stdout) != line.size()) return false;
+  return std::fflush(stdout) == 0;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  Options opt;
+  if (!ParseArgs(argc, argv, &opt)) {
+    Usage(argv[0]);
+    return 2;
+  }
+  // A reader that went away must not kill us mid-write with SIGPIPE; we notice the
+  // failed write and exit instead.
+  std::signal(SIGPIPE, SIG_IGN);
+
+  char errstr[512];
+  rd_kafka_conf_t *conf = rd_kafka_conf_new();
+  // This handle only hosts the mock cluster: it never connects anywhere, so it has no
+  // bootstrap.servers, and its "no bootstrap servers" warning is noise (level 4).
+  const char *level = opt.debug ? "7" : "3";
+  if (rd_kafka_conf_set(conf, "log_level", level, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK ||
+      (opt.debug && rd_kafka_conf_set(conf, "debug", "mock,broker", errstr, sizeof(errstr)) !=
+                        RD_KAFKA_CONF_OK)) {
+    std::fprintf(stderr, "kafka_broker: conf: %s\n", errstr);
+    rd_kafka_conf_destroy(conf);
+    return 1;
+  }
+  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+  if (rk == nullptr) {
+    std::fprintf(stderr, "kafka_broker: rd_kafka_new: %s\n", errstr);
+    return 1;
+  }
+  rd_kafka_mock_cluster_t *mc = rd_kafka_mock_cluster_new(rk, opt.brokers);
+  if (mc == nullptr) {
+    std::fprintf(stderr, "kafka_broker: rd_kafka_mock_cluster_new failed\n");
+    rd_kafka_destroy(rk);
+    return 1;
+  }
+  Broker broker(mc, opt.brokers, opt.partitions);
+  int rc = 0;
+  for (const Options::Topic &t : opt.topics) {
+    rd_kafka_resp_err_t err =
+        rd_kafka_mock_topic_create(mc, t.name.c_str(), t.partitions, t.replication);
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      std::fprintf(stderr, "kafka_broker: create topic %s: %s\n", t.name.c_str(),
+                   rd_kafka_err2str(err));
+      rc = 1;
+    }
+  }
+
+  if (rc == 0 && WriteLine(std::string("BOOTSTRAP ") + broker.Bootstraps())) {
+    std::string line;
+    bool quit = false;
+    while (!quit && std::getline(std::cin, line)) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      std::string reply;
+      try {
+        reply = broker.Execute(line, &quit);
+      } catch (const std::exception &e) {  // bad_alloc and the like: answer, keep serving
+        reply = std::string("ERR internal: ") + e.what();
+      }
+      if (!WriteLine(reply)) break;
+    }
+  }
+
+  rd_kafka_mock_cluster_destroy(mc);
+  rd_kafka_destroy(rk);
+  return rc;
+}
