@@ -3,8 +3,12 @@
 // Index use (see the install script): due retries come from events_retry_idx
 // in next_attempt_at order, never-tried events from events_ready_idx in id
 // order; neither walks published, dead, parked or unrouted rows. Outcomes are
-// written by ctid, partition by partition: we hold the rows' locks, so their
+// written by ctid, partition by partition: we hold the rows locks, so their
 // ctids cannot change under us, and no index on id is needed.
+//
+// published_at is clock_timestamp() when the outcome is written, i.e. just
+// after the broker acknowledged: published_at - created_at is the latency
+// from emit to acknowledgement, not from emit to claim.
 //
 // Memory: everything is palloc'd in the caller's per-cycle context. The only
 // C++ objects are the trivially destructible views handed to the Dispatcher,
@@ -165,7 +169,7 @@ void WriteOutcomes(Oid partition, const Claimed *claimed, const RowOutcome *outc
     Datum args[1] = {PointerGetDatum(construct_array(
         published, npublished, TIDOID, sizeof(ItemPointerData), false, TYPALIGN_SHORT))};
     const int rc = SPI_execute_with_args(
-        psprintf("UPDATE outbox.%s SET status = 'published', published_at = now(),"
+        psprintf("UPDATE outbox.%s SET status = 'published', published_at = clock_timestamp(),"
                  " last_error = NULL WHERE ctid = ANY($1)",
                  qname),
         1, types, args, nullptr, false, 0);

@@ -278,6 +278,7 @@ void Dispatcher::DispatchGroup(const std::string &sink_name, SinkState *state,
     state->failures = 0;
   }
 
+  auto stopping = [&] { return interrupted != nullptr && interrupted(); };
   for (size_t k = 0; k < members.size(); ++k) {
     const size_t i = members[k];
     const Route &route = routes_[route_of[i]];
@@ -301,14 +302,33 @@ void Dispatcher::DispatchGroup(const std::string &sink_name, SinkState *state,
                                              : result.error);
       continue;
     }
-    if (result.status == DeliveryStatus::kRejected && members.size() > 1 && sink != nullptr &&
-        !interrupted_now) {
+    if (result.status == DeliveryStatus::kRejected && members.size() > 1 && sink != nullptr) {
       // Kafka fails every message of a produce request when the broker
       // refuses one (too large, not authorised): try this one alone before
-      // counting it against the event.
+      // counting it against the event. Not while shutting down (no verdict,
+      // no attempt), and not while an earlier event of its key has just
+      // failed in this call: sent alone it would overtake that one, so it
+      // waits behind it instead.
+      if (interrupted_now || stopping()) {
+        out[i].outcome = Outcome::kUntouched;
+        continue;
+      }
+      int64_t until = settings.now_us;
+      if (rows[i].has_key &&
+          !guard_.MayDeliver(route.pattern, rows[i].key, rows[i].id, nullptr, &until)) {
+        guard_.Block(route.pattern, rows[i].key, rows[i].id, until);
+        out[i].outcome = Outcome::kPark;
+        out[i].next_attempt_us = std::max(until, settings.now_us);
+        SetError(&out[i], "waiting for an earlier event with the same key");
+        continue;
+      }
       OutMessage alone = message_for(i);
       Delivery solo;
       sink->Publish(&alone, 1, &solo, interrupted);
+      if (solo.status == DeliveryStatus::kRetriable && stopping()) {
+        out[i].outcome = Outcome::kUntouched;  // interrupted while alone: no verdict
+        continue;
+      }
       result = solo;
     }
     Attempted(rows[i], route, result, settings, &out[i]);

@@ -1,0 +1,1428 @@
+// What the publisher does with each claimed event: route it, keep per-key
+// order across retries, park events while a sink is down, retry a refused
+// message on its own, count attempts and let events die. Runs the Dispatcher
+// against fake sinks that record what reached the "broker".
+#include "dispatch.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace outbox {
+namespace {
+
+// ------------------------------------------------------------ fake broker
+
+// A message as the sink saw it, copied (the views die with the Publish call).
+struct SentMessage {
+  std::string id, topic, target;
+  bool has_key = false;
+  std::string key, payload;
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string headers_json;
+};
+
+// Decides one message's fate; `call` counts this sink name's Publish calls
+// from 0, across recreations.
+using Script = std::function<Delivery(const OutMessage &m, int call)>;
+
+Delivery Delivered() { return Delivery{DeliveryStatus::kDelivered, ""}; }
+Delivery Retriable(std::string error = "Local: Broker transport failure") {
+  return Delivery{DeliveryStatus::kRetriable, std::move(error)};
+}
+Delivery Rejected(std::string error = "Broker: Message size too large") {
+  return Delivery{DeliveryStatus::kRejected, std::move(error)};
+}
+
+// Everything about one sink name: how it answers, what it was sent, how often
+// it was built. Outlives the sinks built from it (they hold a shared_ptr).
+struct FakeBroker {
+  Script script = [](const OutMessage &, int) { return Delivered(); };
+  std::vector<std::vector<SentMessage>> calls;
+  int created = 0;
+  int destroyed = 0;
+  int polls = 0;
+  bool fail_create = false;  // the factory returns nullptr with create_error
+  std::string create_error;
+  bool needs_recreate = false;  // reported by the live sink; cleared on creation
+  std::string state = "connected";
+  std::vector<LogLine> pending_logs;  // handed out by the next TakeLogs
+  std::string last_kind;
+  SinkOptions last_options;
+
+  // Ids of the messages of call c, in the order the sink got them.
+  std::vector<std::string> Ids(size_t c) const {
+    std::vector<std::string> ids;
+    if (c < calls.size()) {
+      for (const SentMessage &m : calls[c]) ids.push_back(m.id);
+    }
+    return ids;
+  }
+  // Every id sent, over all calls, in order.
+  std::vector<std::string> AllIds() const {
+    std::vector<std::string> ids;
+    for (const auto &call : calls) {
+      for (const SentMessage &m : call) ids.push_back(m.id);
+    }
+    return ids;
+  }
+};
+
+std::map<std::string, std::shared_ptr<FakeBroker>> g_brokers;
+bool g_interrupted = false;
+bool Interrupted() { return g_interrupted; }
+
+std::shared_ptr<FakeBroker> BrokerNamed(const std::string &name) {
+  std::shared_ptr<FakeBroker> &b = g_brokers[name];
+  if (!b) b = std::make_shared<FakeBroker>();
+  return b;
+}
+
+class FakeSink : public Sink {
+ public:
+  explicit FakeSink(std::shared_ptr<FakeBroker> broker) : broker_(std::move(broker)) {}
+  ~FakeSink() override { ++broker_->destroyed; }
+
+  void Publish(const OutMessage *messages, size_t n, Delivery *out,
+               InterruptCheck interrupted) override {
+    (void)interrupted;
+    const int call = static_cast<int>(broker_->calls.size());
+    broker_->calls.emplace_back();
+    for (size_t i = 0; i < n; ++i) {
+      const OutMessage &m = messages[i];
+      SentMessage s;
+      s.id = std::string(m.id);
+      s.topic = std::string(m.topic);
+      s.target = std::string(m.target);
+      s.has_key = m.has_key;
+      s.key = std::string(m.key);
+      s.payload = std::string(m.payload);
+      for (size_t h = 0; h < m.header_count; ++h) {
+        s.headers.emplace_back(std::string(m.headers[h].name), std::string(m.headers[h].value));
+      }
+      s.headers_json = std::string(m.headers_json);
+      broker_->calls.back().push_back(std::move(s));
+    }
+    for (size_t i = 0; i < n; ++i) out[i] = broker_->script(messages[i], call);
+  }
+  void Poll() override { ++broker_->polls; }
+  std::vector<LogLine> TakeLogs() override {
+    std::vector<LogLine> logs;
+    logs.swap(broker_->pending_logs);
+    return logs;
+  }
+  bool NeedsRecreate() const override { return broker_->needs_recreate; }
+  std::string State() const override { return broker_->state; }
+
+ private:
+  std::shared_ptr<FakeBroker> broker_;
+};
+
+std::unique_ptr<Sink> FakeFactory(std::string_view name, std::string_view kind,
+                                  const SinkOptions &options, std::string *error) {
+  std::shared_ptr<FakeBroker> b = BrokerNamed(std::string(name));
+  if (b->fail_create) {
+    *error = b->create_error;
+    return nullptr;
+  }
+  ++b->created;
+  b->needs_recreate = false;
+  b->last_kind = std::string(kind);
+  b->last_options = options;
+  return std::make_unique<FakeSink>(b);
+}
+
+// ------------------------------------------------------------ test data
+
+// Canonical UUIDv7 text for the n-th emitted event: byte order is emit order.
+std::string Id(int n) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "01900000-0000-7000-8000-%012d", n);
+  return buf;
+}
+
+struct Event {
+  std::string id;
+  std::string topic;
+  std::optional<std::string> key;
+  std::string payload = "{\"n\":1}";
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string headers_json = "{}";
+  int attempts = 0;
+};
+
+Event Ev(int n, std::string topic, std::optional<std::string> key = std::nullopt,
+         int attempts = 0) {
+  Event e;
+  e.id = Id(n);
+  e.topic = std::move(topic);
+  e.key = std::move(key);
+  e.payload = "{\"n\":" + std::to_string(n) + "}";
+  e.attempts = attempts;
+  return e;
+}
+
+struct RouteDef {
+  std::string pattern;
+  std::string sink;
+  std::optional<std::string> target;
+};
+
+struct SinkDef {
+  std::string name;
+  std::string kind = "kafka";
+  SinkOptions options = {SinkOption{"bootstrap.servers", SinkOption::Kind::kString, "k1:9092"}};
+};
+
+SinkDef SinkNamed(std::string name) {
+  SinkDef s;
+  s.name = std::move(name);
+  return s;
+}
+
+::testing::AssertionResult Contains(const std::string &text, const std::string &needle) {
+  if (text.find(needle) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << '"' << text << "\" does not contain \"" << needle << '"';
+}
+
+const char *Name(Outcome o) {
+  switch (o) {
+    case Outcome::kPublished:
+      return "kPublished";
+    case Outcome::kRetry:
+      return "kRetry";
+    case Outcome::kDead:
+      return "kDead";
+    case Outcome::kPark:
+      return "kPark";
+    case Outcome::kParkNoRoute:
+      return "kParkNoRoute";
+    case Outcome::kUntouched:
+      return "kUntouched";
+  }
+  return "?";
+}
+
+// Lets gtest print outcomes by name.
+::testing::AssertionResult Is(const RowOutcome &out, Outcome expected) {
+  if (out.outcome == expected) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "outcome is " << Name(out.outcome) << ", expected "
+                                       << Name(expected) << " (error \"" << out.error << "\")";
+}
+
+constexpr int64_t kNow = 1'700'000'000'000'000;  // microseconds
+constexpr int64_t kMinMs = 100;
+constexpr int64_t kMaxMs = 1000;
+constexpr int64_t kMinUs = kMinMs * 1000;
+constexpr int64_t kMaxUs = kMaxMs * 1000;
+constexpr int kMaxAttempts = 3;
+
+class DispatcherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    g_brokers.clear();
+    g_interrupted = false;
+  }
+  void TearDown() override { g_interrupted = false; }
+
+  FakeBroker &Broker(const std::string &name) { return *BrokerNamed(name); }
+
+  void Configure(const std::vector<RouteDef> &routes, const std::vector<SinkDef> &sinks) {
+    std::vector<RouteRow> route_rows;
+    for (const RouteDef &r : routes) {
+      RouteRow row;
+      row.pattern = r.pattern;
+      row.sink = r.sink;
+      row.has_target = r.target.has_value();
+      if (r.target) row.target = *r.target;
+      route_rows.push_back(row);
+    }
+    std::vector<std::vector<OptionView>> option_views(sinks.size());
+    std::vector<SinkRow> sink_rows;
+    for (size_t i = 0; i < sinks.size(); ++i) {
+      for (const SinkOption &o : sinks[i].options) {
+        OptionView v;
+        v.key = o.key;
+        v.kind = o.kind;
+        v.text = o.text;
+        option_views[i].push_back(v);
+      }
+      SinkRow row;
+      row.name = sinks[i].name;
+      row.kind = sinks[i].kind;
+      row.options = option_views[i].data();
+      row.option_count = option_views[i].size();
+      sink_rows.push_back(row);
+    }
+    dispatcher_.Configure(route_rows.data(), route_rows.size(), sink_rows.data(), sink_rows.size());
+  }
+
+  // One route "orders.*" to sink "kafka" (the usual setup).
+  void ConfigureOneSink() {
+    Configure({{"orders.*", "kafka", std::nullopt}}, {SinkNamed("kafka")});
+  }
+
+  // The views of an Event, valid while the Event and `headers` live.
+  static EventRow Row(const Event &e, std::vector<Header> *headers) {
+    for (const auto &h : e.headers) {
+      Header v;
+      v.name = h.first;
+      v.value = h.second;
+      headers->push_back(v);
+    }
+    EventRow row;
+    row.id = e.id;
+    row.topic = e.topic;
+    row.has_key = e.key.has_value();
+    if (e.key) row.key = *e.key;
+    row.payload = e.payload;
+    row.headers = headers->empty() ? nullptr : headers->data();
+    row.header_count = headers->size();
+    row.headers_json = e.headers_json;
+    row.attempts = e.attempts;
+    return row;
+  }
+
+  std::vector<RowOutcome> Dispatch(const std::vector<Event> &events, int64_t now_us = kNow) {
+    std::vector<std::vector<Header>> headers(events.size());
+    std::vector<EventRow> rows;
+    for (size_t i = 0; i < events.size(); ++i) rows.push_back(Row(events[i], &headers[i]));
+    DispatchSettings settings;
+    settings.max_attempts = kMaxAttempts;
+    settings.backoff_min_ms = kMinMs;
+    settings.backoff_max_ms = kMaxMs;
+    settings.now_us = now_us;
+    std::vector<RowOutcome> out(events.size());
+    dispatcher_.Dispatch(rows.data(), rows.size(), settings, out.data(), &Interrupted);
+    return out;
+  }
+
+  void NoteWaiting(const Event &e, int64_t until_us) {
+    std::vector<Header> headers;
+    dispatcher_.NoteWaiting(Row(e, &headers), until_us);
+  }
+
+  // Drains the dispatcher's log into logs_ and returns it.
+  const std::vector<LogLine> &Logs() {
+    LogLevel level;
+    std::string text;
+    while (dispatcher_.NextLog(&level, &text)) logs_.push_back(LogLine{level, text});
+    return logs_;
+  }
+  int CountLogs(LogLevel level, const std::string &needle) {
+    int n = 0;
+    for (const LogLine &l : Logs()) {
+      if (l.level == level && l.text.find(needle) != std::string::npos) ++n;
+    }
+    return n;
+  }
+  std::string AllLogs() {
+    std::string s;
+    for (const LogLine &l : Logs()) s += l.text + "\n";
+    return s;
+  }
+
+  Dispatcher dispatcher_{&FakeFactory};
+  std::vector<LogLine> logs_;
+};
+
+// Fails the ids in `failing` with `fail`, delivers the rest.
+Script FailOnly(std::set<std::string> failing, Delivery fail = Retriable()) {
+  return [failing, fail](const OutMessage &m, int) {
+    return failing.count(std::string(m.id)) != 0 ? fail : Delivered();
+  };
+}
+
+// ------------------------------------------------------------ routing
+
+TEST_F(DispatcherTest, EventGoesToTheSinkAndTargetOfItsRoute) {
+  Configure({{"orders.*", "kafka_a", std::nullopt}, {"payments", "kafka_b", "pay-topic"}},
+            {SinkNamed("kafka_a"), SinkNamed("kafka_b")});
+  const auto out = Dispatch({Ev(1, "orders.created"), Ev(2, "payments")});
+  EXPECT_TRUE(Is(out[0], Outcome::kPublished));
+  EXPECT_TRUE(Is(out[1], Outcome::kPublished));
+
+  ASSERT_EQ(Broker("kafka_a").calls.size(), 1u);
+  ASSERT_EQ(Broker("kafka_a").calls[0].size(), 1u);
+  EXPECT_EQ(Broker("kafka_a").calls[0][0].id, Id(1));
+  EXPECT_EQ(Broker("kafka_a").calls[0][0].target, "orders.created");  // no target: the topic
+
+  ASSERT_EQ(Broker("kafka_b").calls.size(), 1u);
+  ASSERT_EQ(Broker("kafka_b").calls[0].size(), 1u);
+  EXPECT_EQ(Broker("kafka_b").calls[0][0].id, Id(2));
+  EXPECT_EQ(Broker("kafka_b").calls[0][0].topic, "payments");
+  EXPECT_EQ(Broker("kafka_b").calls[0][0].target, "pay-topic");
+}
+
+TEST_F(DispatcherTest, ExactRouteBeatsWildcardWhateverTheCatalogOrder) {
+  for (bool exact_first : {false, true}) {
+    SCOPED_TRACE(exact_first ? "exact route listed first" : "wildcard route listed first");
+    Configure({}, {});  // close the sinks of the previous round
+    g_brokers.clear();
+    std::vector<RouteDef> routes = {{"orders.*", "wild", std::nullopt},
+                                    {"orders.created", "exact", "exact-target"}};
+    if (exact_first) std::swap(routes[0], routes[1]);
+    Configure(routes, {SinkNamed("wild"), SinkNamed("exact")});
+    const auto out = Dispatch({Ev(1, "orders.created"), Ev(2, "orders.paid")});
+    EXPECT_TRUE(Is(out[0], Outcome::kPublished));
+    EXPECT_TRUE(Is(out[1], Outcome::kPublished));
+    EXPECT_EQ(Broker("exact").AllIds(), std::vector<std::string>{Id(1)});
+    ASSERT_EQ(Broker("exact").calls.size(), 1u);
+    EXPECT_EQ(Broker("exact").calls[0][0].target, "exact-target");
+    EXPECT_EQ(Broker("wild").AllIds(), std::vector<std::string>{Id(2)});
+  }
+}
+
+TEST_F(DispatcherTest, LongestWildcardWins) {
+  Configure({{"*", "catch_all", std::nullopt}, {"orders.*", "orders", std::nullopt}},
+            {SinkNamed("catch_all"), SinkNamed("orders")});
+  Dispatch({Ev(1, "orders.created"), Ev(2, "billing.paid")});
+  EXPECT_EQ(Broker("orders").AllIds(), std::vector<std::string>{Id(1)});
+  EXPECT_EQ(Broker("catch_all").AllIds(), std::vector<std::string>{Id(2)});
+}
+
+TEST_F(DispatcherTest, EventWithoutRouteWaitsUntilRoutesChangeAndReachesNoSink) {
+  ConfigureOneSink();
+  const auto out = Dispatch({Ev(1, "billing.paid", "k", 2), Ev(2, "orders.created")});
+  EXPECT_TRUE(Is(out[0], Outcome::kParkNoRoute));
+  EXPECT_EQ(out[0].next_attempt_us, INT64_MAX);
+  EXPECT_EQ(out[0].attempts, 2);
+  EXPECT_TRUE(Contains(out[0].error, "billing.paid"));
+  EXPECT_TRUE(Is(out[1], Outcome::kPublished));
+  EXPECT_EQ(Broker("kafka").AllIds(), std::vector<std::string>{Id(2)});
+}
+
+TEST_F(DispatcherTest, BatchWithOnlyUnroutedEventsCallsNoSink) {
+  ConfigureOneSink();
+  const auto out = Dispatch({Ev(1, "billing.paid"), Ev(2, "shipping.sent", "k")});
+  EXPECT_TRUE(Is(out[0], Outcome::kParkNoRoute));
+  EXPECT_TRUE(Is(out[1], Outcome::kParkNoRoute));
+  EXPECT_TRUE(Contains(out[1].error, "shipping.sent"));
+  EXPECT_EQ(Broker("kafka").created, 0);
+  EXPECT_TRUE(Broker("kafka").calls.empty());
+}
+
+TEST_F(DispatcherTest, WithoutAnyRouteEverythingWaits) {
+  Configure({}, {});
+  const auto out = Dispatch({Ev(1, "orders.created")});
+  EXPECT_TRUE(Is(out[0], Outcome::kParkNoRoute));
+  EXPECT_EQ(out[0].next_attempt_us, INT64_MAX);
+}
+
+TEST_F(DispatcherTest, RouteToAMissingSinkParksItsEventsWithoutSending) {
+  Configure({{"orders.*", "gone", std::nullopt}}, {});
+  const auto out = Dispatch({Ev(1, "orders.created", "k", 1)});
+  EXPECT_TRUE(Is(out[0], Outcome::kPark));
+  EXPECT_EQ(out[0].attempts, 1);
+  EXPECT_GT(out[0].next_attempt_us, kNow);
+  EXPECT_TRUE(Contains(out[0].error, "gone"));
+  EXPECT_TRUE(Broker("gone").calls.empty());
+}
+
+// ------------------------------------------------------------ messages
+
+TEST_F(DispatcherTest, SinkReceivesTheEventAsEmitted) {
+  ConfigureOneSink();
+  Event keyed = Ev(1, "orders.created", "customer-42");
+  keyed.payload = "{\"total\":12.5,\"items\":[1,2]}";
+  keyed.headers = {{"trace-id", "abc"}, {"tenant", "t1"}};
+  keyed.headers_json = "{\"trace-id\":\"abc\",\"tenant\":\"t1\"}";
+  Event unkeyed = Ev(2, "orders.paid");
+  const auto out = Dispatch({keyed, unkeyed});
+  EXPECT_TRUE(Is(out[0], Outcome::kPublished));
+  EXPECT_TRUE(Is(out[1], Outcome::kPublished));
+
+  ASSERT_EQ(Broker("kafka").calls.size(), 1u);
+  ASSERT_EQ(Broker("kafka").calls[0].size(), 2u);
+  const SentMessage &m = Broker("kafka").calls[0][0];
+  EXPECT_EQ(m.id, Id(1));
+  EXPECT_EQ(m.topic, "orders.created");
+  EXPECT_EQ(m.target, "orders.created");
+  EXPECT_TRUE(m.has_key);
+  EXPECT_EQ(m.key, "customer-42");
+  EXPECT_EQ(m.payload, "{\"total\":12.5,\"items\":[1,2]}");
+  const std::vector<std::pair<std::string, std::string>> headers = {{"trace-id", "abc"},
+                                                                    {"tenant", "t1"}};
+  EXPECT_EQ(m.headers, headers);
+  EXPECT_EQ(m.headers_json, "{\"trace-id\":\"abc\",\"tenant\":\"t1\"}");
+
+  const SentMessage &u = Broker("kafka").calls[0][1];
+  EXPECT_EQ(u.id, Id(2));
+  EXPECT_FALSE(u.has_key);
+  EXPECT_TRUE(u.headers.empty());
+  EXPECT_EQ(u.headers_json, "{}");
+  EXPECT_EQ(u.payload, "{\"n\":2}");
+}
+
+TEST_F(DispatcherTest, EmptyKeyIsStillAKey) {
+  ConfigureOneSink();
+  Dispatch({Ev(1, "orders.created", "")});
+  ASSERT_EQ(Broker("kafka").calls.size(), 1u);
+  EXPECT_TRUE(Broker("kafka").calls[0][0].has_key);
+  EXPECT_EQ(Broker("kafka").calls[0][0].key, "");
+}
+
+TEST_F(DispatcherTest, BatchReachesTheSinkInOneCallInIdOrder) {
+  ConfigureOneSink();
+  Dispatch({Ev(1, "orders.a", "k1"), Ev(2, "orders.b"), Ev(3, "orders.a", "k1"),
+            Ev(4, "orders.c", "k2")});
+  ASSERT_EQ(Broker("kafka").calls.size(), 1u);
+  EXPECT_EQ(Broker("kafka").Ids(0), (std::vector<std::string>{Id(1), Id(2), Id(3), Id(4)}));
+}
+
+TEST_F(DispatcherTest, EmptyBatchDoesNothing) {
+  ConfigureOneSink();
+  Dispatch({});
+  EXPECT_EQ(Broker("kafka").created, 0);
+  EXPECT_TRUE(Broker("kafka").calls.empty());
+}
+
+// ------------------------------------------------------------ delivered
+
+TEST_F(DispatcherTest, DeliveredEventIsPublishedWithoutCountingAnAttempt) {
+  ConfigureOneSink();
+  const auto out = Dispatch({Ev(1, "orders.created", std::nullopt, 2)});
+  EXPECT_TRUE(Is(out[0], Outcome::kPublished));
+  EXPECT_EQ(out[0].attempts, 2);
+  EXPECT_STREQ(out[0].error, "");
+  EXPECT_EQ(Broker("kafka").created, 1);
+}
+
+TEST_F(DispatcherTest, SinkIsCreatedOnceAndReused) {
+  ConfigureOneSink();
+  Dispatch({Ev(1, "orders.created")});
+  Dispatch({Ev(2, "orders.created")});
+  EXPECT_EQ(Broker("kafka").created, 1);
+  EXPECT_EQ(Broker("kafka").destroyed, 0);
+  EXPECT_EQ(Broker("kafka").last_kind, "kafka");
+  ASSERT_EQ(Broker("kafka").last_options.size(), 1u);
+  EXPECT_EQ(Broker("kafka").last_options[0].key, "bootstrap.servers");
+  EXPECT_EQ(Broker("kafka").last_options[0].text, "k1:9092");
+}
+
+// ------------------------------------------------------------ sink down
+
+TEST_F(DispatcherTest, SinkThatDeliversNothingIsDownAndItsEventsWaitWithoutAnAttempt) {
+  ConfigureOneSink();
+  Broker("kafka").script = [](const OutMessage &, int) { return Retriable("connection refused"); };
+  const auto out =
+      Dispatch({Ev(1, "orders.created", std::nullopt, 2), Ev(2, "orders.paid", "k", 0)});
+  for (const RowOutcome &o : out) {
+    EXPECT_TRUE(Is(o, Outcome::kPark));
+    EXPECT_GE(o.next_attempt_us, kNow + kMinUs);
+    EXPECT_LE(o.next_attempt_us, kNow + kMaxUs);
+    EXPECT_EQ(o.next_attempt_us, out[0].next_attempt_us);  // the sink's one retry time
+    EXPECT_TRUE(Contains(o.error, "connection refused"));
+  }
+  EXPECT_EQ(out[0].attempts, 2);
+  EXPECT_EQ(out[1].attempts, 0);
+  EXPECT_EQ(dispatcher_.NextSinkRetryUs(), out[0].next_attempt_us);
+  EXPECT_TRUE(Contains(dispatcher_.SinkStates(), "kafka=down"));
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, "unavailable"), 1) << AllLogs();
+  EXPECT_TRUE(Contains(AllLogs(), "\"kafka\""));
+}
+
+TEST_F(DispatcherTest, DownSinkIsNotCalledBeforeItsRetryTime) {
+  ConfigureOneSink();
+  Broker("kafka").script = [](const OutMessage &, int) { return Retriable("connection refused"); };
+  const int64_t retry_at = Dispatch({Ev(1, "orders.created")})[0].next_attempt_us;
+  ASSERT_EQ(Broker("kafka").calls.size(), 1u);
+
+  const auto out =
+      Dispatch({Ev(1, "orders.created", std::nullopt, 1), Ev(2, "orders.paid", "k")}, retry_at - 1);
+  EXPECT_EQ(Broker("kafka").calls.size(), 1u) << "a down sink was called before its retry time";
+  EXPECT_EQ(Broker("kafka").created, 1);
+  for (const RowOutcome &o : out) {
+    EXPECT_TRUE(Is(o, Outcome::kPark));
+    EXPECT_EQ(o.next_attempt_us, retry_at);
+    EXPECT_TRUE(Contains(o.error, "unavailable"));
+    EXPECT_TRUE(Contains(o.error, "connection refused"));
+  }
+  EXPECT_EQ(out[0].attempts, 1);
+  EXPECT_EQ(out[1].attempts, 0);
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, "unavailable"), 1) << AllLogs();
+}
+
+TEST_F(DispatcherTest, DownSinkIsTriedAgainAtItsRetryTimeAndLogsItsRecovery) {
+  ConfigureOneSink();
+  bool up = false;
+  Broker("kafka").script = [&up](const OutMessage &, int) {
+    return up ? Delivered() : Retriable("connection refused");
+  };
+  const int64_t retry_at = Dispatch({Ev(1, "orders.created")})[0].next_attempt_us;
+
+  up = true;
+  const auto out = Dispatch({Ev(1, "orders.created"), Ev(2, "orders.paid")}, retry_at);
+  ASSERT_EQ(Broker("kafka").calls.size(), 2u);
+  EXPECT_EQ(Broker("kafka").Ids(1), (std::vector<std::string>{Id(1), Id(2)}));
+  EXPECT_TRUE(Is(out[0], Outcome::kPublished));
+  EXPECT_TRUE(Is(out[1], Outcome::kPublished));
+  EXPECT_EQ(out[0].attempts, 0);
+  EXPECT_EQ(dispatcher_.NextSinkRetryUs(), 0);
+  EXPECT_FALSE(Contains(dispatcher_.SinkStates(), "down"));
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, "unavailable"), 1) << AllLogs();
+  EXPECT_EQ(CountLogs(LogLevel::kInfo, "available again"), 1) << AllLogs();
+
+  // Staying up logs nothing more.
+  Dispatch({Ev(3, "orders.paid")}, retry_at + 1);
+  EXPECT_EQ(CountLogs(LogLevel::kInfo, "available again"), 1) << AllLogs();
+}
+
+TEST_F(DispatcherTest, ConsecutiveFailuresLogOneWarningAndRecoveryOneLine) {
+  ConfigureOneSink();
+  bool up = false;
+  Broker("kafka").script = [&up](const OutMessage &, int) {
+    return up ? Delivered() : Retriable("all brokers down");
+  };
+  int64_t now = kNow;
+  for (int i = 0; i < 5; ++i) {
+    const auto out = Dispatch({Ev(1, "orders.created")}, now);
+    ASSERT_TRUE(Is(out[0], Outcome::kPark)) << "failure " << i;
+    EXPECT_EQ(out[0].attempts, 0) << "an outage counted an attempt";
+    EXPECT_GE(out[0].next_attempt_us, now + kMinUs);
+    EXPECT_LE(out[0].next_attempt_us, now + kMaxUs);
+    now = out[0].next_attempt_us;
+  }
+  EXPECT_EQ(Broker("kafka").calls.size(), 5u);
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, "unavailable"), 1) << AllLogs();
+  EXPECT_EQ(CountLogs(LogLevel::kInfo, "available again"), 0) << AllLogs();
+
+  up = true;
+  EXPECT_TRUE(Is(Dispatch({Ev(1, "orders.created")}, now)[0], Outcome::kPublished));
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, "unavailable"), 1) << AllLogs();
+  EXPECT_EQ(CountLogs(LogLevel::kInfo, "available again"), 1) << AllLogs();
+
+  // A new outage is a new warning.
+  up = false;
+  Dispatch({Ev(2, "orders.created")}, now + 1);
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, "unavailable"), 2) << AllLogs();
+}
+
+TEST_F(DispatcherTest, OneSinkDownDoesNotStopOtherSinks) {
+  Configure({{"orders.*", "down", std::nullopt}, {"payments.*", "up", std::nullopt}},
+            {SinkNamed("down"), SinkNamed("up")});
+  Broker("down").script = [](const OutMessage &, int) { return Retriable(); };
+  auto out = Dispatch({Ev(1, "orders.created"), Ev(2, "payments.made"), Ev(3, "orders.paid")});
+  EXPECT_TRUE(Is(out[0], Outcome::kPark));
+  EXPECT_TRUE(Is(out[1], Outcome::kPublished));
+  EXPECT_TRUE(Is(out[2], Outcome::kPark));
+
+  out = Dispatch({Ev(4, "orders.created"), Ev(5, "payments.made")}, kNow + 1);
+  EXPECT_TRUE(Is(out[0], Outcome::kPark));
+  EXPECT_TRUE(Is(out[1], Outcome::kPublished));
+  EXPECT_EQ(Broker("up").AllIds(), (std::vector<std::string>{Id(2), Id(5)}));
+  EXPECT_EQ(Broker("down").calls.size(), 1u);
+  EXPECT_TRUE(Contains(dispatcher_.SinkStates(), "down=down"));
+  EXPECT_TRUE(Contains(dispatcher_.SinkStates(), "up=connected"));
+}
+
+TEST_F(DispatcherTest, NextSinkRetryIsTheEarliestOfTheDownSinks) {
+  Configure({{"a.*", "a", std::nullopt}, {"b.*", "b", std::nullopt}},
+            {SinkNamed("a"), SinkNamed("b")});
+  EXPECT_EQ(dispatcher_.NextSinkRetryUs(), 0);
+  Broker("a").script = [](const OutMessage &, int) { return Retriable(); };
+  Broker("b").script = [](const OutMessage &, int) { return Retriable(); };
+  const int64_t a_at = Dispatch({Ev(1, "a.x")}, kNow)[0].next_attempt_us;
+  const int64_t b_at = Dispatch({Ev(2, "b.x")}, kNow + 50)[0].next_attempt_us;
+  EXPECT_EQ(dispatcher_.NextSinkRetryUs(), std::min(a_at, b_at));
+}
+
+// ------------------------------------------------------------ failed attempts
+
+TEST_F(DispatcherTest, TransientFailureWhileOthersAreDeliveredCountsAnAttempt) {
+  ConfigureOneSink();
+  Broker("kafka").script = FailOnly({Id(2)}, Retriable("Broker: Not enough in-sync replicas"));
+  const auto out =
+      Dispatch({Ev(1, "orders.a"), Ev(2, "orders.b", std::nullopt, 1), Ev(3, "orders.c")});
+  EXPECT_TRUE(Is(out[0], Outcome::kPublished));
+  EXPECT_TRUE(Is(out[2], Outcome::kPublished));
+  EXPECT_TRUE(Is(out[1], Outcome::kRetry));
+  EXPECT_EQ(out[1].attempts, 2);
+  EXPECT_GE(out[1].next_attempt_us, kNow + kMinUs);
+  EXPECT_LE(out[1].next_attempt_us, kNow + kMaxUs);
+  EXPECT_TRUE(Contains(out[1].error, "Not enough in-sync replicas"));
+  EXPECT_EQ(Broker("kafka").calls.size(), 1u) << "a transient failure is not retried alone";
+  EXPECT_FALSE(Contains(dispatcher_.SinkStates(), "down"));
+  EXPECT_EQ(dispatcher_.NextSinkRetryUs(), 0);
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, "unavailable"), 0) << AllLogs();
+}
+
+TEST_F(DispatcherTest, EventDiesAfterMaxAttemptsWithAWarningNamingIt) {
+  ConfigureOneSink();
+  Broker("kafka").script = FailOnly({Id(2)}, Retriable("timed out"));
+  const auto out = Dispatch({Ev(1, "orders.a"), Ev(2, "orders.b", std::nullopt, kMaxAttempts - 1)});
+  EXPECT_TRUE(Is(out[0], Outcome::kPublished));
+  EXPECT_TRUE(Is(out[1], Outcome::kDead));
+  EXPECT_EQ(out[1].attempts, kMaxAttempts);
+  EXPECT_TRUE(Contains(out[1].error, "timed out"));
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, Id(2)), 1) << AllLogs();
+  EXPECT_TRUE(Contains(AllLogs(), "dead"));
+}
+
+TEST_F(DispatcherTest, EventOneAttemptShortOfTheMaximumIsRetried) {
+  ConfigureOneSink();
+  Broker("kafka").script = FailOnly({Id(2)});
+  const auto out = Dispatch({Ev(1, "orders.a"), Ev(2, "orders.b", std::nullopt, kMaxAttempts - 2)});
+  EXPECT_TRUE(Is(out[1], Outcome::kRetry));
+  EXPECT_EQ(out[1].attempts, kMaxAttempts - 1);
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, Id(2)), 0) << AllLogs();
+}
+
+TEST_F(DispatcherTest, RetryDelayIsWithinTheBackoffBoundsForLaterAttempts) {
+  ConfigureOneSink();
+  Broker("kafka").script = FailOnly({Id(2)});
+  for (int attempts = 0; attempts < kMaxAttempts - 1; ++attempts) {
+    const auto out = Dispatch({Ev(1, "orders.a"), Ev(2, "orders.b", std::nullopt, attempts)});
+    ASSERT_TRUE(Is(out[1], Outcome::kRetry));
+    EXPECT_GE(out[1].next_attempt_us, kNow + kMinUs);
+    EXPECT_LE(out[1].next_attempt_us, kNow + kMaxUs);
+  }
+}
+
+// ------------------------------------------------------------ refused messages
+
+TEST_F(DispatcherTest, RejectedMessageInABatchIsRetriedAloneAndCountsNothingWhenDelivered) {
+  ConfigureOneSink();
+  // Kafka fails the whole produce request; alone, the message goes through.
+  Broker("kafka").script = [](const OutMessage &m, int call) {
+    return call == 0 && m.id == Id(2) ? Rejected() : Delivered();
+  };
+  const auto out =
+      Dispatch({Ev(1, "orders.a"), Ev(2, "orders.b", std::nullopt, 1), Ev(3, "orders.c")});
+  ASSERT_EQ(Broker("kafka").calls.size(), 2u);
+  EXPECT_EQ(Broker("kafka").Ids(0), (std::vector<std::string>{Id(1), Id(2), Id(3)}));
+  EXPECT_EQ(Broker("kafka").Ids(1), std::vector<std::string>{Id(2)});
+  for (const RowOutcome &o : out) EXPECT_TRUE(Is(o, Outcome::kPublished));
+  EXPECT_EQ(out[1].attempts, 1);
+}
+
+TEST_F(DispatcherTest, MessageRejectedAgainAloneCountsOneAttemptAndSparesItsNeighbours) {
+  ConfigureOneSink();
+  Broker("kafka").script = FailOnly({Id(2)}, Rejected("Broker: Message size too large"));
+  const auto out =
+      Dispatch({Ev(1, "orders.a"), Ev(2, "orders.b", std::nullopt, 1), Ev(3, "orders.c")});
+  ASSERT_EQ(Broker("kafka").calls.size(), 2u);
+  EXPECT_EQ(Broker("kafka").Ids(1), std::vector<std::string>{Id(2)});
+  EXPECT_TRUE(Is(out[0], Outcome::kPublished));
+  EXPECT_TRUE(Is(out[2], Outcome::kPublished));
+  EXPECT_TRUE(Is(out[1], Outcome::kRetry));
+  EXPECT_EQ(out[1].attempts, 2);
+  EXPECT_GE(out[1].next_attempt_us, kNow + kMinUs);
+  EXPECT_LE(out[1].next_attempt_us, kNow + kMaxUs);
+  EXPECT_TRUE(Contains(out[1].error, "Message size too large"));
+  EXPECT_FALSE(Contains(dispatcher_.SinkStates(), "down"));
+}
+
+TEST_F(DispatcherTest, MessageRejectedAloneAtItsLastAttemptIsDead) {
+  ConfigureOneSink();
+  Broker("kafka").script = FailOnly({Id(2)}, Rejected("Broker: Topic authorization failed"));
+  const auto out = Dispatch({Ev(1, "orders.a"), Ev(2, "orders.b", std::nullopt, kMaxAttempts - 1)});
+  ASSERT_EQ(Broker("kafka").calls.size(), 2u);
+  EXPECT_TRUE(Is(out[0], Outcome::kPublished));
+  EXPECT_TRUE(Is(out[1], Outcome::kDead));
+  EXPECT_EQ(out[1].attempts, kMaxAttempts);
+  EXPECT_TRUE(Contains(out[1].error, "Topic authorization failed"));
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, Id(2)), 1) << AllLogs();
+}
+
+TEST_F(DispatcherTest, RejectedMessageSentAloneCountsAnAttemptAtOnce) {
+  ConfigureOneSink();
+  Broker("kafka").script = [](const OutMessage &, int) { return Rejected(); };
+  const auto out = Dispatch({Ev(1, "orders.a", std::nullopt, 0)});
+  EXPECT_EQ(Broker("kafka").calls.size(), 1u) << "a lone message is not sent twice";
+  EXPECT_TRUE(Is(out[0], Outcome::kRetry));
+  EXPECT_EQ(out[0].attempts, 1);
+  EXPECT_FALSE(Contains(dispatcher_.SinkStates(), "down")) << "a refusal is not an outage";
+}
+
+TEST_F(DispatcherTest, WholeBatchRejectedIsRetriedOneByOneInIdOrder) {
+  ConfigureOneSink();
+  Broker("kafka").script = [](const OutMessage &m, int call) {
+    if (call == 0) return Rejected();
+    return m.id == Id(2) ? Rejected("poison") : Delivered();
+  };
+  const auto out = Dispatch({Ev(1, "orders.a"), Ev(2, "orders.b"), Ev(3, "orders.c")});
+  ASSERT_EQ(Broker("kafka").calls.size(), 4u);
+  EXPECT_EQ(Broker("kafka").Ids(1), std::vector<std::string>{Id(1)});
+  EXPECT_EQ(Broker("kafka").Ids(2), std::vector<std::string>{Id(2)});
+  EXPECT_EQ(Broker("kafka").Ids(3), std::vector<std::string>{Id(3)});
+  EXPECT_TRUE(Is(out[0], Outcome::kPublished));
+  EXPECT_TRUE(Is(out[1], Outcome::kRetry));
+  EXPECT_TRUE(Contains(out[1].error, "poison"));
+  EXPECT_TRUE(Is(out[2], Outcome::kPublished));
+  EXPECT_FALSE(Contains(dispatcher_.SinkStates(), "down"));
+}
+
+// ------------------------------------------------------------ per-key order
+
+TEST_F(DispatcherTest, LaterEventOfAKeyWaitsBehindAnEarlierEventThatFailed) {
+  ConfigureOneSink();
+  Broker("kafka").script = FailOnly({Id(1)});
+  const auto first = Dispatch({Ev(1, "orders.created", "k"), Ev(2, "orders.created", "other")});
+  ASSERT_TRUE(Is(first[0], Outcome::kRetry));
+  ASSERT_TRUE(Is(first[1], Outcome::kPublished));
+  const int64_t a_retry = first[0].next_attempt_us;
+
+  const auto second =
+      Dispatch({Ev(3, "orders.paid", "k", 1), Ev(4, "orders.paid", "other"), Ev(5, "orders.paid")},
+               kNow + 10);
+  EXPECT_TRUE(Is(second[0], Outcome::kPark));
+  EXPECT_EQ(second[0].next_attempt_us, a_retry);
+  EXPECT_EQ(second[0].attempts, 1) << "waiting behind another event is not an attempt";
+  EXPECT_TRUE(Contains(second[0].error, "earlier event"));
+  EXPECT_TRUE(Is(second[1], Outcome::kPublished));
+  EXPECT_TRUE(Is(second[2], Outcome::kPublished));
+  ASSERT_EQ(Broker("kafka").calls.size(), 2u);
+  EXPECT_EQ(Broker("kafka").Ids(1), (std::vector<std::string>{Id(4), Id(5)}));
+}
+
+TEST_F(DispatcherTest, EventsParkedBehindAKeyHoldBackLaterOnesToo) {
+  ConfigureOneSink();
+  Broker("kafka").script = FailOnly({Id(1)});
+  const int64_t a_retry =
+      Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.a", "x")})[0].next_attempt_us;
+  EXPECT_TRUE(Is(Dispatch({Ev(3, "orders.a", "k")}, kNow + 1)[0], Outcome::kPark));
+  const auto out = Dispatch({Ev(4, "orders.a", "k")}, kNow + 2);
+  EXPECT_TRUE(Is(out[0], Outcome::kPark));
+  EXPECT_EQ(out[0].next_attempt_us, a_retry);
+  EXPECT_EQ(Broker("kafka").AllIds(), (std::vector<std::string>{Id(1), Id(2)}));
+}
+
+TEST_F(DispatcherTest, ParkedEventKeepsItsPlaceAfterTheEventItWaitedForIsDelivered) {
+  // Event 3 was parked behind event 1; event 1 then goes out alone (a small
+  // claim batch). A new event of the key must still wait for event 3.
+  ConfigureOneSink();
+  bool failing = true;
+  Broker("kafka").script = [&failing](const OutMessage &m, int) {
+    return failing && m.id == Id(1) ? Retriable() : Delivered();
+  };
+  const int64_t a_retry =
+      Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.a", "x")})[0].next_attempt_us;
+  ASSERT_TRUE(Is(Dispatch({Ev(3, "orders.a", "k")}, kNow + 1)[0], Outcome::kPark));
+  failing = false;
+  ASSERT_TRUE(Is(Dispatch({Ev(1, "orders.a", "k", 1)}, a_retry)[0], Outcome::kPublished));
+
+  const auto out = Dispatch({Ev(4, "orders.a", "k")}, a_retry + 1);
+  EXPECT_TRUE(Is(out[0], Outcome::kPark)) << "event 4 overtook the parked event 3";
+  EXPECT_GE(out[0].next_attempt_us, a_retry + 1);
+  const auto both = Dispatch({Ev(3, "orders.a", "k"), Ev(4, "orders.a", "k")}, a_retry + 2);
+  EXPECT_TRUE(Is(both[0], Outcome::kPublished));
+  EXPECT_TRUE(Is(both[1], Outcome::kPublished));
+  EXPECT_EQ(Broker("kafka").AllIds(),
+            (std::vector<std::string>{Id(1), Id(2), Id(1), Id(3), Id(4)}));
+}
+
+TEST_F(DispatcherTest, EventsOfOneKeyInOneBatchAreSentTogetherInIdOrder) {
+  // Within one batch nothing waits yet: both events of key k go in the same
+  // call, in id order, and the sink keeps that order per key. The outcome of
+  // each is the sink's answer for it (a sink that holds back the later one
+  // answers kNotSent: see the tests below).
+  ConfigureOneSink();
+  Broker("kafka").script = FailOnly({Id(1)});
+  const auto out = Dispatch({Ev(1, "orders.created", "k"), Ev(2, "orders.paid", "k")});
+  ASSERT_EQ(Broker("kafka").calls.size(), 1u);
+  EXPECT_EQ(Broker("kafka").Ids(0), (std::vector<std::string>{Id(1), Id(2)}));
+  ASSERT_EQ(Broker("kafka").calls[0][0].key, "k");
+  ASSERT_EQ(Broker("kafka").calls[0][1].key, "k");
+  EXPECT_TRUE(Is(out[0], Outcome::kRetry));
+  EXPECT_TRUE(Is(out[1], Outcome::kPublished));
+
+  // From now on the failed event holds back the key.
+  const auto later = Dispatch({Ev(3, "orders.created", "k")}, kNow + 1);
+  EXPECT_TRUE(Is(later[0], Outcome::kPark));
+  EXPECT_EQ(later[0].next_attempt_us, out[0].next_attempt_us);
+}
+
+// A sink holds back (kNotSent) the later messages of a key whose earlier
+// message failed in the same call.
+Delivery NotSent() {
+  return Delivery{DeliveryStatus::kNotSent,
+                  "not sent: an earlier event with the same key failed in this batch"};
+}
+
+TEST_F(DispatcherTest, EventHeldBackByTheSinkWaitsBehindTheFailedOneWithoutAnAttempt) {
+  ConfigureOneSink();
+  Broker("kafka").script = [](const OutMessage &m, int) {
+    if (m.id == Id(1)) return Retriable("timed out");
+    if (m.id == Id(2)) return NotSent();
+    return Delivered();
+  };
+  const auto out =
+      Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.a", "k", 1), Ev(3, "orders.a", "x")});
+  ASSERT_TRUE(Is(out[0], Outcome::kRetry));
+  EXPECT_TRUE(Is(out[1], Outcome::kPark));
+  EXPECT_EQ(out[1].attempts, 1) << "a message the sink did not send is not an attempt";
+  EXPECT_EQ(out[1].next_attempt_us, out[0].next_attempt_us);
+  EXPECT_STRNE(out[1].error, "");
+  EXPECT_TRUE(Is(out[2], Outcome::kPublished));
+  EXPECT_EQ(Broker("kafka").calls.size(), 1u) << "a held-back message is not retried alone";
+  EXPECT_FALSE(Contains(dispatcher_.SinkStates(), "down"));
+
+  // Both hold back the key; when due, they go in order.
+  EXPECT_TRUE(Is(Dispatch({Ev(4, "orders.a", "k")}, kNow + 1)[0], Outcome::kPark));
+  Broker("kafka").script = [](const OutMessage &, int) { return Delivered(); };
+  const auto due =
+      Dispatch({Ev(1, "orders.a", "k", 1), Ev(2, "orders.a", "k", 1), Ev(4, "orders.a", "k")},
+               out[0].next_attempt_us);
+  for (const RowOutcome &o : due) EXPECT_TRUE(Is(o, Outcome::kPublished));
+  EXPECT_EQ(Broker("kafka").Ids(1), (std::vector<std::string>{Id(1), Id(2), Id(4)}));
+}
+
+TEST_F(DispatcherTest, EventHeldBackByTheSinkKeepsItsPlaceAfterTheFailedOneIsDelivered) {
+  ConfigureOneSink();
+  Broker("kafka").script = [](const OutMessage &m, int) {
+    if (m.id == Id(1)) return Retriable("timed out");
+    if (m.id == Id(2)) return NotSent();
+    return Delivered();
+  };
+  const auto out =
+      Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.a", "k"), Ev(3, "orders.a", "x")});
+  ASSERT_TRUE(Is(out[1], Outcome::kPark));
+  // Event 1 goes out alone (a small claim batch); event 2 has not gone yet.
+  Broker("kafka").script = [](const OutMessage &, int) { return Delivered(); };
+  const int64_t due = out[0].next_attempt_us;
+  ASSERT_TRUE(Is(Dispatch({Ev(1, "orders.a", "k", 1)}, due)[0], Outcome::kPublished));
+  const auto later = Dispatch({Ev(4, "orders.a", "k")}, due + 1);
+  EXPECT_TRUE(Is(later[0], Outcome::kPark)) << "event 4 overtook the held-back event 2";
+}
+
+TEST_F(DispatcherTest, EventHeldBackBehindAMessageThatDiedMayGoAtOnce) {
+  ConfigureOneSink();
+  Broker("kafka").script = [](const OutMessage &m, int) {
+    if (m.id == Id(1)) return Retriable("timed out");
+    if (m.id == Id(2)) return NotSent();
+    return Delivered();
+  };
+  const auto out = Dispatch(
+      {Ev(1, "orders.a", "k", kMaxAttempts - 1), Ev(2, "orders.a", "k"), Ev(3, "orders.a", "x")});
+  ASSERT_TRUE(Is(out[0], Outcome::kDead));
+  EXPECT_TRUE(Is(out[1], Outcome::kPark));
+  EXPECT_EQ(out[1].attempts, 0);
+  EXPECT_EQ(out[1].next_attempt_us, kNow);
+  // Nothing holds back the key any more.
+  Broker("kafka").script = [](const OutMessage &, int) { return Delivered(); };
+  EXPECT_TRUE(Is(Dispatch({Ev(2, "orders.a", "k")}, kNow + 1)[0], Outcome::kPublished));
+}
+
+TEST_F(DispatcherTest, EventHeldBackBehindARefusedMessageFollowsItsSoloRetry) {
+  ConfigureOneSink();
+  // Event 1 is refused on the spot, so the sink holds back event 2; alone,
+  // event 1 is refused again (poison).
+  Broker("kafka").script = [](const OutMessage &m, int) {
+    if (m.id == Id(1)) return Rejected("Broker: Message size too large");
+    if (m.id == Id(2)) return NotSent();
+    return Delivered();
+  };
+  const auto out =
+      Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.a", "k"), Ev(3, "orders.a", "x")});
+  ASSERT_EQ(Broker("kafka").calls.size(), 2u);
+  EXPECT_EQ(Broker("kafka").Ids(1), std::vector<std::string>{Id(1)}) << "only the refused one";
+  ASSERT_TRUE(Is(out[0], Outcome::kRetry));
+  EXPECT_TRUE(Is(out[1], Outcome::kPark));
+  EXPECT_EQ(out[1].attempts, 0);
+  EXPECT_EQ(out[1].next_attempt_us, out[0].next_attempt_us);
+  EXPECT_TRUE(Is(out[2], Outcome::kPublished));
+}
+
+TEST_F(DispatcherTest, EventHeldBackBehindARefusedMessageThatGoesThroughAloneMayGoAtOnce) {
+  ConfigureOneSink();
+  Broker("kafka").script = [](const OutMessage &m, int call) {
+    if (call > 0) return Delivered();
+    if (m.id == Id(1)) return Rejected();
+    if (m.id == Id(2)) return NotSent();
+    return Delivered();
+  };
+  const auto out =
+      Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.a", "k"), Ev(3, "orders.a", "x")});
+  EXPECT_TRUE(Is(out[0], Outcome::kPublished));
+  EXPECT_TRUE(Is(out[1], Outcome::kPark));
+  EXPECT_EQ(out[1].attempts, 0);
+  EXPECT_EQ(out[1].next_attempt_us, kNow);
+  EXPECT_TRUE(Is(Dispatch({Ev(2, "orders.a", "k")}, kNow + 1)[0], Outcome::kPublished));
+}
+
+TEST_F(DispatcherTest, HeldBackMessagesBehindTransientFailuresOnlyMeanTheSinkIsDown) {
+  ConfigureOneSink();
+  Broker("kafka").script = [](const OutMessage &m, int) {
+    return m.id == Id(1) ? Retriable("all brokers down") : NotSent();
+  };
+  const auto out = Dispatch({Ev(1, "orders.a", "k", 1), Ev(2, "orders.a", "k", 1)});
+  for (const RowOutcome &o : out) {
+    EXPECT_TRUE(Is(o, Outcome::kPark));
+    EXPECT_EQ(o.attempts, 1);
+    EXPECT_EQ(o.next_attempt_us, out[0].next_attempt_us);
+    EXPECT_GE(o.next_attempt_us, kNow + kMinUs);
+    EXPECT_LE(o.next_attempt_us, kNow + kMaxUs);
+  }
+  EXPECT_TRUE(Contains(dispatcher_.SinkStates(), "kafka=down"));
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, "unavailable"), 1) << AllLogs();
+}
+
+TEST_F(DispatcherTest, WaitingEventAndTheEventsBehindItGoTogetherInOrderWhenDue) {
+  ConfigureOneSink();
+  bool failing = true;
+  Broker("kafka").script = [&failing](const OutMessage &m, int) {
+    return failing && m.id == Id(1) ? Retriable() : Delivered();
+  };
+  const int64_t a_retry =
+      Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.a", "x")})[0].next_attempt_us;
+  const auto parked = Dispatch({Ev(3, "orders.a", "k")}, kNow + 1);
+  ASSERT_TRUE(Is(parked[0], Outcome::kPark));
+
+  failing = false;
+  const auto out = Dispatch({Ev(1, "orders.a", "k", 1), Ev(3, "orders.a", "k")}, a_retry);
+  EXPECT_TRUE(Is(out[0], Outcome::kPublished));
+  EXPECT_TRUE(Is(out[1], Outcome::kPublished));
+  ASSERT_EQ(Broker("kafka").calls.size(), 2u);
+  EXPECT_EQ(Broker("kafka").Ids(1), (std::vector<std::string>{Id(1), Id(3)}));
+
+  // The key is free again.
+  const auto after = Dispatch({Ev(4, "orders.a", "k")}, a_retry + 1);
+  EXPECT_TRUE(Is(after[0], Outcome::kPublished));
+}
+
+TEST_F(DispatcherTest, EventBehindAWaitingOneIsHeldEvenWhenTheWaitingOneIsNotInTheBatch) {
+  // Past the earlier event's retry time, but that event was not claimed in
+  // this batch: the later one still may not overtake it.
+  ConfigureOneSink();
+  Broker("kafka").script = FailOnly({Id(1)});
+  const int64_t a_retry =
+      Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.a", "x")})[0].next_attempt_us;
+  const auto out = Dispatch({Ev(3, "orders.a", "k")}, a_retry + 5);
+  EXPECT_TRUE(Is(out[0], Outcome::kPark));
+  EXPECT_GE(out[0].next_attempt_us, a_retry);
+  EXPECT_EQ(Broker("kafka").calls.size(), 1u);
+}
+
+TEST_F(DispatcherTest, DeliveredEarlierEventReleasesItsKey) {
+  ConfigureOneSink();
+  bool failing = true;
+  Broker("kafka").script = [&failing](const OutMessage &m, int) {
+    return failing && m.id == Id(1) ? Retriable() : Delivered();
+  };
+  const int64_t a_retry =
+      Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.a", "x")})[0].next_attempt_us;
+  failing = false;
+  EXPECT_TRUE(Is(Dispatch({Ev(1, "orders.a", "k", 1)}, a_retry)[0], Outcome::kPublished));
+  EXPECT_TRUE(Is(Dispatch({Ev(3, "orders.a", "k")}, a_retry + 1)[0], Outcome::kPublished));
+}
+
+TEST_F(DispatcherTest, DeadEventStopsBlockingItsKey) {
+  ConfigureOneSink();
+  Broker("kafka").script = FailOnly({Id(1)});
+  const auto first = Dispatch({Ev(1, "orders.a", "k", kMaxAttempts - 2), Ev(2, "orders.a", "x")});
+  ASSERT_TRUE(Is(first[0], Outcome::kRetry));
+  const int64_t a_retry = first[0].next_attempt_us;
+  ASSERT_TRUE(Is(Dispatch({Ev(3, "orders.a", "k")}, kNow + 1)[0], Outcome::kPark));
+
+  // Its last attempt fails: dead. The event parked behind it goes next.
+  const auto last =
+      Dispatch({Ev(1, "orders.a", "k", kMaxAttempts - 1), Ev(4, "orders.a", "y")}, a_retry);
+  ASSERT_TRUE(Is(last[0], Outcome::kDead));
+  const auto out = Dispatch({Ev(3, "orders.a", "k"), Ev(5, "orders.a", "k")}, a_retry + 1);
+  EXPECT_TRUE(Is(out[0], Outcome::kPublished));
+  EXPECT_TRUE(Is(out[1], Outcome::kPublished));
+}
+
+TEST_F(DispatcherTest, EventDeadAtItsFirstFailureNeverBlocksItsKey) {
+  ConfigureOneSink();
+  Broker("kafka").script = FailOnly({Id(1)});
+  const auto first = Dispatch({Ev(1, "orders.a", "k", kMaxAttempts - 1), Ev(2, "orders.a", "x")});
+  ASSERT_TRUE(Is(first[0], Outcome::kDead));
+  EXPECT_TRUE(Is(Dispatch({Ev(3, "orders.a", "k")}, kNow + 1)[0], Outcome::kPublished));
+}
+
+TEST_F(DispatcherTest, SameKeyOnAnotherRouteIsNotBlocked) {
+  Configure({{"orders.*", "kafka", std::nullopt}, {"payments.*", "kafka", std::nullopt}},
+            {SinkNamed("kafka")});
+  Broker("kafka").script = FailOnly({Id(1)});
+  ASSERT_TRUE(Is(Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.a", "x")})[0], Outcome::kRetry));
+  const auto out = Dispatch({Ev(3, "payments.made", "k"), Ev(4, "orders.b", "k")}, kNow + 1);
+  EXPECT_TRUE(Is(out[0], Outcome::kPublished)) << "another route's key is another order";
+  EXPECT_TRUE(Is(out[1], Outcome::kPark)) << "same route (orders.*), other topic: same order";
+}
+
+TEST_F(DispatcherTest, OtherKeysAndUnkeyedEventsAreNotBlocked) {
+  ConfigureOneSink();
+  Broker("kafka").script = FailOnly({Id(1)});
+  ASSERT_TRUE(Is(Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.a", "x")})[0], Outcome::kRetry));
+  const auto out = Dispatch({Ev(3, "orders.a", "k2"), Ev(4, "orders.a")}, kNow + 1);
+  EXPECT_TRUE(Is(out[0], Outcome::kPublished));
+  EXPECT_TRUE(Is(out[1], Outcome::kPublished));
+}
+
+TEST_F(DispatcherTest, EventsOfADownSinkHoldBackLaterEventsOfTheirKey) {
+  // Parked by an outage, an event still keeps its place in its key's order.
+  ConfigureOneSink();
+  bool up = false;
+  Broker("kafka").script = [&up](const OutMessage &, int) {
+    return up ? Delivered() : Retriable();
+  };
+  const int64_t retry_at = Dispatch({Ev(1, "orders.a", "k")})[0].next_attempt_us;
+  up = true;
+  // The sink is back (retry time passed) but event 1 was not claimed.
+  const auto out = Dispatch({Ev(2, "orders.a", "k"), Ev(3, "orders.a", "x")}, retry_at);
+  EXPECT_TRUE(Is(out[0], Outcome::kPark));
+  EXPECT_TRUE(Is(out[1], Outcome::kPublished));
+  EXPECT_EQ(Broker("kafka").AllIds(), (std::vector<std::string>{Id(1), Id(3)}));
+}
+
+TEST_F(DispatcherTest, NoteWaitingRebuildsOrderAfterARestart) {
+  ConfigureOneSink();
+  const int64_t until = kNow + 5'000'000;
+  NoteWaiting(Ev(1, "orders.created", "k", 1), until);
+  const auto out =
+      Dispatch({Ev(2, "orders.paid", "k"), Ev(3, "orders.paid", "k2"), Ev(4, "payments.x", "k")});
+  EXPECT_TRUE(Is(out[0], Outcome::kPark));
+  EXPECT_EQ(out[0].next_attempt_us, until);
+  EXPECT_TRUE(Is(out[1], Outcome::kPublished));
+  EXPECT_TRUE(Is(out[2], Outcome::kParkNoRoute));
+  EXPECT_EQ(Broker("kafka").AllIds(), std::vector<std::string>{Id(3)});
+
+  // When the noted event is due it goes first, and the rest follows.
+  const auto due = Dispatch({Ev(1, "orders.created", "k", 1), Ev(2, "orders.paid", "k")}, until);
+  EXPECT_TRUE(Is(due[0], Outcome::kPublished));
+  EXPECT_TRUE(Is(due[1], Outcome::kPublished));
+  EXPECT_EQ(Broker("kafka").Ids(1), (std::vector<std::string>{Id(1), Id(2)}));
+}
+
+TEST_F(DispatcherTest, NoteWaitingIgnoresUnkeyedAndUnroutedEvents) {
+  ConfigureOneSink();
+  NoteWaiting(Ev(1, "orders.created"), kNow + 5'000'000);
+  NoteWaiting(Ev(2, "billing.x", "k"), kNow + 5'000'000);
+  const auto out = Dispatch({Ev(3, "orders.created"), Ev(4, "orders.created", "k")});
+  EXPECT_TRUE(Is(out[0], Outcome::kPublished));
+  EXPECT_TRUE(Is(out[1], Outcome::kPublished));
+}
+
+TEST_F(DispatcherTest, ConfigureForgetsTheOrderStateUntilEventsAreNotedAgain) {
+  ConfigureOneSink();
+  NoteWaiting(Ev(1, "orders.created", "k"), kNow + 5'000'000);
+  ConfigureOneSink();
+  EXPECT_TRUE(Is(Dispatch({Ev(2, "orders.created", "k")})[0], Outcome::kPublished));
+}
+
+// ------------------------------------------------------------ interruption
+
+TEST_F(DispatcherTest, InterruptedPublishLeavesUndecidedRowsUntouched) {
+  ConfigureOneSink();
+  Broker("kafka").script = [](const OutMessage &m, int) {
+    if (m.id == Id(1)) return Delivered();
+    g_interrupted = true;  // shutdown requested while waiting for the broker
+    return Retriable("interrupted");
+  };
+  const auto out = Dispatch(
+      {Ev(1, "orders.a", "k"), Ev(2, "orders.a", "k", 1), Ev(3, "orders.b", std::nullopt, 2)});
+  EXPECT_TRUE(Is(out[0], Outcome::kPublished));
+  EXPECT_TRUE(Is(out[1], Outcome::kUntouched));
+  EXPECT_EQ(out[1].attempts, 1);
+  EXPECT_TRUE(Is(out[2], Outcome::kUntouched));
+  EXPECT_EQ(out[2].attempts, 2);
+  EXPECT_FALSE(Contains(dispatcher_.SinkStates(), "down"));
+  EXPECT_EQ(dispatcher_.NextSinkRetryUs(), 0);
+}
+
+TEST_F(DispatcherTest, InterruptionWithNothingDeliveredIsNotAnOutage) {
+  ConfigureOneSink();
+  Broker("kafka").script = [](const OutMessage &, int) {
+    g_interrupted = true;
+    return Retriable("interrupted");
+  };
+  const auto out = Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.b")});
+  EXPECT_TRUE(Is(out[0], Outcome::kUntouched));
+  EXPECT_TRUE(Is(out[1], Outcome::kUntouched));
+  EXPECT_FALSE(Contains(dispatcher_.SinkStates(), "down"));
+  EXPECT_EQ(dispatcher_.NextSinkRetryUs(), 0);
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, "unavailable"), 0) << AllLogs();
+
+  // The next batch goes straight to the sink, and the untouched keyed event
+  // does not hold back its key.
+  g_interrupted = false;
+  Broker("kafka").script = [](const OutMessage &, int) { return Delivered(); };
+  const auto next = Dispatch({Ev(1, "orders.a", "k"), Ev(3, "orders.a", "k")}, kNow + 1);
+  EXPECT_TRUE(Is(next[0], Outcome::kPublished));
+  EXPECT_TRUE(Is(next[1], Outcome::kPublished));
+  EXPECT_EQ(Broker("kafka").calls.size(), 2u);
+}
+
+TEST_F(DispatcherTest, InterruptionDoesNotEndAnOutage) {
+  ConfigureOneSink();
+  Broker("kafka").script = [](const OutMessage &, int) { return Retriable(); };
+  const int64_t retry_at = Dispatch({Ev(1, "orders.a")})[0].next_attempt_us;
+  Broker("kafka").script = [](const OutMessage &, int) {
+    g_interrupted = true;
+    return Retriable("interrupted");
+  };
+  EXPECT_TRUE(Is(Dispatch({Ev(1, "orders.a")}, retry_at)[0], Outcome::kUntouched));
+  EXPECT_TRUE(Contains(dispatcher_.SinkStates(), "kafka=down"));
+  EXPECT_EQ(CountLogs(LogLevel::kInfo, "available again"), 0) << AllLogs();
+}
+
+// Bug (see report): a shutdown during the solo retry of a refused message
+// counts a failed attempt against that event.
+TEST_F(DispatcherTest, InterruptionDuringSoloRetryCountsNoAttempt) {
+  ConfigureOneSink();
+  Broker("kafka").script = [](const OutMessage &m, int call) {
+    if (call == 0) return m.id == Id(2) ? Rejected() : Delivered();
+    g_interrupted = true;  // shutdown while the solo retry waits
+    return Retriable("interrupted");
+  };
+  const auto out = Dispatch({Ev(1, "orders.a"), Ev(2, "orders.b", std::nullopt, 1)});
+  EXPECT_TRUE(Is(out[0], Outcome::kPublished));
+  EXPECT_TRUE(Is(out[1], Outcome::kUntouched));
+  EXPECT_EQ(out[1].attempts, 1);
+}
+
+// Bug (see report): a refused message in an interrupted call counts an attempt
+// without ever having been tried alone.
+TEST_F(DispatcherTest, RefusedMessageInAnInterruptedCallCountsNoAttempt) {
+  ConfigureOneSink();
+  Broker("kafka").script = [](const OutMessage &m, int) {
+    if (m.id == Id(1)) return Rejected();
+    g_interrupted = true;
+    return Retriable("interrupted");
+  };
+  const auto out = Dispatch({Ev(1, "orders.a", std::nullopt, 1), Ev(2, "orders.b")});
+  EXPECT_EQ(out[0].attempts, 1);
+  EXPECT_TRUE(Is(out[0], Outcome::kUntouched));
+  EXPECT_TRUE(Is(out[1], Outcome::kUntouched));
+}
+
+// ------------------------------------------------------------ sink lifecycle
+
+TEST_F(DispatcherTest, SinkThatCannotBeCreatedIsDownAndItsEventsWait) {
+  ConfigureOneSink();
+  Broker("kafka").fail_create = true;
+  Broker("kafka").create_error = "No such configuration property: \"bootstrap.server\"";
+  const auto out = Dispatch({Ev(1, "orders.a", std::nullopt, 1), Ev(2, "orders.b", "k")});
+  for (const RowOutcome &o : out) {
+    EXPECT_TRUE(Is(o, Outcome::kPark));
+    EXPECT_TRUE(Contains(o.error, "bootstrap.server"));
+    EXPECT_GE(o.next_attempt_us, kNow + kMinUs);
+    EXPECT_LE(o.next_attempt_us, kNow + kMaxUs);
+  }
+  EXPECT_EQ(out[0].attempts, 1);
+  EXPECT_EQ(out[1].attempts, 0);
+  EXPECT_TRUE(Contains(dispatcher_.SinkStates(), "kafka=down"));
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, "unavailable"), 1) << AllLogs();
+  EXPECT_TRUE(Contains(AllLogs(), "bootstrap.server"));
+
+  // Not rebuilt before the retry time; rebuilt after it.
+  const int64_t retry_at = out[0].next_attempt_us;
+  Broker("kafka").fail_create = false;
+  EXPECT_TRUE(Is(Dispatch({Ev(1, "orders.a")}, retry_at - 1)[0], Outcome::kPark));
+  EXPECT_EQ(Broker("kafka").created, 0);
+  const auto later = Dispatch({Ev(1, "orders.a")}, retry_at);
+  EXPECT_TRUE(Is(later[0], Outcome::kPublished));
+  EXPECT_EQ(Broker("kafka").created, 1);
+  EXPECT_EQ(CountLogs(LogLevel::kInfo, "available again"), 1) << AllLogs();
+}
+
+TEST_F(DispatcherTest, FactoryFailureWithoutAMessageStillExplainsTheWait) {
+  ConfigureOneSink();
+  Broker("kafka").fail_create = true;
+  const auto out = Dispatch({Ev(1, "orders.a")});
+  EXPECT_TRUE(Is(out[0], Outcome::kPark));
+  EXPECT_STRNE(out[0].error, "");
+}
+
+TEST_F(DispatcherTest, ChangedSinkOptionsRecreateTheSink) {
+  ConfigureOneSink();
+  Dispatch({Ev(1, "orders.a")});
+  ASSERT_EQ(Broker("kafka").created, 1);
+
+  // The same definition again: the producer stays.
+  ConfigureOneSink();
+  Dispatch({Ev(2, "orders.a")});
+  EXPECT_EQ(Broker("kafka").created, 1);
+  EXPECT_EQ(Broker("kafka").destroyed, 0);
+
+  SinkDef changed = SinkNamed("kafka");
+  changed.options.push_back(SinkOption{"linger.ms", SinkOption::Kind::kString, "5"});
+  Configure({{"orders.*", "kafka", std::nullopt}}, {changed});
+  EXPECT_EQ(Broker("kafka").destroyed, 1) << "the old producer is closed";
+  Dispatch({Ev(3, "orders.a")});
+  EXPECT_EQ(Broker("kafka").created, 2);
+  ASSERT_EQ(Broker("kafka").last_options.size(), 2u);
+  EXPECT_EQ(Broker("kafka").last_options[1].key, "linger.ms");
+  EXPECT_EQ(Broker("kafka").last_options[1].text, "5");
+  EXPECT_EQ(Broker("kafka").AllIds(), (std::vector<std::string>{Id(1), Id(2), Id(3)}));
+}
+
+TEST_F(DispatcherTest, ChangedOptionValueOrKindRecreatesTheSink) {
+  ConfigureOneSink();
+  Dispatch({Ev(1, "orders.a")});
+
+  SinkDef value = SinkNamed("kafka");
+  value.options[0].text = "k2:9092";
+  Configure({{"orders.*", "kafka", std::nullopt}}, {value});
+  Dispatch({Ev(2, "orders.a")});
+  EXPECT_EQ(Broker("kafka").created, 2);
+  EXPECT_EQ(Broker("kafka").last_options[0].text, "k2:9092");
+
+  SinkDef kind = value;
+  kind.kind = "redis";
+  Configure({{"orders.*", "kafka", std::nullopt}}, {kind});
+  Dispatch({Ev(3, "orders.a")});
+  EXPECT_EQ(Broker("kafka").created, 3);
+  EXPECT_EQ(Broker("kafka").destroyed, 2);
+  EXPECT_EQ(Broker("kafka").last_kind, "redis");
+}
+
+TEST_F(DispatcherTest, RemovedSinkIsClosed) {
+  Configure({{"orders.*", "a", std::nullopt}, {"payments.*", "b", std::nullopt}},
+            {SinkNamed("a"), SinkNamed("b")});
+  Dispatch({Ev(1, "orders.a"), Ev(2, "payments.x")});
+  ASSERT_EQ(Broker("a").created, 1);
+  Configure({{"payments.*", "b", std::nullopt}}, {SinkNamed("b")});
+  EXPECT_EQ(Broker("a").destroyed, 1);
+  EXPECT_EQ(Broker("b").destroyed, 0);
+  EXPECT_FALSE(Contains(dispatcher_.SinkStates(), "a="));
+  EXPECT_TRUE(Is(Dispatch({Ev(3, "orders.a")})[0], Outcome::kParkNoRoute));
+  EXPECT_EQ(Broker("a").created, 1);
+}
+
+TEST_F(DispatcherTest, DispatcherClosesItsSinksWhenDestroyed) {
+  auto d = std::make_unique<Dispatcher>(&FakeFactory);
+  std::vector<RouteRow> routes(1);
+  routes[0].pattern = "*";
+  routes[0].sink = "kafka";
+  std::vector<SinkRow> sinks(1);
+  sinks[0].name = "kafka";
+  sinks[0].kind = "kafka";
+  d->Configure(routes.data(), routes.size(), sinks.data(), sinks.size());
+  const Event e = Ev(1, "x");
+  std::vector<Header> headers;
+  const EventRow row = Row(e, &headers);
+  DispatchSettings settings;
+  settings.now_us = kNow;
+  RowOutcome out;
+  d->Dispatch(&row, 1, settings, &out, nullptr);
+  EXPECT_TRUE(Is(out, Outcome::kPublished));
+  d.reset();
+  EXPECT_EQ(Broker("kafka").destroyed, 1);
+}
+
+TEST_F(DispatcherTest, SinkWithAFatalErrorIsRecreatedBeforeItsNextUse) {
+  ConfigureOneSink();
+  Dispatch({Ev(1, "orders.a")});
+  Broker("kafka").needs_recreate = true;
+  Logs();
+  const auto out = Dispatch({Ev(2, "orders.a")}, kNow + 1);
+  EXPECT_TRUE(Is(out[0], Outcome::kPublished));
+  EXPECT_EQ(Broker("kafka").destroyed, 1);
+  EXPECT_EQ(Broker("kafka").created, 2);
+  EXPECT_EQ(Broker("kafka").AllIds(), (std::vector<std::string>{Id(1), Id(2)}));
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, "recreat"), 1) << AllLogs();
+  EXPECT_TRUE(Contains(AllLogs(), "\"kafka\""));
+}
+
+TEST_F(DispatcherTest, SinkLogLinesComeOutWithTheSinkName) {
+  ConfigureOneSink();
+  Dispatch({Ev(1, "orders.a")});
+  Broker("kafka").pending_logs.push_back(LogLine{LogLevel::kWarning, "broker k1 went away"});
+  Broker("kafka").pending_logs.push_back(LogLine{LogLevel::kInfo, "broker k1 is back"});
+  ASSERT_EQ(Logs().size(), 2u) << AllLogs();
+  EXPECT_EQ(logs_[0].level, LogLevel::kWarning);
+  EXPECT_TRUE(Contains(logs_[0].text, "broker k1 went away"));
+  EXPECT_TRUE(Contains(logs_[0].text, "kafka"));
+  EXPECT_EQ(logs_[1].level, LogLevel::kInfo);
+  EXPECT_TRUE(Contains(logs_[1].text, "broker k1 is back"));
+  LogLevel level;
+  std::string text;
+  EXPECT_FALSE(dispatcher_.NextLog(&level, &text));
+}
+
+TEST_F(DispatcherTest, LogLinesOfAClosedSinkAreNotLost) {
+  ConfigureOneSink();
+  Dispatch({Ev(1, "orders.a")});
+  Broker("kafka").pending_logs.push_back(LogLine{LogLevel::kError, "last words"});
+  Configure({}, {});
+  EXPECT_EQ(Broker("kafka").destroyed, 1);
+  EXPECT_EQ(CountLogs(LogLevel::kError, "last words"), 1) << AllLogs();
+}
+
+TEST_F(DispatcherTest, PollServesEverySinkInUse) {
+  Configure({{"a.*", "a", std::nullopt}, {"b.*", "b", std::nullopt}},
+            {SinkNamed("a"), SinkNamed("b")});
+  dispatcher_.Poll();  // nothing created yet: nothing to poll
+  Dispatch({Ev(1, "a.x"), Ev(2, "b.x")});
+  dispatcher_.Poll();
+  dispatcher_.Poll();
+  EXPECT_EQ(Broker("a").polls, 2);
+  EXPECT_EQ(Broker("b").polls, 2);
+}
+
+TEST_F(DispatcherTest, SinkStatesMentionsEverySink) {
+  Configure({{"a.*", "a", std::nullopt}, {"b.*", "b", std::nullopt}, {"c.*", "c", std::nullopt}},
+            {SinkNamed("a"), SinkNamed("b"), SinkNamed("c")});
+  std::string states = dispatcher_.SinkStates();
+  EXPECT_TRUE(Contains(states, "a="));
+  EXPECT_TRUE(Contains(states, "b="));
+  EXPECT_TRUE(Contains(states, "c="));
+
+  Broker("a").script = [](const OutMessage &, int) { return Retriable(); };
+  Broker("b").state = "connecting";
+  Dispatch({Ev(1, "a.x"), Ev(2, "b.x")});
+  states = dispatcher_.SinkStates();
+  EXPECT_TRUE(Contains(states, "a=down"));
+  EXPECT_TRUE(Contains(states, "b=connecting"));
+  EXPECT_TRUE(Contains(states, "c="));
+  EXPECT_FALSE(Contains(states, "c=down"));
+}
+
+// ------------------------------------------------------------ known bugs
+
+// Bug (see report): the solo retry of a refused message is sent after an
+// earlier event of the same key has just been scheduled for a retry, so the
+// later event overtakes it.
+TEST_F(DispatcherTest, SoloRetryNeverOvertakesAnEarlierEventOfItsKey) {
+  ConfigureOneSink();
+  // The broker refuses the whole request; alone, A is refused again and B
+  // would be accepted.
+  Broker("kafka").script = [](const OutMessage &m, int call) {
+    if (call == 0 || m.id == Id(1)) return Rejected();
+    return Delivered();
+  };
+  const auto out = Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.a", "k")});
+  ASSERT_TRUE(Is(out[0], Outcome::kRetry));  // A waits for a retry
+  // B must not reach the broker before A does.
+  for (size_t c = 1; c < Broker("kafka").calls.size(); ++c) {
+    EXPECT_NE(Broker("kafka").Ids(c), std::vector<std::string>{Id(2)})
+        << "event 2 was sent alone after event 1 of its key failed";
+  }
+  EXPECT_TRUE(Is(out[1], Outcome::kPark));
+  EXPECT_EQ(out[1].attempts, 0);
+  EXPECT_EQ(out[1].next_attempt_us, out[0].next_attempt_us);
+}
+
+// Bug (see report): same as above when the earlier event failed transiently.
+TEST_F(DispatcherTest, SoloRetryNeverOvertakesAnEarlierEventWaitingForARetry) {
+  ConfigureOneSink();
+  Broker("kafka").script = [](const OutMessage &m, int call) {
+    if (m.id == Id(1)) return Retriable("timed out");
+    if (m.id == Id(2) && call == 0) return Rejected();
+    return Delivered();
+  };
+  const auto out =
+      Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.a", "k"), Ev(3, "orders.a", "x")});
+  ASSERT_TRUE(Is(out[0], Outcome::kRetry));
+  EXPECT_TRUE(Is(out[2], Outcome::kPublished));
+  EXPECT_EQ(Broker("kafka").calls.size(), 1u)
+      << "event 2 was sent alone while event 1 of its key waits for a retry";
+  EXPECT_TRUE(Is(out[1], Outcome::kPark));
+}
+
+}  // namespace
+}  // namespace outbox

@@ -1,0 +1,211 @@
+// Per-key order across retries: an event waiting for a retry holds back every
+// later event of the same route and key, and nothing else.
+#include "order_guard.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <set>
+#include <string>
+
+namespace outbox {
+namespace {
+
+// Canonical UUIDv7 text for the n-th emitted event: byte order is emit order.
+std::string Id(int n) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "01900000-0000-7000-8000-%012d", n);
+  return buf;
+}
+
+constexpr int64_t kUntouched = -12345;
+
+// MayDeliver without a batch; *until is reported through `until`.
+bool May(const OrderGuard &g, const std::string &route, const std::string &key, int n,
+         int64_t *until = nullptr) {
+  int64_t u = kUntouched;
+  const bool ok = g.MayDeliver(route, key, Id(n), nullptr, &u);
+  if (until != nullptr) *until = u;
+  return ok;
+}
+
+TEST(OrderGuard, NothingWaitingHoldsNothingBack) {
+  OrderGuard g;
+  EXPECT_TRUE(May(g, "orders.*", "k", 1));
+  EXPECT_EQ(g.size(), 0u);
+}
+
+TEST(OrderGuard, LaterEventOfSameRouteAndKeyIsHeldBehindWaitingEvent) {
+  OrderGuard g;
+  g.Block("orders.*", "customer-1", Id(1), 5000);
+  int64_t until = 0;
+  EXPECT_FALSE(May(g, "orders.*", "customer-1", 2, &until));
+  EXPECT_EQ(until, 5000);
+  EXPECT_FALSE(May(g, "orders.*", "customer-1", 99, &until));
+  EXPECT_EQ(until, 5000);
+}
+
+TEST(OrderGuard, OtherKeyOnSameRouteIsNotHeld) {
+  OrderGuard g;
+  g.Block("orders.*", "customer-1", Id(1), 5000);
+  EXPECT_TRUE(May(g, "orders.*", "customer-2", 2));
+  EXPECT_TRUE(May(g, "orders.*", "", 2));
+  EXPECT_TRUE(May(g, "orders.*", "customer-10", 2));
+}
+
+TEST(OrderGuard, SameKeyOnOtherRouteIsNotHeld) {
+  OrderGuard g;
+  g.Block("orders.*", "customer-1", Id(1), 5000);
+  EXPECT_TRUE(May(g, "payments.*", "customer-1", 2));
+  EXPECT_TRUE(May(g, "orders.created", "customer-1", 2));
+}
+
+TEST(OrderGuard, RouteAndKeyAreNotConfusedByConcatenation) {
+  OrderGuard g;
+  g.Block("ab", "c", Id(1), 5000);
+  EXPECT_TRUE(May(g, "a", "bc", 2));
+  EXPECT_TRUE(May(g, "abc", "", 2));
+}
+
+TEST(OrderGuard, EarliestWaitingEventItselfMayGo) {
+  OrderGuard g;
+  g.Block("r", "k", Id(1), 5000);
+  EXPECT_TRUE(May(g, "r", "k", 1));
+  // Also when later events wait behind it.
+  g.Block("r", "k", Id(2), 5000);
+  g.Block("r", "k", Id(3), 5000);
+  EXPECT_TRUE(May(g, "r", "k", 1));
+  EXPECT_FALSE(May(g, "r", "k", 2));
+  EXPECT_FALSE(May(g, "r", "k", 3));
+}
+
+TEST(OrderGuard, EarlierEventIsNotHeldByALaterWaitingOne) {
+  // Order means later waits for earlier, never the reverse.
+  OrderGuard g;
+  g.Block("r", "k", Id(5), 5000);
+  EXPECT_TRUE(May(g, "r", "k", 4));
+  EXPECT_TRUE(May(g, "r", "k", 1));
+}
+
+TEST(OrderGuard, EmitOrderIsTheIdsByteOrder) {
+  OrderGuard g;
+  g.Block("r", "k", "0190a000-0000-7000-8000-000000000000", 5000);
+  EXPECT_FALSE(g.MayDeliver("r", "k", "0190b000-0000-7000-8000-000000000000", nullptr, nullptr));
+  EXPECT_TRUE(g.MayDeliver("r", "k", "01909fff-ffff-7fff-bfff-ffffffffffff", nullptr, nullptr));
+}
+
+TEST(OrderGuard, EventMayGoOnceEveryEarlierWaitingEventIsReleased) {
+  OrderGuard g;
+  g.Block("r", "k", Id(1), 1000);
+  g.Block("r", "k", Id(2), 2000);
+  g.Release("r", "k", Id(1));
+  EXPECT_FALSE(May(g, "r", "k", 3));  // 2 still waits
+  EXPECT_TRUE(May(g, "r", "k", 2));
+  g.Release("r", "k", Id(2));
+  EXPECT_TRUE(May(g, "r", "k", 3));
+  EXPECT_EQ(g.size(), 0u);
+}
+
+TEST(OrderGuard, ReleasingTheLaterEventDoesNotFreeTheKey) {
+  OrderGuard g;
+  g.Block("r", "k", Id(1), 1000);
+  g.Block("r", "k", Id(2), 1000);
+  g.Release("r", "k", Id(2));
+  EXPECT_FALSE(May(g, "r", "k", 3));
+}
+
+TEST(OrderGuard, ReleaseOfOtherRouteOrKeyOrUnknownEventChangesNothing) {
+  OrderGuard g;
+  g.Block("r", "k", Id(1), 1000);
+  g.Release("r", "other", Id(1));
+  g.Release("other", "k", Id(1));
+  g.Release("r", "k", Id(7));
+  g.Release("nowhere", "nothing", Id(1));
+  EXPECT_FALSE(May(g, "r", "k", 2));
+  EXPECT_EQ(g.size(), 1u);
+}
+
+TEST(OrderGuard, BlockingTheSameEventTwiceNeedsOneRelease) {
+  OrderGuard g;
+  g.Block("r", "k", Id(1), 1000);
+  g.Block("r", "k", Id(1), 3000);  // failed again, later retry time
+  int64_t until = 0;
+  EXPECT_FALSE(May(g, "r", "k", 2, &until));
+  EXPECT_EQ(until, 3000);
+  g.Release("r", "k", Id(1));
+  EXPECT_TRUE(May(g, "r", "k", 2));
+}
+
+TEST(OrderGuard, InBatchAdmitsLaterEventWhenEveryEarlierWaitingOneIsAdmitted) {
+  OrderGuard g;
+  g.Block("r", "k", Id(1), 1000);
+  g.Block("r", "k", Id(2), 1000);
+  int64_t until = kUntouched;
+
+  std::set<std::string> batch = {Id(1)};
+  EXPECT_FALSE(g.MayDeliver("r", "k", Id(3), &batch, &until));
+  EXPECT_EQ(until, 1000);
+
+  batch = {Id(2)};
+  EXPECT_FALSE(g.MayDeliver("r", "k", Id(3), &batch, &until));
+
+  batch = {Id(1), Id(2)};
+  EXPECT_TRUE(g.MayDeliver("r", "k", Id(3), &batch, &until));
+  EXPECT_TRUE(g.MayDeliver("r", "k", Id(2), &batch, &until));
+
+  // Events of other keys in the batch do not count.
+  g.Block("r", "k2", Id(4), 1000);
+  batch = {Id(1), Id(2)};
+  EXPECT_FALSE(g.MayDeliver("r", "k2", Id(5), &batch, &until));
+  batch.insert(Id(4));
+  EXPECT_TRUE(g.MayDeliver("r", "k2", Id(5), &batch, &until));
+}
+
+TEST(OrderGuard, EmptyBatchAdmitsNothingBehindAWaitingEvent) {
+  OrderGuard g;
+  g.Block("r", "k", Id(1), 1000);
+  const std::set<std::string> empty;
+  int64_t until = 0;
+  EXPECT_FALSE(g.MayDeliver("r", "k", Id(2), &empty, &until));
+  EXPECT_EQ(until, 1000);
+}
+
+TEST(OrderGuard, UntilIsTheLatestTimeAnyWaitingEventWaitsFor) {
+  OrderGuard g;
+  g.Block("r", "k", Id(1), 100);
+  g.Block("r", "k", Id(2), 300);
+  g.Block("r", "k", Id(3), 200);
+  int64_t until = 0;
+  EXPECT_FALSE(May(g, "r", "k", 4, &until));
+  EXPECT_EQ(until, 300);
+  // Other keys keep their own time.
+  g.Block("r", "k2", Id(5), 50);
+  EXPECT_FALSE(May(g, "r", "k2", 6, &until));
+  EXPECT_EQ(until, 50);
+}
+
+TEST(OrderGuard, UntilIsOnlyWrittenWhenTheEventIsHeld) {
+  OrderGuard g;
+  g.Block("r", "k", Id(5), 100);
+  int64_t until = kUntouched;
+  EXPECT_TRUE(May(g, "r", "k", 1, &until));
+  EXPECT_EQ(until, kUntouched);
+}
+
+TEST(OrderGuard, SizeCountsRouteKeyPairsAndClearForgetsThem) {
+  OrderGuard g;
+  g.Block("r", "k", Id(1), 100);
+  g.Block("r", "k", Id(2), 100);
+  g.Block("r", "k2", Id(3), 100);
+  g.Block("r2", "k", Id(4), 100);
+  EXPECT_EQ(g.size(), 3u);
+  g.Clear();
+  EXPECT_EQ(g.size(), 0u);
+  EXPECT_TRUE(May(g, "r", "k", 9));
+  EXPECT_TRUE(May(g, "r", "k2", 9));
+  EXPECT_TRUE(May(g, "r2", "k", 9));
+}
+
+}  // namespace
+}  // namespace outbox
