@@ -14,7 +14,7 @@ PG_SRCS = src/pg_bridge.cpp src/outbox.cpp src/guc.cpp src/emit.cpp src/partitio
           src/payload_json.cpp src/database_guard.cpp
 FREE_SRCS = src/uuid7.cpp src/names.cpp src/route_match.cpp src/partition_calendar.cpp \
             src/sink_options.cpp src/backoff.cpp src/order_guard.cpp src/dispatch.cpp \
-            src/sink.cpp src/kafka_sink.cpp
+            src/sink.cpp src/kafka_sink.cpp src/redis_sink.cpp
 OBJS = $(PG_SRCS:.cpp=.o) $(FREE_SRCS:.cpp=.o)
 
 REGRESS = setup emit sinks routes partitions privileges extension
@@ -29,7 +29,7 @@ PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Wno-unused-parameter \
 ifeq ($(WERROR),1)
 PG_CXXFLAGS += -Werror
 endif
-SHLIB_LINK = -lrdkafka -lstdc++
+SHLIB_LINK = -lrdkafka -lhiredis -lstdc++
 
 # No LLVM bitcode: the JIT never inlines our functions, and this keeps clang
 # out of the build requirements.

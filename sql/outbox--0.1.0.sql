@@ -43,7 +43,8 @@ COMMENT ON COLUMN outbox.events.next_attempt_at IS
 --   time) order. Every insert writes this entry and nothing else; the
 --   publisher claims from here.
 -- - retry: pending events waiting for a retry, or parked behind an earlier
---   event of the same key, or for a route ('infinity'), by due time.
+--   event of the same key, or for a route ('infinity'), or revived by
+--   retry_dead() (due at once), by due time.
 -- - dead: events that failed outbox.max_attempts times.
 -- A published event is in none of them, so neither a claim nor a retention
 -- check ever walks published rows, and a claim never walks failing ones.
@@ -143,7 +144,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     WITH revived AS (
         UPDATE outbox.events e
-           SET status = 'pending', attempts = 0, next_attempt_at = NULL
+           SET status = 'pending', attempts = 0, next_attempt_at = now()
          WHERE e.status = 'dead'
            AND ($1 IS NULL OR e.topic = $1)
         RETURNING 1)

@@ -18,6 +18,7 @@
 #include <new>
 
 #include "guc.hpp"
+#include "partition_calendar.hpp"
 #include "payload_json.hpp"
 #include "sink_catalog.hpp"
 
@@ -37,6 +38,7 @@ namespace {
 
 SPIPlanPtr claim_retry_plan = nullptr;
 SPIPlanPtr claim_ready_plan = nullptr;
+SPIPlanPtr bound_plan = nullptr;
 
 // Columns of both claim queries.
 enum Column { kTableOid = 1, kCtid, kId, kTopic, kKey, kPayload, kHeaders, kAttempts };
@@ -59,12 +61,67 @@ void PreparePlans() {
               " AND next_attempt_at <= now() ORDER BY next_attempt_at, id LIMIT $1"
               " FOR UPDATE SKIP LOCKED",
               1, types);
+  Oid ready_types[2] = {INT4OID, UUIDOID};
   claim_ready_plan =
       Prepare("SELECT " CLAIM_COLUMNS
               " FROM outbox.events WHERE status = 'pending' AND next_attempt_at IS NULL"
-              " ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
-              1, types);
+              " AND id >= $2 ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
+              2, ready_types);
+  bound_plan = Prepare(
+      "SELECT (SELECT min(xact_start) FROM pg_catalog.pg_stat_activity"
+      "         WHERE datid = (SELECT oid FROM pg_catalog.pg_database"
+      "                         WHERE datname = current_database())"
+      "           AND backend_xid IS NOT NULL AND pid <> pg_catalog.pg_backend_pid()),"
+      "       (SELECT count(*) FROM pg_catalog.pg_prepared_xacts"
+      "         WHERE database = current_database())",
+      0, nullptr);
 }
+
+// The ready claim's starting point.
+//
+// Published events leave the ready index, but their index entries stay until
+// they are known dead to every snapshot; while a long transaction holds the
+// xmin horizon back, a claim starting at the head of the index would visit
+// every event published since. So the claim starts at a floor below which no
+// ready event can exist:
+// - the ready index only receives new events (retries, revived and unrouted
+//   events go through the retry index);
+// - an event not yet committed has an id (its emit time) no earlier than the
+//   start of its transaction, which has a transaction id once it emitted:
+//   the floor never exceeds the oldest start among this database's writing
+//   transactions, nor now minus a second (clock margin);
+// - a claim covers everything visible from the floor up to its last row.
+// Prepared transactions hide their start time: while any exists here, claims
+// start at the beginning. Rows another session held locked when we skipped
+// them (SKIP LOCKED), and rows partition maintenance moved out of the default
+// partition, can sit below the floor: a full scan every few seconds picks
+// them up.
+constexpr int64 kFullScanIntervalUs = 10 * USECS_PER_SEC;
+pg_uuid_t ready_floor;  // all zero: from the beginning
+TimestampTz last_full_scan = 0;
+
+// The highest floor that is safe now (see above).
+pg_uuid_t SafeBound(TimestampTz now) {
+  pg_uuid_t bound;
+  memset(&bound, 0, sizeof bound);
+  if (SPI_execute_plan(bound_plan, nullptr, nullptr, false, 1) != SPI_OK_SELECT ||
+      SPI_processed != 1) {
+    return bound;
+  }
+  bool start_null = false, prepared_null = false;
+  Datum start = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &start_null);
+  const int64 prepared =
+      DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &prepared_null));
+  if (prepared > 0) return bound;
+  TimestampTz t = now - USECS_PER_SEC;
+  if (!start_null && DatumGetTimestampTz(start) < t) t = DatumGetTimestampTz(start);
+  const int64 unix_ms = t / 1000 + kPgEpochUnixSeconds * 1000;
+  if (unix_ms <= 0) return bound;
+  for (int i = 0; i < 6; ++i) bound.data[i] = static_cast<uint8>(unix_ms >> (40 - 8 * i));
+  return bound;
+}
+
+int CompareUuid(const pg_uuid_t &a, const pg_uuid_t &b) { return memcmp(a.data, b.data, UUID_LEN); }
 
 // One claimed row, copied out of SPI's tuple table.
 struct Claimed {
@@ -198,8 +255,8 @@ void WriteOutcomes(Oid partition, const Claimed *claimed, const RowOutcome *outc
   }
 }
 
-int RunClaim(SPIPlanPtr plan, int limit) {
-  Datum args[1] = {Int32GetDatum(limit)};
+int RunClaim(SPIPlanPtr plan, int limit, const pg_uuid_t *floor = nullptr) {
+  Datum args[2] = {Int32GetDatum(limit), UUIDPGetDatum(const_cast<pg_uuid_t *>(floor))};
   const int rc = SPI_execute_plan(plan, args, nullptr, false, 0);
   if (rc != SPI_OK_SELECT) elog(ERROR, "outbox: claim failed: %s", SPI_result_code_string(rc));
   return static_cast<int>(SPI_processed);
@@ -211,11 +268,32 @@ int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted) {
   PreparePlans();
   const int batch = guc::batch_size;
 
-  // Due retries first (they are older), then never-tried events.
+  // Due retries first (they are older), then never-tried events from the
+  // floor on (or from the beginning, every kFullScanIntervalUs).
+  const TimestampTz now = GetCurrentTimestamp();
+  const pg_uuid_t bound = SafeBound(now);
+  pg_uuid_t floor = ready_floor;
+  if (now - last_full_scan >= kFullScanIntervalUs) {
+    memset(&floor, 0, sizeof floor);
+    last_full_scan = now;
+  }
   int nretry = RunClaim(claim_retry_plan, batch);
   SPITupleTable *retry_rows = SPI_tuptable;
-  int nready = nretry < batch ? RunClaim(claim_ready_plan, batch - nretry) : 0;
+  const int ready_limit = batch - nretry;
+  int nready = ready_limit > 0 ? RunClaim(claim_ready_plan, ready_limit, &floor) : 0;
   SPITupleTable *ready_rows = nready > 0 ? SPI_tuptable : nullptr;
+  // Next floor: everything visible from `floor` up to the last row claimed
+  // (or all of it, when the claim came back short) has been claimed.
+  pg_uuid_t next_floor = bound;
+  if (ready_limit > 0 && nready == ready_limit) {
+    bool isnull = false;
+    const pg_uuid_t *last = DatumGetUUIDP(
+        SPI_getbinval(ready_rows->vals[nready - 1], ready_rows->tupdesc, kId, &isnull));
+    if (CompareUuid(*last, next_floor) < 0) next_floor = *last;
+  } else if (ready_limit <= 0) {
+    next_floor = ready_floor;  // no ready claim ran: nothing learned
+  }
+  ready_floor = next_floor;
   const int n = nretry + nready;
   if (n == 0) return 0;
 
@@ -247,6 +325,10 @@ int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted) {
   settings.backoff_max_ms = guc::backoff_max_ms;
   settings.now_us = GetCurrentTimestamp();
   dispatcher->Dispatch(sorted, static_cast<size_t>(n), settings, outcomes, interrupted);
+  for (int i = 0; i < n; ++i) {
+    // An event left as it was may be a ready one below the new floor.
+    if (outcomes[i].outcome == Outcome::kUntouched) memset(&ready_floor, 0, sizeof ready_floor);
+  }
 
   // One pass per partition the batch touched (usually one or two).
   for (int i = 0; i < n; ++i) {
@@ -295,8 +377,10 @@ void LoadConfiguration(Dispatcher *dispatcher) {
   }
   dispatcher->Configure(routes, static_cast<size_t>(nroutes), sinks, static_cast<size_t>(nsinks));
 
-  // Events parked for lack of a route get another look under the new routes.
-  if (SPI_execute("UPDATE outbox.events SET next_attempt_at = NULL"
+  // Events parked for lack of a route get another look under the new routes
+  // (due now, through the retry index: the ready index only ever receives
+  // new events, which keeps the ready claim's starting point valid).
+  if (SPI_execute("UPDATE outbox.events SET next_attempt_at = now()"
                   " WHERE status = 'pending' AND next_attempt_at = 'infinity'",
                   false, 0) != SPI_OK_UPDATE) {
     elog(ERROR, "outbox: cannot release events that waited for a route");

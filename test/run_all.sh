@@ -215,7 +215,7 @@ if ((PGXS_OK)); then
   if ! as_server_user test -w "$TAP_DIR" -a -r "$REPO/test/t" -a -x "$REPO/test/t"; then
     # The checkout is not readable by that user (e.g. under /root): run a copy.
     TAP_DIR=$(mktemp -d "${CLUSTER_TMP_BASE}/outbox-tap.XXXXXX")
-    cp -r "$REPO/test/t" "$REPO/test/lib" "$TAP_DIR/"
+    cp -r "$REPO/test/t" "$REPO/test/lib" "$REPO/test/kafka" "$TAP_DIR/"
     chmod -R a+rX "$TAP_DIR"
     ((EUID == 0)) && chown -R "$CLUSTER_OS_USER:" "$TAP_DIR"
     TAP_SRC=$TAP_DIR
@@ -232,7 +232,7 @@ if ((PGXS_OK)); then
     PATH="$PATH" HOME="$TAP_DIR" LC_ALL=C.UTF-8 LANG=C.UTF-8 \
     PERL5LIB="$PGXS_TOP/src/test/perl:$TAP_SRC/lib${PERL5LIB:+:$PERL5LIB}" \
     TESTDIR="$TAP_DIR" PG_REGRESS="$PG_REGRESS_BIN" OUTBOX_REPO="$REPO" \
-    prove --timer t/*.pl); then
+    prove --timer t/*.pl kafka/selftest.pl); then
     record TAP pass "${#TAP_TESTS[@]} files"
     [[ "$TAP_SRC" == "$TAP_DIR" ]] && rm -rf "$TAP_DIR" # the copy is not needed any more
   else

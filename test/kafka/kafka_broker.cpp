@@ -55,15 +55,26 @@
 // TOPIC_AUTHORIZATION_FAILED, NOT_ENOUGH_REPLICAS, INVALID_RECORD, _TRANSPORT (the broker
 // drops the connection instead of answering), ... A decimal error code also works.
 //
-// Mock-cluster behaviour worth knowing (librdkafka 2.0.2):
-// - Topics are created automatically (4 partitions, replication min(3, brokers)) when a
-//   client asks for their metadata with auto-creation allowed. Producers allow it by
-//   default (allow.auto.create.topics defaults to true for producers); consumers do not,
-//   so a consumer of a never-produced topic sees UNKNOWN_TOPIC_OR_PART. Pre-create topics
-//   when the partition count matters.
-// - `down` does not move partition leaders; a leaderless partition (`leader t 0 -1`) makes
-//   Produce and Fetch for it fail with LEADER_NOT_AVAILABLE / NOT_LEADER until a leader is
-//   set again.
+// Mock-cluster behaviour worth knowing (librdkafka 2.0.2, measured with kcat and
+// kafka_consume):
+// - A Metadata request that names a missing topic creates it, with 4 partitions and
+//   replication min(3, brokers), whatever the client's allow.auto.create.topics says. So a
+//   producer's first message creates its topic, and so does a consumer that asks for the
+//   topic by name (kcat -C does). A Metadata request for all topics creates nothing, which
+//   is what kafka_consume uses. `leader` and `topic_error` create missing topics too.
+//   Pre-create topics (--topic, create_topic) when the partition count matters.
+// - `down` closes the broker's connections and refuses new ones, but the broker keeps its
+//   partition leaderships: those partitions are unavailable until `up` or `leader`.
+//   Clients back off between reconnects up to reconnect.backoff.max.ms (default 10 s), so
+//   after `up all` a producer that saw 5 s of outage needed ~5.7 s to deliver again with
+//   the default, ~0.3 s with reconnect.backoff.max.ms=1000.
+// - Leaderless (`leader t 0 -1`): Metadata reports no leader, producers keep the
+//   partition's messages queued (failing with _MSG_TIMED_OUT after message.timeout.ms) and
+//   deliver them as soon as `leader` sets one again (measured: at once).
+// - Errors pushed with produce_errors are consumed one per Produce request, by any client,
+//   on any broker. Retriable ones (NOT_LEADER_FOR_PARTITION, REQUEST_TIMED_OUT,
+//   NOT_ENOUGH_REPLICAS) are retried by the producer; MSG_SIZE_TOO_LARGE,
+//   TOPIC_AUTHORIZATION_FAILED, INVALID_RECORD fail the delivery.
 // - The mock keeps an idempotent producer's ids but does not deduplicate retried batches
 //   unless a transactional.id is set.
 //
@@ -71,13 +82,14 @@
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <climits>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <iostream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -363,11 +375,51 @@ bool ParseArgs(int argc, char **argv, Options *o) {
   return true;
 }
 
-// Writes one reply line and flushes; false when stdout is gone (reader died).
+// Reads stdin one line at a time with read(2), retrying on EINTR (stdio would report an
+// interrupted read as end of input and the broker would quit under the test's feet).
+class LineReader {
+ public:
+  // False at end of input or on a read error (reported on stderr).
+  bool Next(std::string *line) {
+    for (;;) {
+      size_t nl = buf_.find('\n');
+      if (nl != std::string::npos) {
+        *line = buf_.substr(0, nl);
+        buf_.erase(0, nl + 1);
+        return true;
+      }
+      char chunk[4096];
+      ssize_t n = read(STDIN_FILENO, chunk, sizeof(chunk));
+      if (n > 0) {
+        buf_.append(chunk, static_cast<size_t>(n));
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else {
+        if (n < 0) std::fprintf(stderr, "kafka_broker: read stdin: %s\n", std::strerror(errno));
+        if (buf_.empty()) return false;
+        line->swap(buf_);  // last line without a newline
+        buf_.clear();
+        return true;
+      }
+    }
+  }
+
+ private:
+  std::string buf_;
+};
+
+// Writes one reply line with write(2) (unbuffered, EINTR retried); false when stdout is gone
+// (reader died).
 bool WriteLine(const std::string &s) {
   std::string line = s + "\n";
-  if (std::fwrite(line.data(), 1, line.size(), stdout) != line.size()) return false;
-  return std::fflush(stdout) == 0;
+  size_t off = 0;
+  while (off < line.size()) {
+    ssize_t n = write(STDOUT_FILENO, line.data() + off, line.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    off += static_cast<size_t>(n);
+  }
+  return true;
 }
 
 }  // namespace
@@ -420,7 +472,8 @@ int main(int argc, char **argv) {
   if (rc == 0 && WriteLine(std::string("BOOTSTRAP ") + broker.Bootstraps())) {
     std::string line;
     bool quit = false;
-    while (!quit && std::getline(std::cin, line)) {
+    LineReader reader;
+    while (!quit && reader.Next(&line)) {
       if (!line.empty() && line.back() == '\r') line.pop_back();
       std::string reply;
       try {
@@ -428,8 +481,12 @@ int main(int argc, char **argv) {
       } catch (const std::exception &e) {  // bad_alloc and the like: answer, keep serving
         reply = std::string("ERR internal: ") + e.what();
       }
-      if (!WriteLine(reply)) break;
+      if (!WriteLine(reply)) {
+        std::fprintf(stderr, "kafka_broker: stdout closed, exiting\n");
+        break;
+      }
     }
+    if (!quit) std::fprintf(stderr, "kafka_broker: end of stdin, exiting\n");
   }
 
   rd_kafka_mock_cluster_destroy(mc);

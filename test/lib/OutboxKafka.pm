@@ -227,18 +227,18 @@ sub _read_line
 		my $err = $@;
 		$err = "no reply within $secs s\n" if $self->{timeout}->is_expired;
 		chomp $err;
-		if (!$h->pumpable || $err =~ /exited|ended prematurely/)
-		{
-			# Reap it to tell an exit from a crash.
-			$self->{timeout}->start(5);
-			eval { $h->finish };
-			my $st = $h->full_result;
-			$err .= defined $st
-			  ? sprintf(' (wait status %d: exit %d, signal %d)', $st, $st >> 8, $st & 127)
-			  : '';
-			delete $self->{h};
-		}
-		croak "waiting for $what from kafka_broker: $err; log: $self->{log}";
+		# Either way the channel is unusable (a late reply would be taken for the answer
+		# to the next command): make sure the broker is gone and say how it ended.
+		delete $self->{h};
+		$self->{timeout}->start(5);
+		eval { $h->kill_kill(grace => 2) } if $h->pumpable;
+		eval { $h->finish };
+		my $st = eval { $h->full_result };
+		$err .= sprintf(' (broker wait status %d: exit %d, signal %d)', $st, $st >> 8, $st & 127)
+		  if defined $st;
+		my $log = $self->log_contents;
+		$log = '...' . substr($log, -2000) if length $log > 2000;
+		croak "waiting for $what from kafka_broker: $err\nlog $self->{log}:\n$log";
 	}
 	$self->{out} =~ s/^([^\n]*)\n//;
 	return $1;

@@ -50,6 +50,7 @@ sub kafka_sink_sql {
 		'bootstrap.servers' => $bootstrap,
 		'message.timeout.ms' => '3000',
 		'topic.metadata.refresh.interval.ms' => '1000',
+		'reconnect.backoff.max.ms' => '1000',  # quick reconnects after an outage
 		%extra);
 	my $json = join(', ', map { qq{"$_": "$options{$_}"} } sort keys %options);
 	return "SELECT outbox.create_sink('$name', 'kafka', '{$json}')";

@@ -1,0 +1,77 @@
+# A throwaway redis-server for TAP tests: started on a free loopback port in
+# a directory of its own (append-only file on, so a restart keeps the data),
+# queried with redis-cli.
+package OutboxRedis;
+
+use strict;
+use warnings;
+use File::Temp qw(tempdir);
+use IO::Socket::INET;
+use PostgreSQL::Test::Utils;
+use Time::HiRes qw(usleep);
+
+sub _free_port {
+	my $sock = IO::Socket::INET->new(Listen => 1, LocalAddr => '127.0.0.1', LocalPort => 0)
+	  or die "no free port: $!";
+	my $port = $sock->sockport;
+	close $sock;
+	return $port;
+}
+
+sub start {
+	my ($class, %opts) = @_;
+	my $self = bless {
+		port => _free_port(),
+		password => $opts{password},
+		dir => tempdir('outbox-redis-XXXXXX', TMPDIR => 1, CLEANUP => 1),
+	}, $class;
+	$self->_launch;
+	return $self;
+}
+
+sub port { return $_[0]{port} }
+
+sub _launch {
+	my ($self) = @_;
+	my @args = ('redis-server', '--port', $self->{port}, '--bind', '127.0.0.1',
+		'--dir', $self->{dir}, '--save', '', '--appendonly', 'yes',
+		'--appendfsync', 'always', '--daemonize', 'yes',
+		'--pidfile', "$self->{dir}/redis.pid", '--logfile', "$self->{dir}/redis.log");
+	push @args, '--requirepass', $self->{password} if defined $self->{password};
+	system(@args) == 0 or die "redis-server did not start";
+	for (1 .. 100) {
+		return if eval { $self->cli('PING') eq 'PONG' };
+		usleep(50_000);
+	}
+	die "redis-server does not answer";
+}
+
+# Run one command; returns redis-cli's raw output, trimmed.
+sub cli {
+	my ($self, @command) = @_;
+	my @auth = defined $self->{password} ? ('-a', $self->{password}, '--no-auth-warning') : ();
+	my ($stdout, $stderr) = run_command(
+		[ 'redis-cli', '-p', $self->{port}, @auth, '--raw', @command ]);
+	chomp $stdout;
+	return $stdout;
+}
+
+sub stop {
+	my ($self) = @_;
+	return unless -f "$self->{dir}/redis.pid";
+	my $pid = slurp_file("$self->{dir}/redis.pid");
+	chomp $pid;
+	kill 'KILL', $pid;
+	usleep(100_000) while kill 0, $pid;
+	unlink "$self->{dir}/redis.pid";
+}
+
+sub restart {
+	my ($self) = @_;
+	$self->stop;
+	$self->_launch;
+}
+
+sub DESTROY { $_[0]->stop }
+
+1;
