@@ -38,6 +38,7 @@ SELECT error_of($$SELECT outbox.add_route(NULL, 'kafka-a')$$);
 SELECT error_of($$SELECT outbox.add_route('', 'kafka-a')$$);
 SELECT error_of($$SELECT outbox.add_route('orders.?', 'kafka-a')$$);
 SELECT error_of($$SELECT outbox.add_route('orders created', 'kafka-a')$$);
+SELECT error_of($$SELECT outbox.add_route('x.*', 'kafka-a', '..')$$);
 SELECT error_of(format('SELECT outbox.add_route(%L, %L)', repeat('*', 250), 'kafka-a'));
 SELECT error_of($$SELECT outbox.add_route('x.*', NULL)$$);
 SELECT error_of($$SELECT outbox.add_route('x.*', 'no-such-sink')$$);

@@ -13,6 +13,7 @@ namespace outbox {
 namespace {
 
 constexpr int64_t kUsecPerMs = 1000;
+constexpr std::string_view kWaitingForKey = "waiting for an earlier event with the same key";
 // next_attempt_us for events without a route: PostgreSQL's 'infinity'.
 constexpr int64_t kInfinityUs = INT64_MAX;
 
@@ -174,16 +175,10 @@ void Dispatcher::Dispatch(const EventRow *rows, size_t n, const DispatchSettings
         out[i].outcome = Outcome::kPark;
         out[i].next_attempt_us = state.retry_at_us;
         SetError(&out[i], "sink \"" + route.sink + "\" is unavailable: " + state.last_error);
-      } else if (row.has_key) {
-        int64_t until = 0;
-        if (!guard_.MayDeliver(route.pattern, row.key, row.id, &admitted, &until)) {
-          out[i].outcome = Outcome::kPark;
-          out[i].next_attempt_us = std::max(until, settings.now_us);
-          SetError(&out[i], "waiting for an earlier event with the same key");
-        }
-      }
-      if (out[i].outcome == Outcome::kPark) {
         if (row.has_key) guard_.Block(route.pattern, row.key, row.id, out[i].next_attempt_us);
+        continue;
+      }
+      if (ParkBehindEarlier(row, route, &admitted, settings.now_us, kWaitingForKey, &out[i])) {
         continue;
       }
       admitted.emplace(row.id);
@@ -291,15 +286,12 @@ void Dispatcher::DispatchGroup(const std::string &sink_name, SinkState *state,
       // Held back behind an earlier failure of its key in this call (handled
       // above, in id order): wait as long as that one waits, or go at once
       // if it died.
-      int64_t until = settings.now_us;
-      if (rows[i].has_key &&
-          !guard_.MayDeliver(route.pattern, rows[i].key, rows[i].id, nullptr, &until)) {
-        guard_.Block(route.pattern, rows[i].key, rows[i].id, until);
+      const std::string_view why = result.error.empty() ? kWaitingForKey : result.error;
+      if (!ParkBehindEarlier(rows[i], route, nullptr, settings.now_us, why, &out[i])) {
+        out[i].outcome = Outcome::kPark;
+        out[i].next_attempt_us = settings.now_us;
+        SetError(&out[i], why);
       }
-      out[i].outcome = Outcome::kPark;
-      out[i].next_attempt_us = std::max(until, settings.now_us);
-      SetError(&out[i], result.error.empty() ? "waiting for an earlier event with the same key"
-                                             : result.error);
       continue;
     }
     if (result.status == DeliveryStatus::kRejected && members.size() > 1 && sink != nullptr) {
@@ -313,13 +305,7 @@ void Dispatcher::DispatchGroup(const std::string &sink_name, SinkState *state,
         out[i].outcome = Outcome::kUntouched;
         continue;
       }
-      int64_t until = settings.now_us;
-      if (rows[i].has_key &&
-          !guard_.MayDeliver(route.pattern, rows[i].key, rows[i].id, nullptr, &until)) {
-        guard_.Block(route.pattern, rows[i].key, rows[i].id, until);
-        out[i].outcome = Outcome::kPark;
-        out[i].next_attempt_us = std::max(until, settings.now_us);
-        SetError(&out[i], "waiting for an earlier event with the same key");
+      if (ParkBehindEarlier(rows[i], route, nullptr, settings.now_us, kWaitingForKey, &out[i])) {
         continue;
       }
       OutMessage alone = message_for(i);
@@ -333,6 +319,23 @@ void Dispatcher::DispatchGroup(const std::string &sink_name, SinkState *state,
     }
     Attempted(rows[i], route, result, settings, &out[i]);
   }
+}
+
+// If an earlier event of row's route and key waits (and is not admitted to
+// this batch ahead of it), park row behind it until that one's time, and
+// note row as waiting too. Returns whether it parked.
+bool Dispatcher::ParkBehindEarlier(const EventRow &row, const Route &route,
+                                   const std::set<std::string> *in_batch, int64_t now_us,
+                                   std::string_view error, RowOutcome *out) {
+  int64_t until = now_us;
+  if (!row.has_key || guard_.MayDeliver(route.pattern, row.key, row.id, in_batch, &until)) {
+    return false;
+  }
+  out->outcome = Outcome::kPark;
+  out->next_attempt_us = std::max(until, now_us);
+  SetError(out, error);
+  guard_.Block(route.pattern, row.key, row.id, out->next_attempt_us);
+  return true;
 }
 
 void Dispatcher::Attempted(const EventRow &row, const Route &route, const Delivery &delivery,

@@ -27,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -149,6 +150,9 @@ class Dispatcher {
                      const std::vector<size_t> &members, const EventRow *rows,
                      const std::vector<int> &route_of, const DispatchSettings &settings,
                      RowOutcome *out, Sink::InterruptCheck interrupted);
+  bool ParkBehindEarlier(const EventRow &row, const Route &route,
+                         const std::set<std::string> *in_batch, int64_t now_us,
+                         std::string_view error, RowOutcome *out);
   void Attempted(const EventRow &row, const Route &route, const Delivery &delivery,
                  const DispatchSettings &settings, RowOutcome *out);
 

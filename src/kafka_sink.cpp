@@ -13,6 +13,8 @@
 // 500 ms by a poll loop), and flush returns as soon as nothing is left.
 #include "kafka_sink.hpp"
 
+#include "names.hpp"
+
 #include <librdkafka/rdkafka.h>
 #include <sys/types.h>
 
@@ -605,16 +607,6 @@ std::string KafkaErrorText(int err) {
   return text;
 }
 
-bool IsValidKafkaTopic(std::string_view name) {
-  if (name.empty() || name.size() > 249 || name == "." || name == "..") return false;
-  for (const char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '.' || c == '_' || c == '-';
-    if (!ok) return false;
-  }
-  return true;
-}
-
 std::unique_ptr<Sink> MakeKafkaSink(const std::string &name, const SinkOptions &options,
                                     std::string *error) {
   std::string ignored;
@@ -628,22 +620,8 @@ std::unique_ptr<Sink> MakeKafkaSink(const std::string &name, const SinkOptions &
     auto sink = std::make_unique<KafkaSink>();
     if (!sink->Init(name, options, error)) return nullptr;
     return sink;
-  } catch (const std::bad_alloc &) {
-    error->clear();
-    try {
-      *error = "out of memory";
-    } catch (...) {
-    }
-  } catch (const std::exception &e) {
-    try {
-      *error = e.what();
-    } catch (...) {
-    }
   } catch (...) {
-    try {
-      *error = "unexpected error";
-    } catch (...) {
-    }
+    DescribeCurrentException(error);
   }
   return nullptr;
 }

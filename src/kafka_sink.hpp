@@ -5,6 +5,7 @@
 #include <string>
 #include <string_view>
 
+#include "names.hpp"  // IsValidKafkaTopic
 #include "sink.hpp"
 
 namespace outbox {
@@ -18,9 +19,5 @@ DeliveryStatus ClassifyKafkaError(int err);
 
 // "NAME: description", e.g. "MSG_SIZE_TOO_LARGE: Broker: Message size too large".
 std::string KafkaErrorText(int err);
-
-// True when `name` is a legal Kafka topic name: 1 to 249 characters of
-// [A-Za-z0-9._-], and neither "." nor "..".
-bool IsValidKafkaTopic(std::string_view name);
 
 }  // namespace outbox

@@ -19,6 +19,10 @@ bool AllOf(std::string_view s, size_t max_len, bool allow_star) {
 
 bool IsValidTopic(std::string_view topic) { return AllOf(topic, kMaxTopicLength, false); }
 
+bool IsValidKafkaTopic(std::string_view topic) {
+  return IsValidTopic(topic) && topic != "." && topic != "..";
+}
+
 bool IsValidPattern(std::string_view pattern) { return AllOf(pattern, kMaxTopicLength, true); }
 
 bool IsValidSinkName(std::string_view name) { return AllOf(name, kMaxSinkNameLength, false); }

@@ -11,6 +11,10 @@ namespace outbox {
 constexpr size_t kMaxTopicLength = 249;
 bool IsValidTopic(std::string_view topic);
 
+// A Kafka topic that can actually be created: a valid topic, and neither "."
+// nor ".." (Kafka refuses those two). Used for Kafka targets.
+bool IsValidKafkaTopic(std::string_view topic);
+
 // A route pattern: a topic in which '*' may stand for any run of characters
 // (1 to 249 characters of [A-Za-z0-9._-*]).
 bool IsValidPattern(std::string_view pattern);

@@ -775,17 +775,8 @@ std::unique_ptr<Sink> MakeRedisSink(const std::string &name, const SinkOptions &
       return nullptr;
     }
     return std::make_unique<RedisSink>(name, std::move(parsed));
-  } catch (const std::bad_alloc &) {
-    error->clear();
-    try {
-      *error = "out of memory";
-    } catch (...) {
-    }
   } catch (...) {
-    try {
-      *error = "unexpected error";
-    } catch (...) {
-    }
+    DescribeCurrentException(error);
   }
   return nullptr;
 }

@@ -4,6 +4,23 @@
 
 namespace outbox {
 
+void DescribeCurrentException(std::string *error) noexcept {
+  try {
+    error->clear();
+    try {
+      throw;
+    } catch (const std::bad_alloc &) {
+      *error = "out of memory";
+    } catch (const std::exception &e) {
+      *error = e.what();
+    } catch (...) {
+      *error = "unexpected error";
+    }
+  } catch (...) {
+    // Assigning the text itself ran out of memory: leave it empty.
+  }
+}
+
 std::unique_ptr<Sink> MakeSink(std::string_view name, std::string_view kind,
                                const SinkOptions &options, std::string *error) {
   if (kind == "kafka") return MakeKafkaSink(std::string(name), options, error);

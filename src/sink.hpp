@@ -90,6 +90,10 @@ class Sink {
   virtual std::string State() const = 0;
 };
 
+// For sink factories, inside a catch block: describe the exception being
+// handled into *error ("out of memory", its what(), or "unexpected error").
+void DescribeCurrentException(std::string *error) noexcept;
+
 // Build a Kafka sink from create_sink() options. Our defaults apply unless
 // the options set them: enable.idempotence=true, acks=all,
 // partitioner=murmur2_random, linger.ms=1, message.timeout.ms=10000.

@@ -240,11 +240,12 @@ OUTBOX_SQL_FUNCTION(outbox_add_route) {
   const char *kind = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
   if (target != nullptr) {
     const bool kafka = strcmp(kind, "kafka") == 0;
-    if (kafka ? !IsValidTopic(View(target)) : VARSIZE_ANY_EXHDR(target) == 0) {
+    if (kafka ? !IsValidKafkaTopic(View(target)) : VARSIZE_ANY_EXHDR(target) == 0) {
       ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                       errmsg("invalid target %s for %s sink \"%s\"", QuoteText(target), kind,
                              text_to_cstring(sink)),
-                      errdetail(kafka ? "A Kafka topic is 1 to 249 characters of [A-Za-z0-9._-]."
+                      errdetail(kafka ? "A Kafka topic is 1 to 249 characters of [A-Za-z0-9._-], "
+                                        "and neither \".\" nor \"..\"."
                                       : "A Redis key must not be empty.")));
     }
   }
