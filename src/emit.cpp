@@ -80,6 +80,32 @@ void ValidateHeaders(Jsonb *headers) {
   }
 }
 
+// The headers to store: the session's trace context (outbox.traceparent and
+// outbox.tracestate, when set) under the user's headers, which win on a name
+// clash. Only called when a traceparent is set.
+Datum HeadersWithTraceContext(bool has_headers, Datum headers) {
+  JsonbParseState *state = nullptr;
+  JsonbValue k, v;
+  auto push_string = [&](const char *key, const char *value) {
+    k.type = jbvString;
+    k.val.string.val = const_cast<char *>(key);
+    k.val.string.len = static_cast<int>(strlen(key));
+    v.type = jbvString;
+    v.val.string.val = const_cast<char *>(value);
+    v.val.string.len = static_cast<int>(strlen(value));
+    pushJsonbValue(&state, WJB_KEY, &k);
+    pushJsonbValue(&state, WJB_VALUE, &v);
+  };
+  pushJsonbValue(&state, WJB_BEGIN_OBJECT, nullptr);
+  push_string("traceparent", guc::traceparent);
+  if (guc::tracestate != nullptr && guc::tracestate[0] != '\0') {
+    push_string("tracestate", guc::tracestate);
+  }
+  Jsonb *trace = JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, nullptr));
+  if (!has_headers) return JsonbPGetDatum(trace);
+  return DirectFunctionCall2(jsonb_concat, JsonbPGetDatum(trace), headers);
+}
+
 void PrepareInsert() {
   Oid types[6] = {UUIDOID, TEXTOID, TEXTOID, JSONBOID, JSONBOID, TIMESTAMPTZOID};
   SPIPlanPtr plan = SPI_prepare(
@@ -118,8 +144,13 @@ extern "C" Datum outbox_emit(PG_FUNCTION_ARGS) {
   ValidateTopic(topic);
   ValidatePayload(payload);
   const bool has_key = !PG_ARGISNULL(2);
-  const bool has_headers = !PG_ARGISNULL(3);
+  bool has_headers = !PG_ARGISNULL(3);
   if (has_headers) ValidateHeaders(PG_GETARG_JSONB_P(3));
+  Datum headers = has_headers ? PG_GETARG_DATUM(3) : (Datum)0;
+  if (guc::traceparent != nullptr && guc::traceparent[0] != '\0') {
+    headers = HeadersWithTraceContext(has_headers, headers);
+    has_headers = true;
+  }
 
   // The id's millisecond and created_at come from the same clock reading, so
   // an event's id tells which daily partition holds it.
@@ -137,7 +168,7 @@ extern "C" Datum outbox_emit(PG_FUNCTION_ARGS) {
                      PointerGetDatum(topic),
                      has_key ? PG_GETARG_DATUM(2) : (Datum)0,
                      PointerGetDatum(payload),
-                     has_headers ? PG_GETARG_DATUM(3) : (Datum)0,
+                     headers,
                      TimestampTzGetDatum(now)};
   const char nulls[6] = {' ', ' ', has_key ? ' ' : 'n', ' ', has_headers ? ' ' : 'n', ' '};
 

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "trace_context.hpp"
+
 extern "C" {
 #include "miscadmin.h"
 #include "utils/datetime.h"
@@ -24,6 +26,8 @@ int poll_interval_ms = 1000;
 int workers = 1;
 int max_payload_bytes = 1024 * 1024;
 int maintenance_lock_timeout_ms = 100;
+char *traceparent = nullptr;
+char *tracestate = nullptr;
 
 namespace {
 
@@ -69,6 +73,20 @@ bool CheckRetention(char **newval, void **extra, GucSource source) {
 
 void AssignRetention(const char *newval, void *extra) {
   if (extra != nullptr) std::memcpy(&retention_value, extra, sizeof retention_value);
+}
+
+bool CheckTraceparent(char **newval, void **extra, GucSource source) {
+  if (*newval == nullptr || **newval == '\0' || IsValidTraceparent(*newval)) return true;
+  GUC_check_errdetail(
+      "A traceparent is \"00-<32 hex trace-id>-<16 hex parent-id>-<2 hex flags>\" "
+      "(W3C Trace Context), lower-case.");
+  return false;
+}
+
+bool CheckTracestate(char **newval, void **extra, GucSource source) {
+  if (*newval == nullptr || IsValidTracestate(*newval)) return true;
+  GUC_check_errdetail("A tracestate is at most 512 characters of printable ASCII.");
+  return false;
 }
 
 }  // namespace
@@ -129,6 +147,16 @@ void Define() {
       "Valid range is 1 ms .. 1 minute. Bounds how long outbox.maintain() can delay emit().",
       &maintenance_lock_timeout_ms, 100, 1, 60000, PGC_SUSET, GUC_UNIT_MS, nullptr, nullptr,
       nullptr);
+
+  DefineCustomStringVariable(
+      "outbox.traceparent", "W3C traceparent that emit() copies into the event's headers.",
+      "Set it per transaction (SET LOCAL) from the application's current span; empty: none.",
+      &traceparent, "", PGC_USERSET, 0, CheckTraceparent, nullptr, nullptr);
+
+  DefineCustomStringVariable(
+      "outbox.tracestate", "W3C tracestate that emit() copies into the event's headers.",
+      "Copied only together with outbox.traceparent; at most 512 characters.", &tracestate, "",
+      PGC_USERSET, 0, CheckTracestate, nullptr, nullptr);
 
   MarkGUCPrefixReserved("outbox");
 }

@@ -21,6 +21,10 @@ extern int poll_interval_ms;
 extern int workers;
 extern int max_payload_bytes;
 extern int maintenance_lock_timeout_ms;
+// W3C trace context of the current session/transaction ("" when unset):
+// emit() copies them into the event's headers.
+extern char *traceparent;
+extern char *tracestate;
 
 // outbox.retention, parsed (the GUC itself is text holding an interval).
 const Interval &Retention();
