@@ -17,7 +17,7 @@ FREE_SRCS = src/uuid7.cpp src/names.cpp src/route_match.cpp src/partition_calend
             src/sink.cpp src/kafka_sink.cpp src/redis_sink.cpp src/trace_context.cpp
 OBJS = $(PG_SRCS:.cpp=.o) $(FREE_SRCS:.cpp=.o)
 
-REGRESS = setup emit tracing sinks routes partitions privileges extension
+REGRESS = setup emit tracing sinks routes controls partitions privileges extension
 REGRESS_OPTS = --inputdir=. --outputdir=test/results
 ISOLATION = maintain_never_blocks_emit concurrent_claims_never_overlap
 ISOLATION_OPTS = --inputdir=test/isolation --outputdir=test/results/isolation

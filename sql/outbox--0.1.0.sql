@@ -74,6 +74,7 @@ CREATE TABLE outbox.routes (
     pattern    text        PRIMARY KEY,
     sink       text        NOT NULL REFERENCES outbox.sinks (name),
     target     text,
+    paused     boolean     NOT NULL DEFAULT false,
     created_at timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX routes_sink_idx ON outbox.routes (sink);
@@ -127,6 +128,30 @@ LANGUAGE c VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'outbox_remove_route';
 COMMENT ON FUNCTION outbox.remove_route(text) IS 'Remove the route with this pattern';
+
+CREATE FUNCTION outbox.pause(pattern text)
+RETURNS void
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'outbox_pause';
+COMMENT ON FUNCTION outbox.pause(text) IS
+    'Stop delivering events of the route with this pattern; they wait until resume()';
+
+CREATE FUNCTION outbox.resume(pattern text)
+RETURNS void
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'outbox_resume';
+COMMENT ON FUNCTION outbox.resume(text) IS
+    'Deliver the events of a paused route again, waiting ones first';
+
+CREATE FUNCTION outbox.replay(since timestamptz, topic text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'outbox_replay';
+COMMENT ON FUNCTION outbox.replay(timestamptz, text) IS
+    'Publish again the retained published events emitted since a time (all, or one topic''s)';
 
 CREATE FUNCTION outbox.route_for(topic text,
                                  OUT pattern text, OUT sink text, OUT target text)

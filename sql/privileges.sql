@@ -24,6 +24,10 @@ SELECT error_of($$SELECT outbox.add_route('priv.*', 'redis-r')$$);
 SELECT error_of($$SELECT outbox.remove_route('orders.*')$$);
 SELECT error_of($$SELECT * FROM outbox.route_for('orders.created')$$);
 SELECT error_of($$SELECT outbox.retry_dead()$$);
+SELECT error_of($$SELECT outbox.pause('orders.*')$$);
+SELECT error_of($$SELECT outbox.resume('orders.*')$$);
+SELECT error_of($$SELECT outbox.replay(now())$$);
+SELECT error_of($$SELECT outbox.wakeup()$$);
 SELECT error_of($$SELECT outbox.maintain()$$);
 SELECT error_of($$SELECT * FROM outbox.stats$$);
 SELECT error_of($$SELECT * FROM outbox.partitions$$);
@@ -41,11 +45,15 @@ GRANT EXECUTE ON FUNCTION outbox.create_sink(text, text, jsonb) TO regress_outbo
 GRANT EXECUTE ON FUNCTION outbox.drop_sink(text) TO regress_outbox_app;
 GRANT EXECUTE ON FUNCTION outbox.add_route(text, text, text) TO regress_outbox_app;
 GRANT EXECUTE ON FUNCTION outbox.remove_route(text) TO regress_outbox_app;
+GRANT EXECUTE ON FUNCTION outbox.pause(text) TO regress_outbox_app;
+GRANT EXECUTE ON FUNCTION outbox.replay(timestamptz, text) TO regress_outbox_app;
 SET ROLE regress_outbox_app;
 SELECT error_of($$SELECT outbox.create_sink('priv', 'redis', '{}')$$);
 SELECT error_of($$SELECT outbox.drop_sink('redis-r')$$);
 SELECT error_of($$SELECT outbox.add_route('priv.*', 'redis-r')$$);
 SELECT error_of($$SELECT outbox.remove_route('orders.*')$$);
+SELECT error_of($$SELECT outbox.pause('orders.*')$$);
+SELECT error_of($$SELECT outbox.replay(now())$$);
 RESET ROLE;
 
 SELECT topic, payload FROM outbox.events WHERE topic = 'priv.t';

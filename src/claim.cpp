@@ -359,7 +359,8 @@ void LoadConfiguration(Dispatcher *dispatcher) {
     sinks[i].option_count = static_cast<size_t>(count);
   }
 
-  if (SPI_execute("SELECT pattern, sink, target FROM outbox.routes", false, 0) != SPI_OK_SELECT) {
+  if (SPI_execute("SELECT pattern, sink, target, paused FROM outbox.routes", false, 0) !=
+      SPI_OK_SELECT) {
     elog(ERROR, "outbox: cannot read outbox.routes");
   }
   const int nroutes = static_cast<int>(SPI_processed);
@@ -374,10 +375,12 @@ void LoadConfiguration(Dispatcher *dispatcher) {
     const char *target = TextColumn(row, route_rows->tupdesc, 3, &isnull);
     routes[i].has_target = !isnull;
     routes[i].target = isnull ? std::string_view() : View(target);
+    routes[i].paused = DatumGetBool(SPI_getbinval(row, route_rows->tupdesc, 4, &isnull));
   }
   dispatcher->Configure(routes, static_cast<size_t>(nroutes), sinks, static_cast<size_t>(nsinks));
 
-  // Events parked for lack of a route get another look under the new routes
+  // Events parked for lack of a route (or behind a paused one) get another
+  // look under the new routes
   // (due now, through the retry index: the ready index only ever receives
   // new events, which keeps the ready claim's starting point valid).
   if (SPI_execute("UPDATE outbox.events SET next_attempt_at = now()"

@@ -66,11 +66,20 @@ void Dispatcher::DrainSinkLogs() {
 void Dispatcher::Configure(const RouteRow *routes, size_t nroutes, const SinkRow *sinks,
                            size_t nsinks) {
   try {
-    routes_.clear();
+    std::vector<Route> fresh;
     for (size_t i = 0; i < nroutes; ++i) {
-      routes_.push_back(Route{std::string(routes[i].pattern), std::string(routes[i].sink),
-                              routes[i].has_target, std::string(routes[i].target)});
+      fresh.push_back(Route{std::string(routes[i].pattern), std::string(routes[i].sink),
+                            routes[i].has_target, std::string(routes[i].target), routes[i].paused});
+      // Say once when a route is paused or resumed (not at start-up).
+      for (const Route &old : routes_) {
+        if (old.pattern == fresh.back().pattern && old.paused != fresh.back().paused) {
+          Log(LogLevel::kInfo, "route \"" + old.pattern + "\" " +
+                                   (fresh.back().paused ? "paused: its events wait"
+                                                        : "resumed: its events flow again"));
+        }
+      }
     }
+    routes_ = std::move(fresh);
     std::set<std::string> seen;
     for (size_t i = 0; i < nsinks; ++i) {
       const std::string name(sinks[i].name);
@@ -163,6 +172,12 @@ void Dispatcher::Dispatch(const EventRow *rows, size_t n, const DispatchSettings
         continue;
       }
       const Route &route = routes_[r];
+      if (route.paused) {
+        out[i].outcome = Outcome::kParkNoRoute;
+        out[i].next_attempt_us = kInfinityUs;
+        SetError(&out[i], "route \"" + route.pattern + "\" is paused");
+        continue;
+      }
       auto sink_it = sinks_.find(route.sink);
       if (sink_it == sinks_.end()) {  // routes reference sinks; only a race gets here
         out[i].outcome = Outcome::kPark;

@@ -4,8 +4,8 @@
 // publisher's claim code reads rows into EventRow and writes RowOutcome back.
 //
 // Rules (contract and issue "The publisher"):
-// - No route: the event waits (next_attempt_at = infinity) and flows once a
-//   route exists (routes changing resets those rows).
+// - No route, or a paused route: the event waits (next_attempt_at =
+//   infinity) and flows once routes change (a route added or resumed).
 // - Per-key order: an event is never sent while an earlier event of the same
 //   route and key waits for a retry (OrderGuard); it is parked behind it.
 // - A sink that delivers nothing of a call and reports only transient errors
@@ -54,6 +54,7 @@ struct RouteRow {
   std::string_view sink;
   bool has_target = false;
   std::string_view target;
+  bool paused = false;  // outbox.pause(): its events wait like unrouted ones
 };
 
 struct SinkRow {
@@ -76,7 +77,8 @@ enum class Outcome {
   kDead,         // failed its last allowed attempt: status dead
   kPark,         // not attempted (sink down, or behind an earlier event of
                  // its key): only next_attempt_us and error change
-  kParkNoRoute,  // no route matches its topic: waits until routes change
+  kParkNoRoute,  // no route matches its topic, or its route is paused:
+                 // waits until routes change
   kUntouched,    // interrupted before an outcome: row left as it was
 };
 
@@ -139,6 +141,7 @@ class Dispatcher {
     std::string sink;
     bool has_target = false;
     std::string target;
+    bool paused = false;
   };
 
   int RouteIndex(std::string_view topic) const;

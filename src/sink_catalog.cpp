@@ -56,6 +56,8 @@ Validation ValidateOptions(bool kafka, const OptionView *raw, int n, char *err,
   }
 }
 
+}  // namespace
+
 // Connect to SPI (the caller calls SPI_finish) and refuse anyone but
 // superusers and the extension owner.
 void ConnectAsSinkAdmin(const char *action) {
@@ -75,6 +77,8 @@ void ConnectAsSinkAdmin(const char *action) {
                        "and routes.")));
   }
 }
+
+namespace {
 
 text *RequireText(FunctionCallInfo fcinfo, int argno, const char *argname) {
   if (PG_ARGISNULL(argno)) {
@@ -278,6 +282,50 @@ OUTBOX_SQL_FUNCTION(outbox_remove_route) {
   ReloadConfigAtCommit();  // publishers pick the change up when it commits
   SPI_finish();
   PG_RETURN_VOID();
+}
+
+// outbox.pause(pattern) / outbox.resume(pattern): flip a route's paused
+// flag. Publishers reload routes at commit: a paused route's events wait
+// (next_attempt_at = 'infinity') and flow again, in order, on resume.
+static Datum SetRoutePaused(FunctionCallInfo fcinfo, bool paused) {
+  text *pattern = RequireText(fcinfo, 0, "pattern");
+  ConnectAsSinkAdmin(paused ? "pause routes" : "resume routes");
+  Oid types[2] = {TEXTOID, BOOLOID};
+  Datum values[2] = {PointerGetDatum(pattern), BoolGetDatum(paused)};
+  if (Run("UPDATE outbox.routes SET paused = $2 WHERE pattern = $1", 2, types, values, nullptr,
+          false) == 0) {
+    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+                    errmsg("no route for pattern %s", QuoteText(pattern))));
+  }
+  ReloadConfigAtCommit();
+  SPI_finish();
+  PG_RETURN_VOID();
+}
+
+OUTBOX_SQL_FUNCTION(outbox_pause) { return SetRoutePaused(fcinfo, true); }
+
+OUTBOX_SQL_FUNCTION(outbox_resume) { return SetRoutePaused(fcinfo, false); }
+
+// outbox.replay(since timestamptz, topic text DEFAULT NULL) RETURNS bigint:
+// retained events already published, emitted at or after `since`, go back
+// to pending (due now, through the retry index) and are delivered again with
+// their own ids.
+OUTBOX_SQL_FUNCTION(outbox_replay) {
+  if (PG_ARGISNULL(0)) {
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("since must not be NULL")));
+  }
+  ConnectAsSinkAdmin("replay events");
+  Oid types[2] = {TIMESTAMPTZOID, TEXTOID};
+  Datum values[2] = {PG_GETARG_DATUM(0), PG_ARGISNULL(1) ? (Datum)0 : PG_GETARG_DATUM(1)};
+  const char nulls[2] = {' ', PG_ARGISNULL(1) ? 'n' : ' '};
+  const uint64 n =
+      Run("UPDATE outbox.events SET status = 'pending', attempts = 0, next_attempt_at = now(),"
+          " last_error = NULL WHERE status = 'published' AND created_at >= $1"
+          " AND ($2::text IS NULL OR topic = $2)",
+          2, types, values, nulls, false);
+  if (n > 0) WakePublishersAtCommit();
+  SPI_finish();
+  PG_RETURN_INT64(static_cast<int64>(n));
 }
 
 // outbox.route_for(topic text) RETURNS TABLE (pattern text, sink text, target text):

@@ -177,6 +177,7 @@ struct RouteDef {
   std::string pattern;
   std::string sink;
   std::optional<std::string> target;
+  bool paused = false;
 };
 
 struct SinkDef {
@@ -246,6 +247,7 @@ class DispatcherTest : public ::testing::Test {
       row.sink = r.sink;
       row.has_target = r.target.has_value();
       if (r.target) row.target = *r.target;
+      row.paused = r.paused;
       route_rows.push_back(row);
     }
     std::vector<std::vector<OptionView>> option_views(sinks.size());
@@ -1422,6 +1424,33 @@ TEST_F(DispatcherTest, SoloRetryNeverOvertakesAnEarlierEventWaitingForARetry) {
   EXPECT_EQ(Broker("kafka").calls.size(), 1u)
       << "event 2 was sent alone while event 1 of its key waits for a retry";
   EXPECT_TRUE(Is(out[1], Outcome::kPark));
+}
+
+// outbox.pause(): a paused route's events wait like unrouted ones (until
+// routes change), never reach the sink, and other routes flow.
+TEST_F(DispatcherTest, PausedRouteParksItsEventsUntilRoutesChangeAndOthersFlow) {
+  Configure({{"orders.*", "kafka", std::nullopt, true}, {"audit.*", "kafka", std::nullopt}},
+            {SinkNamed("kafka")});
+  const auto out = Dispatch({Ev(1, "orders.created", "k"), Ev(2, "audit.login")});
+  EXPECT_TRUE(Is(out[0], Outcome::kParkNoRoute));
+  EXPECT_EQ(out[0].next_attempt_us, INT64_MAX);
+  EXPECT_TRUE(Contains(out[0].error, "route \"orders.*\" is paused"));
+  EXPECT_EQ(out[0].attempts, 0);
+  EXPECT_TRUE(Is(out[1], Outcome::kPublished));
+  ASSERT_EQ(Broker("kafka").calls.size(), 1u);
+  ASSERT_EQ(Broker("kafka").calls[0].size(), 1u);
+  EXPECT_EQ(Broker("kafka").calls[0][0].id, Id(2));
+}
+
+TEST_F(DispatcherTest, PausingAndResumingARouteIsLoggedOnce) {
+  Configure({{"orders.*", "kafka", std::nullopt}}, {SinkNamed("kafka")});
+  Configure({{"orders.*", "kafka", std::nullopt, true}}, {SinkNamed("kafka")});
+  Configure({{"orders.*", "kafka", std::nullopt, true}}, {SinkNamed("kafka")});
+  EXPECT_EQ(CountLogs(LogLevel::kInfo, "route \"orders.*\" paused"), 1);
+  Configure({{"orders.*", "kafka", std::nullopt}}, {SinkNamed("kafka")});
+  EXPECT_EQ(CountLogs(LogLevel::kInfo, "route \"orders.*\" resumed"), 1);
+  const auto out = Dispatch({Ev(1, "orders.created")});
+  EXPECT_TRUE(Is(out[0], Outcome::kPublished));
 }
 
 }  // namespace
