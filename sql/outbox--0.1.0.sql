@@ -216,6 +216,22 @@ SELECT topic,
  GROUP BY topic;
 COMMENT ON VIEW outbox.stats IS 'Per topic: pending, published and dead events retained';
 
+CREATE FUNCTION outbox.worker_stats(
+    OUT database text, OUT pid int, OUT state text, OUT sinks text,
+    OUT published bigint, OUT failures bigint, OUT last_error text,
+    OUT last_error_at timestamptz, OUT last_batch_size int, OUT last_batch_ms float8)
+RETURNS SETOF record
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'outbox_worker_stats';
+COMMENT ON FUNCTION outbox.worker_stats() IS 'The rows of outbox.workers';
+
+-- One row per running publisher: what it is doing, its sinks' connection
+-- states (names only: options hold secrets), what it published and failed
+-- since it started, its last error, and its last batch.
+CREATE VIEW outbox.workers AS SELECT * FROM outbox.worker_stats();
+COMMENT ON VIEW outbox.workers IS 'The publishers: state, sinks, counts, last error, last batch';
+
 -- range_start/range_end come from the partition name (maintain() names each
 -- partition after the day that is its bound); the default partition has none.
 CREATE VIEW outbox.partitions AS

@@ -31,6 +31,7 @@ SELECT error_of($$SELECT outbox.wakeup()$$);
 SELECT error_of($$SELECT outbox.maintain()$$);
 SELECT error_of($$SELECT * FROM outbox.stats$$);
 SELECT error_of($$SELECT * FROM outbox.partitions$$);
+SELECT error_of($$SELECT * FROM outbox.workers$$);
 SELECT error_of($$SET outbox.max_payload_bytes = '100MB'$$);
 RESET ROLE;
 

@@ -264,7 +264,7 @@ int RunClaim(SPIPlanPtr plan, int limit, const pg_uuid_t *floor = nullptr) {
 
 }  // namespace
 
-int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted) {
+int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted, CycleStats *stats) {
   PreparePlans();
   const int batch = guc::batch_size;
 
@@ -325,9 +325,16 @@ int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted) {
   settings.backoff_max_ms = guc::backoff_max_ms;
   settings.now_us = GetCurrentTimestamp();
   dispatcher->Dispatch(sorted, static_cast<size_t>(n), settings, outcomes, interrupted);
+  stats->claimed = n;
   for (int i = 0; i < n; ++i) {
+    const RowOutcome &o = outcomes[i];
     // An event left as it was may be a ready one below the new floor.
-    if (outcomes[i].outcome == Outcome::kUntouched) memset(&ready_floor, 0, sizeof ready_floor);
+    if (o.outcome == Outcome::kUntouched) memset(&ready_floor, 0, sizeof ready_floor);
+    if (o.outcome == Outcome::kPublished) stats->published++;
+    if (o.outcome == Outcome::kRetry || o.outcome == Outcome::kDead) {
+      stats->failed++;
+      strlcpy(stats->last_error, o.error, sizeof stats->last_error);
+    }
   }
 
   // One pass per partition the batch touched (usually one or two).

@@ -12,6 +12,14 @@ extern "C" {
 
 namespace outbox {
 
+// What one cycle did, for the outbox.workers view.
+struct CycleStats {
+  int claimed = 0;
+  int published = 0;
+  int failed = 0;              // attempts that failed (retry or dead)
+  char last_error[256] = {0};  // of the last failed attempt, if any
+};
+
 // One publish cycle. Requires: a transaction is open with an active snapshot
 // and SPI connected; CurrentMemoryContext is short-lived (reset by the
 // caller after the cycle).
@@ -22,7 +30,7 @@ namespace outbox {
 // The row locks are held while the brokers answer: a crash or an abort at
 // any point leaves every unacknowledged event pending. Returns how many
 // events were claimed.
-int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted);
+int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted, CycleStats *stats);
 
 // Load outbox.sinks and outbox.routes into the dispatcher, let events that
 // waited for a route flow again, and rebuild the per-key order state from

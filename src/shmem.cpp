@@ -52,6 +52,11 @@ void InitSlot(DatabaseSlot *slot) {
   }
   pg_atomic_init_u64(&slot->config_version, 0);
   pg_atomic_init_u64(&slot->paused_until, 0);
+  for (int i = 0; i < kMaxWorkersPerDatabase; ++i) {
+    PublisherStats *st = &slot->stats[i];
+    memset(st, 0, sizeof *st);
+    SpinLockInit(&st->mutex);
+  }
 }
 
 void ShmemStartup() {

@@ -23,6 +23,21 @@ enum class ExtensionState : uint32 {
   kAbsent = 2,   // a publisher found it missing and exited
 };
 
+// What a publisher reports about itself for the outbox.workers view.
+// Written by that publisher only, under `mutex`; read by anyone under it.
+struct PublisherStats {
+  slock_t mutex;
+  int pid;           // 0: no publisher in this place
+  char state[32];    // "starting", "publishing", "idle", "backing off", ...
+  char sinks[256];   // "name=state, ..." (no options: they hold secrets)
+  uint64 published;  // events acknowledged since the process started
+  uint64 failures;   // failed attempts and errors since then
+  char last_error[256];
+  TimestampTz last_error_at;  // 0: none yet
+  int last_batch_size;
+  double last_batch_ms;
+};
+
 struct DatabaseSlot {
   Oid dboid;                         // InvalidOid: free. Written under SharedState::mutex only.
   pg_atomic_uint32 extension_state;  // ExtensionState
@@ -37,6 +52,7 @@ struct DatabaseSlot {
   // (DROP DATABASE, CREATE DATABASE ... TEMPLATE, ALTER DATABASE RENAME need
   // the database free of connections). 0: not paused.
   pg_atomic_uint64 paused_until;  // TimestampTz
+  PublisherStats stats[kMaxWorkersPerDatabase];
 };
 
 struct SharedState {

@@ -61,12 +61,62 @@ char database_name[NAMEDATALEN] = "";  // for log lines; read once at start
 
 bool PausedNow();
 
+PublisherStats *MyStats() { return &slot->stats[worker_index]; }
+
+void ReportState(const char *state) {
+  PublisherStats *st = MyStats();
+  SpinLockAcquire(&st->mutex);
+  strlcpy(st->state, state, sizeof st->state);
+  SpinLockRelease(&st->mutex);
+}
+
+void ReportError(const char *error) {
+  PublisherStats *st = MyStats();
+  const TimestampTz now = GetCurrentTimestamp();
+  SpinLockAcquire(&st->mutex);
+  st->failures++;
+  strlcpy(st->last_error, error, sizeof st->last_error);
+  st->last_error_at = now;
+  SpinLockRelease(&st->mutex);
+}
+
+void ReportCycle(const CycleStats &cycle, double ms) {
+  char sinks[sizeof(PublisherStats::sinks)];
+  // SinkStates builds a std::string: no PostgreSQL call while it lives.
+  try {
+    strlcpy(sinks, dispatcher->SinkStates().c_str(), sizeof sinks);
+  } catch (...) {
+    sinks[0] = '\0';
+  }
+  PublisherStats *st = MyStats();
+  const TimestampTz now = GetCurrentTimestamp();
+  SpinLockAcquire(&st->mutex);
+  strlcpy(st->sinks, sinks, sizeof st->sinks);
+  st->published += static_cast<uint64>(cycle.published);
+  st->failures += static_cast<uint64>(cycle.failed);
+  if (cycle.failed > 0) {
+    strlcpy(st->last_error, cycle.last_error, sizeof st->last_error);
+    st->last_error_at = now;
+  }
+  if (cycle.claimed > 0) {
+    st->last_batch_size = cycle.claimed;
+    st->last_batch_ms = ms;
+  }
+  SpinLockRelease(&st->mutex);
+}
+
 // Checked while a delivery waits for the brokers: stop waiting on SIGTERM,
 // postmaster death, or a pause (DROP DATABASE waits for us).
 bool Interrupted() { return ShutdownRequestPending || !PostmasterIsAlive() || PausedNow(); }
 
 void Unregister(int code, Datum arg) {
-  if (slot != nullptr) pg_atomic_write_u32(&slot->worker_procno[worker_index], kNoProc);
+  if (slot == nullptr) return;
+  pg_atomic_write_u32(&slot->worker_procno[worker_index], kNoProc);
+  PublisherStats *st = MyStats();
+  SpinLockAcquire(&st->mutex);
+  st->pid = 0;
+  strlcpy(st->state, "stopped", sizeof st->state);
+  SpinLockRelease(&st->mutex);
 }
 
 // Log what the dispatcher and its sinks had to say, once each.
@@ -122,11 +172,15 @@ int RunCycle() {
     config_loaded = true;
   }
   pgstat_report_activity(STATE_RUNNING, "outbox: publishing");
-  const int claimed = ClaimAndPublish(dispatcher, Interrupted);
+  ReportState("publishing");
+  CycleStats cycle;
+  const TimestampTz started = GetCurrentTimestamp();
+  const int claimed = ClaimAndPublish(dispatcher, Interrupted, &cycle);
   SPI_finish();
   PopActiveSnapshot();
   CommitTransactionCommand();
   pgstat_report_activity(STATE_IDLE, nullptr);
+  ReportCycle(cycle, static_cast<double>(GetCurrentTimestamp() - started) / 1000.0);
   FlushDispatcherLogs();
   return claimed;
 }
@@ -136,6 +190,7 @@ void RunMaintenance() {
   StartTransactionCommand();
   PushActiveSnapshot(GetTransactionSnapshot());
   pgstat_report_activity(STATE_RUNNING, "outbox: partition maintenance");
+  ReportState("maintaining partitions");
   if (ExtensionInstalled()) MaintainPartitions(GetCurrentTimestamp());
   PopActiveSnapshot();
   CommitTransactionCommand();
@@ -200,6 +255,15 @@ void outbox_publisher_main(Datum main_arg) {
   }
   BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
   pg_atomic_write_u32(&slot->worker_procno[worker_index], MyProc->pgprocno);
+  {
+    PublisherStats *st = MyStats();
+    SpinLockAcquire(&st->mutex);
+    memset(reinterpret_cast<char *>(st) + offsetof(PublisherStats, pid), 0,
+           sizeof *st - offsetof(PublisherStats, pid));
+    st->pid = MyProcPid;
+    strlcpy(st->state, "starting", sizeof st->state);
+    SpinLockRelease(&st->mutex);
+  }
   on_shmem_exit(Unregister, 0);
   pgstat_report_appname("outbox publisher");
 
@@ -219,6 +283,13 @@ void outbox_publisher_main(Datum main_arg) {
     HOLD_INTERRUPTS();
     error_context_stack = nullptr;
     EmitErrorReport();
+    {
+      MemoryContext error_cxt = MemoryContextSwitchTo(TopMemoryContext);
+      ErrorData *edata = CopyErrorData();
+      ReportError(edata->message != nullptr ? edata->message : "error");
+      FreeErrorData(edata);
+      MemoryContextSwitchTo(error_cxt);
+    }
     AbortCurrentTransaction();
     SPI_finish();  // harmless when not connected
     FlushErrorState();
@@ -229,6 +300,7 @@ void outbox_publisher_main(Datum main_arg) {
     config_loaded = false;  // reload from scratch after an error
     long wait = 1000L << (consecutive_errors < 5 ? consecutive_errors : 5);
     if (wait > kErrorBackoffMaxMs) wait = kErrorBackoffMaxMs;
+    ReportState("backing off after an error");
     Sleep(wait);
   }
   PG_exception_stack = &local_sigjmp_buf;
@@ -264,6 +336,7 @@ void outbox_publisher_main(Datum main_arg) {
     const long wait = IdleWaitMs();
     MemoryContextSwitchTo(old);
     MemoryContextReset(cycle_context);
+    ReportState("idle");
     Sleep(wait);
   }
   proc_exit(0);

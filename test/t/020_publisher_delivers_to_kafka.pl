@@ -96,6 +96,14 @@ is($node->safe_psql('postgres',
 		q{SELECT count(*) FROM outbox.events WHERE status = 'published' AND published_at IS NOT NULL}),
 	'3', 'published events carry published_at');
 
+# --- outbox.workers shows the publisher and what it did.
+is($node->safe_psql('postgres', q{
+	SELECT database || ' ' || state || ' ' || sinks || ' ' || published || ' '
+	       || (last_batch_size > 0) || ' ' || (last_batch_ms >= 0)
+	  FROM outbox.workers}),
+	'postgres idle kafka=connected 3 true true',
+	'outbox.workers: database, state, sink state, events published, last batch');
+
 # --- No route: the event waits, and flows once a route exists.
 $node->safe_psql('postgres', q{SELECT outbox.emit('audit.login', '{"user": "ann"}')});
 sleep 1;

@@ -46,6 +46,10 @@ unlike($log, qr/terminated by signal|server process .* exited with exit code/,
 is(publisher_pid(), $pid, 'the same publisher carries on');
 is(pending_count($node), '1', 'the event is still pending');
 
+is($node->safe_psql('postgres', q{
+	SELECT last_error || ' | ' || (failures >= 1) || ' | ' || (now() - last_error_at < interval '1 minute')
+	  FROM outbox.workers}),
+	'injected failure | true | true', 'outbox.workers shows the last error and when');
 $node->safe_psql('postgres', 'DROP TRIGGER refuse ON outbox.events');
 ok(defined wait_until(sub { pending_count($node) eq '0' }, 40), 'delivered once the cause is gone');
 

@@ -132,6 +132,11 @@ my @ours = grep { /outbox: / && !/statement: / } split /\n/, slurp_file($node->l
 ok(scalar(@ours) > 0 && !(grep { /\Q$password\E/ } @ours),
 	'the Redis password never appears in what outbox logs');
 
+like($node->safe_psql('postgres', 'SELECT sinks FROM outbox.workers'), qr/redis-stream=connected/,
+	'outbox.workers shows the Redis sinks');
+unlike($node->safe_psql('postgres', 'SELECT sinks FROM outbox.workers'), qr/\Q$password\E/,
+	'and never their options');
+
 $node->stop;
 $kafka->stop;
 $redis->stop;

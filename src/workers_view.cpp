@@ -1,0 +1,56 @@
+// outbox.worker_stats(), behind the outbox.workers view: one row per running
+// publisher, from what each reports in shared memory (shmem.hpp). Copies
+// each publisher's record under its spinlock, then builds the row outside it.
+#include "pg_bridge.hpp"
+
+#include "shmem.hpp"
+
+extern "C" {
+#include "commands/dbcommands.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
+}
+
+OUTBOX_SQL_FUNCTION(outbox_worker_stats) {
+  using namespace outbox;
+  InitMaterializedSRF(fcinfo, 0);
+  ReturnSetInfo *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
+  SharedState *shared = Shared();
+  if (shared == nullptr) return (Datum)0;  // not preloaded: no publishers
+
+  for (int s = 0; s < shared->nslots; ++s) {
+    DatabaseSlot *slot = &shared->slots[s];
+    const Oid dboid = slot->dboid;
+    if (!OidIsValid(dboid)) continue;
+    for (int w = 0; w < kMaxWorkersPerDatabase; ++w) {
+      PublisherStats copy;
+      SpinLockAcquire(&slot->stats[w].mutex);
+      memcpy(&copy, &slot->stats[w], sizeof copy);
+      SpinLockRelease(&slot->stats[w].mutex);
+      if (copy.pid == 0) continue;
+
+      const char *datname = get_database_name(dboid);
+      Datum values[10];
+      bool nulls[10] = {false};
+      values[0] = datname != nullptr ? CStringGetTextDatum(datname) : (Datum)0;
+      nulls[0] = datname == nullptr;
+      values[1] = Int32GetDatum(copy.pid);
+      values[2] = CStringGetTextDatum(copy.state);
+      values[3] = CStringGetTextDatum(copy.sinks);
+      values[4] = Int64GetDatum(static_cast<int64>(copy.published));
+      values[5] = Int64GetDatum(static_cast<int64>(copy.failures));
+      nulls[6] = copy.last_error[0] == '\0';
+      values[6] = nulls[6] ? (Datum)0 : CStringGetTextDatum(copy.last_error);
+      nulls[7] = copy.last_error_at == 0;
+      values[7] = TimestampTzGetDatum(copy.last_error_at);
+      nulls[8] = copy.last_batch_size == 0;
+      values[8] = Int32GetDatum(copy.last_batch_size);
+      nulls[9] = copy.last_batch_size == 0;
+      values[9] = Float8GetDatum(copy.last_batch_ms);
+      tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+    }
+  }
+  return (Datum)0;
+}
