@@ -37,6 +37,7 @@ extern "C" {
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "tcop/tcopprot.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/ps_status.h"
 #include "utils/snapmgr.h"
@@ -266,6 +267,11 @@ void outbox_publisher_main(Datum main_arg) {
   }
   on_shmem_exit(Unregister, 0);
   pgstat_report_appname("outbox publisher");
+  // The publisher's transactions only record what the brokers acknowledged.
+  // Losing the last of them in a crash means those events are sent again
+  // (at least once, same ids), never lost: so its commits need not wait for
+  // the WAL flush, which otherwise took a third of its time under load.
+  SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 
   dispatcher = new Dispatcher();
   cycle_context =
