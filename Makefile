@@ -31,6 +31,11 @@ PG_CXXFLAGS += -Werror
 endif
 SHLIB_LINK = -lrdkafka -lhiredis -lstdc++
 
+# Track header dependencies in every build (.deps/): a header change, such as
+# a new member in a class another file allocates, must rebuild every file
+# that includes it, or the objects disagree about the layout.
+override autodepend = yes
+
 # No LLVM bitcode: the JIT never inlines our functions, and this keeps clang
 # out of the build requirements.
 override with_llvm = no

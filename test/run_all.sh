@@ -124,12 +124,12 @@ fi
 
 # ---------------------------------------------------------------------------
 banner "PGXS build and install (make WERROR=1 && make install)"
-# autodepend=yes makes PGXS track header dependencies (.deps/), so a re-run
-# after editing a header rebuilds what includes it instead of linking stale objects.
+# The Makefile tracks header dependencies (.deps/), so a re-run after editing
+# a header rebuilds what includes it instead of linking stale objects.
 PGXS_OK=0
 # The test Kafka broker and consumer (test/kafka) are built here, as root:
 # the TAP tests run as the server's OS user, who cannot write the checkout.
-if timeout -k 30 1200 make -j2 WERROR=1 autodepend=yes PG_CONFIG="$PG_CONFIG" &&
+if timeout -k 30 1200 make -j2 WERROR=1 PG_CONFIG="$PG_CONFIG" &&
   timeout -k 30 300 make install PG_CONFIG="$PG_CONFIG" &&
   timeout -k 30 300 make -C test/kafka; then
   PGXS_OK=1
