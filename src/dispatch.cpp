@@ -80,6 +80,8 @@ void Dispatcher::Configure(const RouteRow *routes, size_t nroutes, const SinkRow
       }
     }
     routes_ = std::move(fresh);
+    patterns_.clear();
+    for (const Route &r : routes_) patterns_.emplace_back(r.pattern);
     std::set<std::string> seen;
     for (size_t i = 0; i < nsinks; ++i) {
       const std::string name(sinks[i].name);
@@ -120,10 +122,7 @@ void Dispatcher::Configure(const RouteRow *routes, size_t nroutes, const SinkRow
 }
 
 int Dispatcher::RouteIndex(std::string_view topic) const {
-  std::vector<std::string_view> patterns;
-  patterns.reserve(routes_.size());
-  for (const Route &r : routes_) patterns.emplace_back(r.pattern);
-  return BestPatternIndex(patterns.data(), patterns.size(), topic);
+  return BestPatternIndex(patterns_.data(), patterns_.size(), topic);
 }
 
 void Dispatcher::NoteWaiting(const EventRow &event, int64_t until_us) {

@@ -161,6 +161,8 @@ class Dispatcher {
 
   SinkFactory factory_;
   std::vector<Route> routes_;
+  // Views of routes_[i].pattern, built once per Configure for route lookups.
+  std::vector<std::string_view> patterns_;
   std::map<std::string, SinkState> sinks_;
   OrderGuard guard_;
   std::vector<std::pair<LogLevel, std::string>> logs_;
