@@ -3,6 +3,7 @@
 // message on its own, count attempts and let events die. Runs the Dispatcher
 // against fake sinks that record what reached the "broker".
 #include "dispatch.hpp"
+#include "test_support.hpp"
 
 #include <gtest/gtest.h>
 
@@ -21,6 +22,8 @@
 
 namespace outbox {
 namespace {
+
+using namespace test_support;
 
 // ------------------------------------------------------------ fake broker
 
@@ -190,11 +193,6 @@ SinkDef SinkNamed(std::string name) {
   SinkDef s;
   s.name = std::move(name);
   return s;
-}
-
-::testing::AssertionResult Contains(const std::string &text, const std::string &needle) {
-  if (text.find(needle) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << '"' << text << "\" does not contain \"" << needle << '"';
 }
 
 const char *Name(Outcome o) {

@@ -2,6 +2,7 @@
 // at the broker, how outcomes are classified, and that Publish stays bounded
 // when brokers fail.
 #include "kafka_sink.hpp"
+#include "test_support.hpp"
 
 #include <gtest/gtest.h>
 #include <librdkafka/rdkafka.h>
@@ -22,22 +23,9 @@
 namespace outbox {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using namespace test_support;
 
 constexpr int16_t kProduceApi = 0;  // request codes are not in the public header
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-::testing::AssertionResult Contains(const std::string &text, const std::string &needle) {
-  if (text.find(needle) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << '"' << text << "\" does not contain \"" << needle << '"';
-}
-
-SinkOption Opt(std::string key, std::string value) {
-  return SinkOption{std::move(key), SinkOption::Kind::kString, std::move(value)};
-}
 
 void Quiet(const rd_kafka_t *, int, const char *, const char *) {}
 

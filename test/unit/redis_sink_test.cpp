@@ -2,6 +2,7 @@
 // for each test: what arrives in Redis, how replies are classified, and that
 // Publish stays bounded when the server dies, hangs or is interrupted.
 #include "redis_sink.hpp"
+#include "test_support.hpp"
 
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
@@ -31,20 +32,7 @@
 namespace outbox {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-::testing::AssertionResult Contains(const std::string &text, const std::string &needle) {
-  if (text.find(needle) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << '"' << text << "\" does not contain \"" << needle << '"';
-}
-
-SinkOption Opt(std::string key, std::string value) {
-  return SinkOption{std::move(key), SinkOption::Kind::kString, std::move(value)};
-}
+using namespace test_support;
 
 // A port nobody listened on a moment ago.
 int FreePort() {

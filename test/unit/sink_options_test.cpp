@@ -1,5 +1,6 @@
 // Validation of outbox.create_sink() options for the Kafka and Redis sinks.
 #include "sink_options.hpp"
+#include "test_support.hpp"
 
 #include <gtest/gtest.h>
 
@@ -10,15 +11,8 @@
 namespace outbox {
 namespace {
 
-// Passes when text contains needle; on failure shows both.
-::testing::AssertionResult Contains(const std::string &text, const std::string &needle) {
-  if (text.find(needle) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << '"' << text << "\" does not contain \"" << needle << '"';
-}
+using namespace test_support;
 
-SinkOption Str(std::string key, std::string value) {
-  return SinkOption{std::move(key), SinkOption::Kind::kString, std::move(value)};
-}
 SinkOption Num(std::string key, std::string text) {
   return SinkOption{std::move(key), SinkOption::Kind::kNumber, std::move(text)};
 }
@@ -26,7 +20,7 @@ SinkOption Other(std::string key) {
   return SinkOption{std::move(key), SinkOption::Kind::kOther, ""};
 }
 
-const SinkOption kBootstrap = Str("bootstrap.servers", "127.0.0.1:9092");
+const SinkOption kBootstrap = Opt("bootstrap.servers", "127.0.0.1:9092");
 
 // ---------------------------------------------------------------- Kafka
 
@@ -35,18 +29,18 @@ TEST(KafkaSinkOptions, BootstrapServersAloneIsValid) {
 }
 
 TEST(KafkaSinkOptions, MetadataBrokerListAlsoNamesTheBrokers) {
-  EXPECT_EQ(ValidateKafkaOptions({Str("metadata.broker.list", "k1:9092,k2:9092")}), std::nullopt);
+  EXPECT_EQ(ValidateKafkaOptions({Opt("metadata.broker.list", "k1:9092,k2:9092")}), std::nullopt);
 }
 
 TEST(KafkaSinkOptions, OrdinaryProducerSettingsAreValid) {
-  EXPECT_EQ(ValidateKafkaOptions({kBootstrap, Str("acks", "all"), Str("linger.ms", "5"),
-                                  Str("enable.idempotence", "true"), Str("client.id", "outbox"),
-                                  Str("message.timeout.ms", "30000")}),
+  EXPECT_EQ(ValidateKafkaOptions({kBootstrap, Opt("acks", "all"), Opt("linger.ms", "5"),
+                                  Opt("enable.idempotence", "true"), Opt("client.id", "outbox"),
+                                  Opt("message.timeout.ms", "30000")}),
             std::nullopt);
 }
 
 TEST(KafkaSinkOptions, UnknownPropertyReportsLibrdkafkaMessage) {
-  const auto err = ValidateKafkaOptions({kBootstrap, Str("no.such.setting", "1")});
+  const auto err = ValidateKafkaOptions({kBootstrap, Opt("no.such.setting", "1")});
   ASSERT_TRUE(err.has_value());
   EXPECT_TRUE(Contains(*err, "No such configuration property"));
   EXPECT_TRUE(Contains(*err, "no.such.setting"));
@@ -54,19 +48,19 @@ TEST(KafkaSinkOptions, UnknownPropertyReportsLibrdkafkaMessage) {
 
 TEST(KafkaSinkOptions, InvalidValueForKnownPropertyIsRejected) {
   {
-    const auto err = ValidateKafkaOptions({kBootstrap, Str("acks", "banana")});
+    const auto err = ValidateKafkaOptions({kBootstrap, Opt("acks", "banana")});
     ASSERT_TRUE(err.has_value());
     EXPECT_TRUE(Contains(*err, "acks"));
     EXPECT_TRUE(Contains(*err, "Invalid value"));
   }
   {
-    const auto err = ValidateKafkaOptions({kBootstrap, Str("linger.ms", "-5")});
+    const auto err = ValidateKafkaOptions({kBootstrap, Opt("linger.ms", "-5")});
     ASSERT_TRUE(err.has_value());
     EXPECT_TRUE(Contains(*err, "linger.ms"));
     EXPECT_TRUE(Contains(*err, "outside allowed range"));
   }
   {
-    const auto err = ValidateKafkaOptions({kBootstrap, Str("enable.idempotence", "maybe")});
+    const auto err = ValidateKafkaOptions({kBootstrap, Opt("enable.idempotence", "maybe")});
     ASSERT_TRUE(err.has_value());
     EXPECT_TRUE(Contains(*err, "enable.idempotence"));
   }
@@ -74,8 +68,8 @@ TEST(KafkaSinkOptions, InvalidValueForKnownPropertyIsRejected) {
 
 TEST(KafkaSinkOptions, ErrorMessageHasNoTrailingNewline) {
   // librdkafka ends its range message with '\n'; ours is one clean line.
-  for (const SinkOption &bad : {Str("linger.ms", "-5"), Str("batch.size", "-1"),
-                                Str("acks", "banana"), Str("no.such.setting", "1")}) {
+  for (const SinkOption &bad : {Opt("linger.ms", "-5"), Opt("batch.size", "-1"),
+                                Opt("acks", "banana"), Opt("no.such.setting", "1")}) {
     const auto err = ValidateKafkaOptions({kBootstrap, bad});
     ASSERT_TRUE(err.has_value()) << bad.key;
     ASSERT_FALSE(err->empty());
@@ -85,8 +79,8 @@ TEST(KafkaSinkOptions, ErrorMessageHasNoTrailingNewline) {
 }
 
 TEST(KafkaSinkOptions, InvalidOptionIsReportedWhateverItsPosition) {
-  EXPECT_TRUE(ValidateKafkaOptions({Str("acks", "banana"), kBootstrap}).has_value());
-  EXPECT_TRUE(ValidateKafkaOptions({kBootstrap, Str("acks", "banana")}).has_value());
+  EXPECT_TRUE(ValidateKafkaOptions({Opt("acks", "banana"), kBootstrap}).has_value());
+  EXPECT_TRUE(ValidateKafkaOptions({kBootstrap, Opt("acks", "banana")}).has_value());
 }
 
 TEST(KafkaSinkOptions, NonStringValuesAreRejectedNamingTheKey) {
@@ -102,8 +96,8 @@ TEST(KafkaSinkOptions, NonStringValuesAreRejectedNamingTheKey) {
 }
 
 TEST(KafkaSinkOptions, BootstrapServersIsRequired) {
-  for (const SinkOptions &opts : {SinkOptions{}, SinkOptions{Str("acks", "all")},
-                                  SinkOptions{Str("bootstrap.servers", "")}}) {
+  for (const SinkOptions &opts : {SinkOptions{}, SinkOptions{Opt("acks", "all")},
+                                  SinkOptions{Opt("bootstrap.servers", "")}}) {
     const auto err = ValidateKafkaOptions(opts);
     ASSERT_TRUE(err.has_value());
     EXPECT_TRUE(Contains(*err, "bootstrap.servers"));
@@ -116,21 +110,21 @@ TEST(KafkaSinkOptions, BootstrapServersIsRequired) {
 // orders "bootstrap.servers" first, so this input reaches the publisher with
 // no brokers. Enable once the check tracks the last value written.
 TEST(KafkaSinkOptions, EmptyAliasAfterBootstrapServersLeavesNoBrokers) {
-  const auto err = ValidateKafkaOptions({kBootstrap, Str("metadata.broker.list", "")});
+  const auto err = ValidateKafkaOptions({kBootstrap, Opt("metadata.broker.list", "")});
   ASSERT_TRUE(err.has_value());
   EXPECT_TRUE(Contains(*err, "bootstrap.servers"));
 }
 
 TEST(KafkaSinkOptions, PluginLibraryPathsIsNotAllowed) {
   // Must be refused before librdkafka tries to load anything.
-  const auto err = ValidateKafkaOptions({kBootstrap, Str("plugin.library.paths", "/tmp/evil.so")});
+  const auto err = ValidateKafkaOptions({kBootstrap, Opt("plugin.library.paths", "/tmp/evil.so")});
   ASSERT_TRUE(err.has_value());
   EXPECT_TRUE(Contains(*err, "plugin.library.paths"));
   EXPECT_TRUE(Contains(*err, "not allowed"));
 }
 
 TEST(KafkaSinkOptions, InterceptorsAreNotAllowed) {
-  const auto err = ValidateKafkaOptions({kBootstrap, Str("interceptors", "x")});
+  const auto err = ValidateKafkaOptions({kBootstrap, Opt("interceptors", "x")});
   ASSERT_TRUE(err.has_value());
   EXPECT_TRUE(Contains(*err, "interceptors"));
 }
@@ -162,8 +156,8 @@ TEST(RedisSinkOptions, EmptyOptionsGiveDefaults) {
 
 TEST(RedisSinkOptions, AllOptionsAsStrings) {
   const RedisOptions r =
-      Parsed({Str("host", "redis.internal"), Str("port", "6380"), Str("db", "3"),
-              Str("password", "s3cret"), Str("mode", "stream"), Str("maxlen", "100000")});
+      Parsed({Opt("host", "redis.internal"), Opt("port", "6380"), Opt("db", "3"),
+              Opt("password", "s3cret"), Opt("mode", "stream"), Opt("maxlen", "100000")});
   EXPECT_EQ(r.host, "redis.internal");
   EXPECT_EQ(r.port, 6380);
   EXPECT_EQ(r.db, 3);
@@ -180,61 +174,61 @@ TEST(RedisSinkOptions, PortDbAndMaxlenAcceptJsonNumbers) {
 }
 
 TEST(RedisSinkOptions, PortRangeIs1To65535) {
-  EXPECT_EQ(Parsed({Str("port", "1")}).port, 1);
+  EXPECT_EQ(Parsed({Opt("port", "1")}).port, 1);
   EXPECT_EQ(Parsed({Num("port", "65535")}).port, 65535);
-  for (const SinkOption &opt : {Num("port", "0"), Num("port", "65536"), Str("port", "-1"),
-                                Str("port", "0"), Str("port", "99999999999999999999")}) {
+  for (const SinkOption &opt : {Num("port", "0"), Num("port", "65536"), Opt("port", "-1"),
+                                Opt("port", "0"), Opt("port", "99999999999999999999")}) {
     EXPECT_TRUE(Contains(RedisError({opt}), "port")) << opt.text;
   }
 }
 
 TEST(RedisSinkOptions, IntegersMustBePlainDecimal) {
   for (const char *text : {"abc", " 12", "12 ", "+12", "1.5", "1e3", "0x10", "", "-", "12abc"}) {
-    EXPECT_TRUE(Contains(RedisError({Str("port", text)}), "\"port\"")) << '"' << text << '"';
-    EXPECT_TRUE(Contains(RedisError({Str("db", text)}), "\"db\"")) << '"' << text << '"';
-    EXPECT_TRUE(Contains(RedisError({Str("maxlen", text)}), "\"maxlen\"")) << '"' << text << '"';
+    EXPECT_TRUE(Contains(RedisError({Opt("port", text)}), "\"port\"")) << '"' << text << '"';
+    EXPECT_TRUE(Contains(RedisError({Opt("db", text)}), "\"db\"")) << '"' << text << '"';
+    EXPECT_TRUE(Contains(RedisError({Opt("maxlen", text)}), "\"maxlen\"")) << '"' << text << '"';
   }
   EXPECT_TRUE(Contains(RedisError({Num("port", "1.5")}), "integer"));
 }
 
 TEST(RedisSinkOptions, DbRangeIs0ToInt32Max) {
-  EXPECT_EQ(Parsed({Str("db", "0")}).db, 0);
-  EXPECT_EQ(Parsed({Str("db", "2147483647")}).db, 2147483647);
-  EXPECT_TRUE(Contains(RedisError({Str("db", "-1")}), "db"));
-  EXPECT_TRUE(Contains(RedisError({Str("db", "2147483648")}), "db"));
+  EXPECT_EQ(Parsed({Opt("db", "0")}).db, 0);
+  EXPECT_EQ(Parsed({Opt("db", "2147483647")}).db, 2147483647);
+  EXPECT_TRUE(Contains(RedisError({Opt("db", "-1")}), "db"));
+  EXPECT_TRUE(Contains(RedisError({Opt("db", "2147483648")}), "db"));
 }
 
 TEST(RedisSinkOptions, MaxlenMustBePositive) {
-  EXPECT_EQ(Parsed({Str("maxlen", "1")}).maxlen, 1);
-  EXPECT_TRUE(Contains(RedisError({Str("maxlen", "0")}), "maxlen"));
+  EXPECT_EQ(Parsed({Opt("maxlen", "1")}).maxlen, 1);
+  EXPECT_TRUE(Contains(RedisError({Opt("maxlen", "0")}), "maxlen"));
   EXPECT_TRUE(Contains(RedisError({Num("maxlen", "-10")}), "maxlen"));
 }
 
 TEST(RedisSinkOptions, UnknownKeyIsRejectedByName) {
-  const std::string err = RedisError({Str("hostname", "redis")});
+  const std::string err = RedisError({Opt("hostname", "redis")});
   EXPECT_TRUE(Contains(err, "unknown option"));
   EXPECT_TRUE(Contains(err, "\"hostname\""));
-  EXPECT_TRUE(Contains(RedisError({Str("Host", "redis")}), "\"Host\""));
-  EXPECT_TRUE(Contains(RedisError({Str("bootstrap.servers", "x:9092")}), "bootstrap.servers"));
+  EXPECT_TRUE(Contains(RedisError({Opt("Host", "redis")}), "\"Host\""));
+  EXPECT_TRUE(Contains(RedisError({Opt("bootstrap.servers", "x:9092")}), "bootstrap.servers"));
 }
 
 TEST(RedisSinkOptions, ModeIsStreamPublishOrList) {
-  EXPECT_EQ(Parsed({Str("mode", "stream")}).mode, RedisOptions::Mode::kStream);
-  EXPECT_EQ(Parsed({Str("mode", "publish")}).mode, RedisOptions::Mode::kPublish);
-  EXPECT_EQ(Parsed({Str("mode", "list")}).mode, RedisOptions::Mode::kList);
+  EXPECT_EQ(Parsed({Opt("mode", "stream")}).mode, RedisOptions::Mode::kStream);
+  EXPECT_EQ(Parsed({Opt("mode", "publish")}).mode, RedisOptions::Mode::kPublish);
+  EXPECT_EQ(Parsed({Opt("mode", "list")}).mode, RedisOptions::Mode::kList);
   for (const char *bad : {"pubsub", "Stream", "", "streams"}) {
-    const std::string err = RedisError({Str("mode", bad)});
+    const std::string err = RedisError({Opt("mode", bad)});
     EXPECT_TRUE(Contains(err, "mode")) << bad;
     EXPECT_TRUE(Contains(err, std::string("\"") + bad + "\"")) << bad;
   }
 }
 
 TEST(RedisSinkOptions, MaxlenAppliesOnlyToStreams) {
-  EXPECT_EQ(Parsed({Str("mode", "stream"), Num("maxlen", "10")}).maxlen, 10);
+  EXPECT_EQ(Parsed({Opt("mode", "stream"), Num("maxlen", "10")}).maxlen, 10);
   for (const char *mode : {"publish", "list"}) {
     // Whatever the order of the keys.
-    EXPECT_TRUE(Contains(RedisError({Str("mode", mode), Num("maxlen", "10")}), "maxlen"));
-    EXPECT_TRUE(Contains(RedisError({Num("maxlen", "10"), Str("mode", mode)}), "maxlen"));
+    EXPECT_TRUE(Contains(RedisError({Opt("mode", mode), Num("maxlen", "10")}), "maxlen"));
+    EXPECT_TRUE(Contains(RedisError({Num("maxlen", "10"), Opt("mode", mode)}), "maxlen"));
   }
 }
 
@@ -253,14 +247,14 @@ TEST(RedisSinkOptions, NonScalarValuesAreRejected) {
 }
 
 TEST(RedisSinkOptions, EmptyHostIsRejected) {
-  EXPECT_TRUE(Contains(RedisError({Str("host", "")}), "host"));
+  EXPECT_TRUE(Contains(RedisError({Opt("host", "")}), "host"));
 }
 
 TEST(RedisSinkOptions, OutputIsLeftUntouchedWhenInvalid) {
   RedisOptions out;
   out.host = "sentinel";
   out.port = 1234;
-  ASSERT_TRUE(ParseRedisOptions({Str("host", "redis"), Str("port", "0")}, &out).has_value());
+  ASSERT_TRUE(ParseRedisOptions({Opt("host", "redis"), Opt("port", "0")}, &out).has_value());
   EXPECT_EQ(out.host, "sentinel");
   EXPECT_EQ(out.port, 1234);
 }
