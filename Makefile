@@ -14,10 +14,11 @@ PG_SRCS = src/pg_bridge.cpp src/outbox.cpp src/guc.cpp src/emit.cpp src/partitio
           src/payload_json.cpp src/database_guard.cpp src/workers_view.cpp
 FREE_SRCS = src/uuid7.cpp src/names.cpp src/route_match.cpp src/partition_calendar.cpp \
             src/sink_options.cpp src/backoff.cpp src/order_guard.cpp src/dispatch.cpp \
-            src/sink.cpp src/kafka_sink.cpp src/redis_sink.cpp src/trace_context.cpp
+            src/sink.cpp src/kafka_sink.cpp src/redis_sink.cpp src/trace_context.cpp \
+            src/message_format.cpp
 OBJS = $(PG_SRCS:.cpp=.o) $(FREE_SRCS:.cpp=.o)
 
-REGRESS = setup emit tracing sinks routes controls partitions privileges extension
+REGRESS = setup emit tracing sinks routes controls stats partitions privileges extension
 REGRESS_OPTS = --inputdir=. --outputdir=test/results
 ISOLATION = maintain_never_blocks_emit concurrent_claims_never_overlap
 ISOLATION_OPTS = --inputdir=test/isolation --outputdir=test/results/isolation

@@ -54,8 +54,156 @@ CREATE INDEX events_retry_idx ON outbox.events (next_attempt_at, id)
     WHERE status = 'pending' AND next_attempt_at IS NOT NULL;
 CREATE INDEX events_dead_idx ON outbox.events (id)
     WHERE status = 'dead';
+-- Per topic, the oldest event waiting for a retry, for outbox.stats'
+-- oldest_pending_age without walking the waiting events. Written by the
+-- publisher's UPDATEs only (an emitted event is never waiting): no cost to emit.
+CREATE INDEX events_waiting_idx ON outbox.events (topic, created_at)
+    WHERE status = 'pending' AND next_attempt_at IS NOT NULL;
 
 CREATE TABLE outbox.events_default PARTITION OF outbox.events DEFAULT;
+
+-- ---------------------------------------------------------------------------
+-- Running counts, so outbox.stats answers in milliseconds however many
+-- events are retained (counting partitions would read every row).
+-- ---------------------------------------------------------------------------
+
+-- Events per UTC day of created_at and topic, by state. An emitted event is
+-- not counted here while it is never tried (pending, next_attempt_at NULL):
+-- counting it would cost emit() a write to a shared row. outbox.stats adds
+-- those from events_ready_idx, which holds about one batch while a publisher
+-- runs. Every other change of an event is counted by the statement triggers
+-- below, in the transaction that makes it:
+-- - UPDATE and DELETE through outbox.events or any partition (the publisher,
+--   retry_dead(), replay(), maintenance, or an operator's own statement);
+-- - INSERT naming a partition (maintenance moving rows out of events_default).
+-- An INSERT through outbox.events (emit) fires no trigger; inserting rows
+-- that are not new pending events that way is not counted: run
+-- outbox.recount() after doing so. Dropping a partition deletes its day's
+-- rows here (maintenance does both in one transaction).
+CREATE TABLE outbox.counts (
+    day       date   NOT NULL,
+    topic     text   NOT NULL,
+    waiting   bigint NOT NULL DEFAULT 0,  -- pending and tried (next_attempt_at set)
+    published bigint NOT NULL DEFAULT 0,
+    dead      bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (day, topic)
+);
+COMMENT ON TABLE outbox.counts IS
+    'Running event counts per day and topic behind outbox.stats (never-tried events excluded)';
+
+-- The statement trigger of every change to outbox.events (see above): adds
+-- the new rows' states and subtracts the old ones', per day and topic, in
+-- (day, topic) order so that concurrent writers cannot deadlock on it.
+CREATE FUNCTION outbox.count_changes()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    delta outbox.counts[] := '{}';
+BEGIN
+    IF TG_OP = 'TRUNCATE' THEN
+        PERFORM outbox.recount();
+        RETURN NULL;
+    END IF;
+    IF TG_OP IN ('INSERT', 'UPDATE') THEN
+        delta := delta || ARRAY(
+            SELECT ROW((created_at AT TIME ZONE 'UTC')::date, topic,
+                       (status = 'pending' AND next_attempt_at IS NOT NULL)::int,
+                       (status = 'published')::int, (status = 'dead')::int)::outbox.counts
+              FROM new_rows);
+    END IF;
+    IF TG_OP IN ('UPDATE', 'DELETE') THEN
+        delta := delta || ARRAY(
+            SELECT ROW((created_at AT TIME ZONE 'UTC')::date, topic,
+                       -(status = 'pending' AND next_attempt_at IS NOT NULL)::int,
+                       -(status = 'published')::int, -(status = 'dead')::int)::outbox.counts
+              FROM old_rows);
+    END IF;
+    INSERT INTO outbox.counts AS c (day, topic, waiting, published, dead)
+    SELECT d.day, d.topic, sum(d.waiting), sum(d.published), sum(d.dead)
+      FROM unnest(delta) d
+     GROUP BY d.day, d.topic
+    HAVING sum(d.waiting) <> 0 OR sum(d.published) <> 0 OR sum(d.dead) <> 0
+     ORDER BY d.day, d.topic
+        ON CONFLICT (day, topic) DO UPDATE
+       SET waiting = c.waiting + excluded.waiting,
+           published = c.published + excluded.published,
+           dead = c.dead + excluded.dead;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION outbox.count_changes() IS
+    'Trigger keeping outbox.counts in step with outbox.events';
+
+-- What every partition of outbox.events gets (maintain() calls this for each
+-- partition it creates, before moving rows into it):
+-- - the counting triggers (see outbox.counts);
+-- - statistics on (status, next_attempt_at) together: without them the
+--   planner multiplies "pending" by "next_attempt_at IS NULL" and expects
+--   thousands of never-tried events where a running publisher leaves a few,
+--   and picks parallel plans for outbox.stats that cost more than the read.
+CREATE FUNCTION outbox.prepare_partition(partition regclass)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    EXECUTE format('CREATE TRIGGER events_count_insert AFTER INSERT ON %s'
+                   ' REFERENCING NEW TABLE AS new_rows'
+                   ' FOR EACH STATEMENT EXECUTE FUNCTION outbox.count_changes()', partition);
+    EXECUTE format('CREATE TRIGGER events_count_update AFTER UPDATE ON %s'
+                   ' REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows'
+                   ' FOR EACH STATEMENT EXECUTE FUNCTION outbox.count_changes()', partition);
+    EXECUTE format('CREATE TRIGGER events_count_delete AFTER DELETE ON %s'
+                   ' REFERENCING OLD TABLE AS old_rows'
+                   ' FOR EACH STATEMENT EXECUTE FUNCTION outbox.count_changes()', partition);
+    EXECUTE format('CREATE TRIGGER events_count_truncate AFTER TRUNCATE ON %s'
+                   ' FOR EACH STATEMENT EXECUTE FUNCTION outbox.count_changes()', partition);
+    EXECUTE format('CREATE STATISTICS outbox.%I (mcv) ON status, next_attempt_at FROM %s',
+                   (SELECT relname || '_state' FROM pg_class WHERE oid = partition), partition);
+END
+$$;
+COMMENT ON FUNCTION outbox.prepare_partition(regclass) IS
+    'Create the counting triggers and planner statistics of one partition of outbox.events';
+
+-- On the parent: UPDATE, DELETE and TRUNCATE only. No INSERT trigger: emit()
+-- inserts through the parent and must stay as cheap as a plain INSERT.
+CREATE TRIGGER events_count_update AFTER UPDATE ON outbox.events
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION outbox.count_changes();
+CREATE TRIGGER events_count_delete AFTER DELETE ON outbox.events
+    REFERENCING OLD TABLE AS old_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION outbox.count_changes();
+CREATE TRIGGER events_count_truncate AFTER TRUNCATE ON outbox.events
+    FOR EACH STATEMENT EXECUTE FUNCTION outbox.count_changes();
+SELECT outbox.prepare_partition('outbox.events_default');
+
+-- Rebuild outbox.counts from the events themselves. Exact; reads every
+-- retained event, so it takes as long as counting them. Blocks concurrent
+-- changes to the counts (the publisher waits) while it runs; a change made
+-- by a transaction still open is applied on top when it commits, so nothing
+-- is counted twice or lost.
+CREATE FUNCTION outbox.recount()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    LOCK TABLE outbox.counts IN EXCLUSIVE MODE;
+    DELETE FROM outbox.counts;
+    INSERT INTO outbox.counts (day, topic, waiting, published, dead)
+    SELECT (created_at AT TIME ZONE 'UTC')::date, topic,
+           count(*) FILTER (WHERE status = 'pending' AND next_attempt_at IS NOT NULL),
+           count(*) FILTER (WHERE status = 'published'),
+           count(*) FILTER (WHERE status = 'dead')
+      FROM outbox.events
+     GROUP BY 1, 2
+    HAVING count(*) FILTER (WHERE status <> 'pending' OR next_attempt_at IS NOT NULL) > 0;
+END
+$$;
+COMMENT ON FUNCTION outbox.recount() IS
+    'Rebuild the running counts behind outbox.stats from the events (slow; exact)';
 
 -- ---------------------------------------------------------------------------
 -- Sinks and routes (configuration: kept by pg_dump)
@@ -75,6 +223,8 @@ CREATE TABLE outbox.routes (
     sink       text        NOT NULL REFERENCES outbox.sinks (name),
     target     text,
     paused     boolean     NOT NULL DEFAULT false,
+    format     text        NOT NULL DEFAULT 'raw'
+               CHECK (format IN ('raw', 'cloudevents', 'debezium')),
     created_at timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX routes_sink_idx ON outbox.routes (sink);
@@ -114,13 +264,16 @@ SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'outbox_drop_sink';
 COMMENT ON FUNCTION outbox.drop_sink(text) IS 'Remove a sink no route uses';
 
-CREATE FUNCTION outbox.add_route(pattern text, sink text, target text DEFAULT NULL)
+-- format: how messages look at the broker (README "Message formats"):
+-- raw (the contract's format), cloudevents or debezium.
+CREATE FUNCTION outbox.add_route(pattern text, sink text, target text DEFAULT NULL,
+                                 format text DEFAULT 'raw')
 RETURNS void
 LANGUAGE c VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'outbox_add_route';
-COMMENT ON FUNCTION outbox.add_route(text, text, text) IS
-    'Send topics matching pattern (* = any run of characters) to a sink';
+COMMENT ON FUNCTION outbox.add_route(text, text, text, text) IS
+    'Send topics matching pattern (* = any run of characters) to a sink, in a message format';
 
 CREATE FUNCTION outbox.remove_route(pattern text)
 RETURNS void
@@ -153,8 +306,8 @@ AS 'MODULE_PATHNAME', 'outbox_replay';
 COMMENT ON FUNCTION outbox.replay(timestamptz, text) IS
     'Publish again the retained published events emitted since a time (all, or one topic''s)';
 
-CREATE FUNCTION outbox.route_for(topic text,
-                                 OUT pattern text, OUT sink text, OUT target text)
+CREATE FUNCTION outbox.route_for(topic text, OUT pattern text, OUT sink text,
+                                 OUT target text, OUT format text)
 RETURNS SETOF record
 LANGUAGE c STABLE
 SET search_path = pg_catalog, pg_temp
@@ -206,15 +359,70 @@ COMMENT ON FUNCTION outbox.publisher_preloaded() IS
 -- Views
 -- ---------------------------------------------------------------------------
 
+-- From the running counts (outbox.counts) plus the never-tried events,
+-- which the ready index holds: about one batch while a publisher runs, so
+-- this reads a few hundred rows whatever is retained. The oldest waiting
+-- event of a topic is one probe of events_waiting_idx in the partition of
+-- the first day the counts show waiting events for it.
 CREATE VIEW outbox.stats AS
+WITH counted AS (
+    SELECT topic, sum(waiting) AS waiting, sum(published) AS published, sum(dead) AS dead,
+           min(day) FILTER (WHERE waiting > 0) AS first_waiting_day
+      FROM outbox.counts
+     GROUP BY topic),
+untried AS (
+    SELECT topic, count(*) AS pending, min(created_at) AS oldest
+      FROM outbox.events
+     WHERE status = 'pending' AND next_attempt_at IS NULL
+     GROUP BY topic)
 SELECT topic,
-       count(*) FILTER (WHERE status = 'pending')   AS pending,
-       count(*) FILTER (WHERE status = 'published') AS published,
-       count(*) FILTER (WHERE status = 'dead')      AS dead,
-       now() - min(created_at) FILTER (WHERE status = 'pending') AS oldest_pending_age
-  FROM outbox.events
- GROUP BY topic;
-COMMENT ON VIEW outbox.stats IS 'Per topic: pending, published and dead events retained';
+       (coalesce(c.waiting, 0) + coalesce(u.pending, 0))::bigint AS pending,
+       coalesce(c.published, 0)::bigint AS published,
+       coalesce(c.dead, 0)::bigint AS dead,
+       now() - least(u.oldest,
+                     -- Only the first day with waiting events can hold the
+                     -- oldest: one partition probed, the others pruned.
+                     (SELECT min(e.created_at) FROM outbox.events e
+                       WHERE e.topic = c.topic AND e.status = 'pending'
+                         AND e.next_attempt_at IS NOT NULL
+                         AND e.created_at >= c.first_waiting_day::timestamp AT TIME ZONE 'UTC'
+                         AND e.created_at < (c.first_waiting_day + 1)::timestamp AT TIME ZONE 'UTC'))
+       AS oldest_pending_age
+  FROM counted c
+  FULL JOIN untried u USING (topic)
+ WHERE coalesce(c.waiting, 0) + coalesce(u.pending, 0) + coalesce(c.published, 0)
+       + coalesce(c.dead, 0) > 0;
+COMMENT ON VIEW outbox.stats IS
+    'Per topic: pending, published and dead events retained, and the age of the oldest pending';
+
+-- Per route: the lag (age of its oldest pending event) and backlog, from
+-- outbox.stats. Each topic goes to the route route_for() would pick: an
+-- exact pattern beats wildcards, then the longest, then the first in byte
+-- order. Topics no route matches are summed in one row with pattern NULL.
+CREATE VIEW outbox.route_lag AS
+WITH topic_route AS (
+    SELECT DISTINCT ON (s.topic) s.topic, s.pending, s.dead, s.oldest_pending_age, r.pattern
+      FROM outbox.stats s
+      LEFT JOIN outbox.routes r
+        ON s.topic LIKE replace(replace(r.pattern, '_', '\_'), '*', '%')
+     ORDER BY s.topic, (strpos(r.pattern, '*') = 0) DESC, length(r.pattern) DESC,
+              r.pattern COLLATE "C")
+SELECT r.pattern, r.sink, r.target, r.format, r.paused,
+       count(t.topic) AS topics,
+       coalesce(sum(t.pending), 0)::bigint AS pending,
+       coalesce(sum(t.dead), 0)::bigint AS dead,
+       max(t.oldest_pending_age) AS oldest_pending_age
+  FROM outbox.routes r
+  LEFT JOIN topic_route t ON t.pattern = r.pattern
+ GROUP BY r.pattern, r.sink, r.target, r.format, r.paused
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, count(*), sum(pending)::bigint, sum(dead)::bigint,
+       max(oldest_pending_age)
+  FROM topic_route
+ WHERE pattern IS NULL
+HAVING count(*) > 0;
+COMMENT ON VIEW outbox.route_lag IS
+    'Per route: topics, pending and dead events, and the age of its oldest pending event (lag)';
 
 CREATE FUNCTION outbox.worker_stats(
     OUT database text, OUT pid int, OUT state text, OUT sinks text,
@@ -234,6 +442,9 @@ COMMENT ON VIEW outbox.workers IS 'The publishers: state, sinks, counts, last er
 
 -- range_start/range_end come from the partition name (maintain() names each
 -- partition after the day that is its bound); the default partition has none.
+-- unpublished is counted from the events themselves (through the three
+-- partial indexes, never walking published rows), not from outbox.counts:
+-- it is what retention decides on, so it holds whatever wrote the rows.
 CREATE VIEW outbox.partitions AS
 SELECT c.relname::text AS name,
        b.day::timestamp AT TIME ZONE 'UTC' AS range_start,

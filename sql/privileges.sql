@@ -32,7 +32,26 @@ SELECT error_of($$SELECT outbox.maintain()$$);
 SELECT error_of($$SELECT * FROM outbox.stats$$);
 SELECT error_of($$SELECT * FROM outbox.partitions$$);
 SELECT error_of($$SELECT * FROM outbox.workers$$);
+SELECT error_of($$SELECT * FROM outbox.route_lag$$);
+SELECT error_of($$SELECT * FROM outbox.counts$$);
+SELECT error_of($$SELECT outbox.recount()$$);
 SELECT error_of($$SET outbox.max_payload_bytes = '100MB'$$);
+SELECT error_of($$SET outbox.cloudevents_source = 'x'$$);
+RESET ROLE;
+
+-- A monitoring role reads the views once granted (README "Monitoring"),
+-- and still nothing else.
+CREATE ROLE regress_outbox_monitor;
+GRANT SELECT ON outbox.stats, outbox.route_lag, outbox.partitions, outbox.workers
+   TO regress_outbox_monitor;
+GRANT EXECUTE ON FUNCTION outbox.worker_stats() TO regress_outbox_monitor;
+SET ROLE regress_outbox_monitor;
+SELECT error_of($$SELECT * FROM outbox.stats$$);
+SELECT error_of($$SELECT * FROM outbox.route_lag$$);
+SELECT error_of($$SELECT * FROM outbox.partitions$$);
+SELECT error_of($$SELECT * FROM outbox.workers$$);
+SELECT error_of($$SELECT options FROM outbox.sinks$$);
+SELECT error_of($$SELECT count(*) FROM outbox.events$$);
 RESET ROLE;
 
 -- An ungranted role cannot emit.
@@ -44,7 +63,7 @@ RESET ROLE;
 -- themselves refuse anyone but superusers and the extension owner.
 GRANT EXECUTE ON FUNCTION outbox.create_sink(text, text, jsonb) TO regress_outbox_app;
 GRANT EXECUTE ON FUNCTION outbox.drop_sink(text) TO regress_outbox_app;
-GRANT EXECUTE ON FUNCTION outbox.add_route(text, text, text) TO regress_outbox_app;
+GRANT EXECUTE ON FUNCTION outbox.add_route(text, text, text, text) TO regress_outbox_app;
 GRANT EXECUTE ON FUNCTION outbox.remove_route(text) TO regress_outbox_app;
 GRANT EXECUTE ON FUNCTION outbox.pause(text) TO regress_outbox_app;
 GRANT EXECUTE ON FUNCTION outbox.replay(timestamptz, text) TO regress_outbox_app;
@@ -59,6 +78,7 @@ RESET ROLE;
 
 SELECT topic, payload FROM outbox.events WHERE topic = 'priv.t';
 
-DROP OWNED BY regress_outbox_app, regress_outbox_other;
+DROP OWNED BY regress_outbox_app, regress_outbox_other, regress_outbox_monitor;
 DROP ROLE regress_outbox_app;
 DROP ROLE regress_outbox_other;
+DROP ROLE regress_outbox_monitor;

@@ -47,6 +47,16 @@ SELECT error_of($$SELECT outbox.add_route('x.*', 'kafka-a', 'not a topic')$$);
 SELECT error_of($$SELECT outbox.add_route('x.*', 'kafka-a', '')$$);
 SELECT error_of($$SELECT outbox.add_route('x.*', 'redis-r', '')$$);
 SELECT error_of($$SELECT outbox.add_route('x.*', 'redis-r', 'any key: with spaces {and} braces')$$);
+-- Message formats: raw (default), cloudevents, debezium; nothing else.
+SELECT outbox.add_route('fmt.ce', 'kafka-a', NULL, 'cloudevents');
+SELECT outbox.add_route('fmt.dbz', 'redis-r', 'dbz', format => 'debezium');
+SELECT * FROM outbox.route_for('fmt.ce');
+SELECT * FROM outbox.route_for('fmt.dbz');
+SELECT error_of($$SELECT outbox.add_route('fmt.x', 'kafka-a', NULL, 'json')$$);
+SELECT error_of($$SELECT outbox.add_route('fmt.x', 'kafka-a', NULL, 'RAW')$$);
+SELECT error_of($$SELECT outbox.add_route('fmt.x', 'kafka-a', NULL, NULL)$$);
+SELECT outbox.remove_route('fmt.ce');
+SELECT outbox.remove_route('fmt.dbz');
 SELECT error_of($$SELECT outbox.remove_route('no.such.*')$$);
 SELECT error_of($$SELECT outbox.remove_route(NULL)$$);
 SELECT error_of($$SELECT outbox.route_for(NULL)$$);

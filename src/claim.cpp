@@ -41,9 +41,13 @@ SPIPlanPtr claim_ready_plan = nullptr;
 SPIPlanPtr bound_plan = nullptr;
 
 // Columns of both claim queries.
-enum Column { kTableOid = 1, kCtid, kId, kTopic, kKey, kPayload, kHeaders, kAttempts };
+enum Column { kTableOid = 1, kCtid, kId, kTopic, kKey, kPayload, kHeaders, kAttempts, kTime };
 
-#define CLAIM_COLUMNS "tableoid, ctid, id, topic, key, payload, headers, attempts"
+// created_at as RFC 3339 in UTC (CloudEvents' time attribute), formatted by
+// the claim so that no C code depends on the session's time zone.
+#define CLAIM_COLUMNS                                           \
+  "tableoid, ctid, id, topic, key, payload, headers, attempts," \
+  " to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
 
 SPIPlanPtr Prepare(const char *sql, int nargs, Oid *types) {
   SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
@@ -184,6 +188,7 @@ void ReadEvent(HeapTuple row, TupleDesc desc, EventRow *event, Claimed *claimed)
   }
   event->headers_json = std::string_view(headers_json.data, headers_json.len);
   event->attempts = DatumGetInt32(SPI_getbinval(row, desc, kAttempts, &isnull));
+  event->time = View(TextColumn(row, desc, kTime, &isnull));
 }
 
 int CompareEventIds(const void *a, const void *b) {
@@ -324,6 +329,7 @@ int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted, Cy
   settings.backoff_min_ms = guc::backoff_min_ms;
   settings.backoff_max_ms = guc::backoff_max_ms;
   settings.now_us = GetCurrentTimestamp();
+  settings.source = guc::CloudEventsSource();
   dispatcher->Dispatch(sorted, static_cast<size_t>(n), settings, outcomes, interrupted);
   stats->claimed = n;
   for (int i = 0; i < n; ++i) {
@@ -366,7 +372,7 @@ void LoadConfiguration(Dispatcher *dispatcher) {
     sinks[i].option_count = static_cast<size_t>(count);
   }
 
-  if (SPI_execute("SELECT pattern, sink, target, paused FROM outbox.routes", false, 0) !=
+  if (SPI_execute("SELECT pattern, sink, target, paused, format FROM outbox.routes", false, 0) !=
       SPI_OK_SELECT) {
     elog(ERROR, "outbox: cannot read outbox.routes");
   }
@@ -383,6 +389,9 @@ void LoadConfiguration(Dispatcher *dispatcher) {
     routes[i].has_target = !isnull;
     routes[i].target = isnull ? std::string_view() : View(target);
     routes[i].paused = DatumGetBool(SPI_getbinval(row, route_rows->tupdesc, 4, &isnull));
+    // The table's CHECK admits only names ParseMessageFormat knows.
+    routes[i].format = ParseMessageFormat(View(TextColumn(row, route_rows->tupdesc, 5, &isnull)))
+                           .value_or(MessageFormat::kRaw);
   }
   dispatcher->Configure(routes, static_cast<size_t>(nroutes), sinks, static_cast<size_t>(nsinks));
 

@@ -69,7 +69,8 @@ void Dispatcher::Configure(const RouteRow *routes, size_t nroutes, const SinkRow
     std::vector<Route> fresh;
     for (size_t i = 0; i < nroutes; ++i) {
       fresh.push_back(Route{std::string(routes[i].pattern), std::string(routes[i].sink),
-                            routes[i].has_target, std::string(routes[i].target), routes[i].paused});
+                            routes[i].has_target, std::string(routes[i].target), routes[i].paused,
+                            routes[i].format});
       // Say once when a route is paused or resumed (not at start-up).
       for (const Route &old : routes_) {
         if (old.pattern == fresh.back().pattern && old.paused != fresh.back().paused) {
@@ -229,6 +230,9 @@ void Dispatcher::DispatchGroup(const std::string &sink_name, SinkState *state,
     m.headers = row.headers;
     m.header_count = row.header_count;
     m.headers_json = row.headers_json;
+    m.format = route.format;
+    m.time = row.time;
+    m.source = settings.source;
     return m;
   };
 

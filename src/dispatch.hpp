@@ -46,6 +46,7 @@ struct EventRow {
   const Header *headers = nullptr;
   size_t header_count = 0;
   std::string_view headers_json;  // compact JSON object, "{}" when none
+  std::string_view time;          // created_at, RFC 3339 in UTC
   int attempts = 0;
 };
 
@@ -55,6 +56,7 @@ struct RouteRow {
   bool has_target = false;
   std::string_view target;
   bool paused = false;  // outbox.pause(): its events wait like unrouted ones
+  MessageFormat format = MessageFormat::kRaw;
 };
 
 struct SinkRow {
@@ -68,7 +70,8 @@ struct DispatchSettings {
   int max_attempts = 10;
   int64_t backoff_min_ms = 100;
   int64_t backoff_max_ms = 60000;
-  int64_t now_us = 0;  // the caller's clock, in the unit next_attempt_us uses
+  int64_t now_us = 0;       // the caller's clock, in the unit next_attempt_us uses
+  std::string_view source;  // the CloudEvents source of this database's events
 };
 
 enum class Outcome {
@@ -142,6 +145,7 @@ class Dispatcher {
     bool has_target = false;
     std::string target;
     bool paused = false;
+    MessageFormat format = MessageFormat::kRaw;
   };
 
   int RouteIndex(std::string_view topic) const;

@@ -8,9 +8,11 @@
 #include "trace_context.hpp"
 
 extern "C" {
+#include "commands/dbcommands.h"
 #include "miscadmin.h"
 #include "utils/datetime.h"
 #include "utils/guc.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 }
 
@@ -27,6 +29,7 @@ int workers = 1;
 int max_payload_bytes = 1024 * 1024;
 int maintenance_lock_timeout_ms = 100;
 char *traceparent = nullptr;
+char *cloudevents_source = nullptr;
 char *tracestate = nullptr;
 
 namespace {
@@ -158,7 +161,27 @@ void Define() {
       "Copied only together with outbox.traceparent; at most 512 characters.", &tracestate, "",
       PGC_USERSET, 0, CheckTracestate, nullptr, nullptr);
 
+  DefineCustomStringVariable(
+      "outbox.cloudevents_source", "The source attribute of events sent in the cloudevents format.",
+      "A URI-reference naming where events come from; empty: /outbox/<database name>. Set it "
+      "per database with ALTER DATABASE ... SET (the publisher reads it when it starts).",
+      &cloudevents_source, "", PGC_SUSET, 0, nullptr, nullptr, nullptr);
+
   MarkGUCPrefixReserved("outbox");
+}
+
+std::string_view CloudEventsSource() {
+  if (cloudevents_source != nullptr && cloudevents_source[0] != '\0') {
+    return std::string_view(cloudevents_source);
+  }
+  // Built once: a publisher serves one database for its whole life.
+  static char *fallback = nullptr;
+  if (fallback == nullptr) {
+    const char *db = get_database_name(MyDatabaseId);
+    fallback = MemoryContextStrdup(TopMemoryContext,
+                                   psprintf("/outbox/%s", db != nullptr ? db : "unknown"));
+  }
+  return std::string_view(fallback);
 }
 
 }  // namespace guc

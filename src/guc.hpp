@@ -5,6 +5,8 @@
 
 #include "pg_bridge.hpp"
 
+#include <string_view>
+
 extern "C" {
 #include "datatype/timestamp.h"
 }
@@ -25,6 +27,12 @@ extern int maintenance_lock_timeout_ms;
 // emit() copies them into the event's headers.
 extern char *traceparent;
 extern char *tracestate;
+extern char *cloudevents_source;  // use CloudEventsSource()
+
+// The CloudEvents source of this database's events: outbox.cloudevents_source,
+// or "/outbox/<database name>" when it is empty. Requires a database
+// connection (the publisher).
+std::string_view CloudEventsSource();
 
 // outbox.retention, parsed (the GUC itself is text holding an interval).
 const Interval &Retention();

@@ -153,6 +153,7 @@ class KafkaSink final : public Sink {
   rd_kafka_t *rk_ = nullptr;
   // Topic handles by name; destroyed before the producer.
   std::map<std::string, rd_kafka_topic_t *, std::less<>> topics_;
+  std::vector<Header> header_list_;  // reused for each message's headers
   int wait_limit_ms_ = 10000 + kSafetyMarginMs;
 
   std::vector<LogLine> logs_;
@@ -434,13 +435,9 @@ rd_kafka_resp_err_t KafkaSink::Produce(const OutMessage &message, uintptr_t tag)
   rd_kafka_topic_t *topic = Topic(message.target, &err);
   if (topic == nullptr) return err;
 
-  rd_kafka_headers_t *headers = rd_kafka_headers_new(2 + message.header_count);
-  rd_kafka_header_add(headers, "outbox-id", -1, NonNull(message.id),
-                      static_cast<ssize_t>(message.id.size()));
-  rd_kafka_header_add(headers, "outbox-topic", -1, NonNull(message.topic),
-                      static_cast<ssize_t>(message.topic.size()));
-  for (size_t h = 0; h < message.header_count; ++h) {
-    const Header &header = message.headers[h];
+  KafkaHeaders(message, &header_list_);  // the route's format decides them
+  rd_kafka_headers_t *headers = rd_kafka_headers_new(header_list_.size());
+  for (const Header &header : header_list_) {
     rd_kafka_header_add(headers, NonNull(header.name), static_cast<ssize_t>(header.name.size()),
                         NonNull(header.value), static_cast<ssize_t>(header.value.size()));
   }

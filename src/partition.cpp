@@ -166,6 +166,9 @@ bool CreateStep(void *p) {
       psprintf("CREATE TABLE outbox.%s (LIKE outbox.events INCLUDING DEFAULTS "
                "INCLUDING CONSTRAINTS INCLUDING STORAGE INCLUDING COMPRESSION)",
                qname));
+  // Before any row arrives: rows moved in below are counted back in by the
+  // INSERT trigger after events_default's DELETE trigger counted them out.
+  Exec(psprintf("SELECT outbox.prepare_partition('outbox.%s')", qname));
   if (arg->move_from_default) {
     // Rows emitted while the day had no partition: move them so ATTACH's check
     // of the default partition passes. AccessExclusive on the default
@@ -224,6 +227,7 @@ void WarnKept(const char *what, int64_t unpublished) {
 
 struct DropArg {
   const char *name;
+  int64_t day;
   int64_t unpublished;  // set when the step finds events after all
 };
 
@@ -236,11 +240,16 @@ bool DropStep(void *p) {
   arg->unpublished = UnpublishedIn(psprintf("outbox.%s", qname), "");
   if (arg->unpublished > 0) return false;
   Exec(psprintf("DROP TABLE outbox.%s", qname));
+  // DROP fires no trigger: the day's published events leave the counts here,
+  // in the same transaction.
+  char day[kPartitionNameBufSize];
+  FormatDayStartLiteral(arg->day, day);
+  Exec(psprintf("DELETE FROM outbox.counts WHERE day = '%.10s'", day));
   ereport(LOG, (errmsg("outbox: dropped partition outbox.%s past outbox.retention", arg->name)));
   return true;
 }
 
-void DropIfPublished(const char *name) {
+void DropIfPublished(const char *name, int64_t day) {
   char what[96];
   snprintf(what, sizeof what, "partition outbox.%s", name);
   const int64_t unpublished = UnpublishedIn(psprintf("outbox.%s", quote_identifier(name)), "");
@@ -248,7 +257,7 @@ void DropIfPublished(const char *name) {
     WarnKept(what, unpublished);
     return;
   }
-  DropArg arg{name, 0};
+  DropArg arg{name, day, 0};
   snprintf(what, sizeof what, "drop partition outbox.%s", name);
   if (!RunGuarded(what, DropStep, &arg) && arg.unpublished > 0) {
     snprintf(what, sizeof what, "partition outbox.%s", name);
@@ -339,7 +348,7 @@ void MaintainPartitions(TimestampTz at) {
 
   for (int i = 0; i < set.count; ++i) {
     const Partition &p = set.items[i];
-    if (p.is_ours && DayEnd(p.day) <= cutoff) DropIfPublished(p.name);
+    if (p.is_ours && DayEnd(p.day) <= cutoff) DropIfPublished(p.name, p.day);
   }
   SPI_finish();
 }

@@ -186,9 +186,10 @@ class RedisSink final : public Sink {
   const std::string maxlen_text_;  // XADD's MAXLEN argument, when set
   redisContext *context_ = nullptr;
   Connection connection_ = Connection::kIdle;
-  std::string last_failure_;  // while down: the reason last logged as a warning
-  size_t settled_ = 0;        // Publish: out[0..settled_) have their outcome
-  std::string envelope_;      // reused for each message's envelope
+  std::string last_failure_;              // while down: the reason last logged as a warning
+  size_t settled_ = 0;                    // Publish: out[0..settled_) have their outcome
+  std::string envelope_;                  // reused for each message's envelope
+  std::vector<std::string_view> fields_;  // reused for each message's stream fields
   std::vector<LogLine> logs_;
   size_t dropped_logs_ = 0;
 };
@@ -446,8 +447,6 @@ bool RedisSink::AppendCommand(const OutMessage &message) {
     argv[argc] = NonNull(arg);
     lengths[argc++] = arg.size();
   };
-  // Already compact JSON; "{}" stands for no headers in every mode.
-  const std::string_view headers = message.headers_json.empty() ? "{}" : message.headers_json;
   if (options_.mode == RedisOptions::Mode::kStream) {
     add("XADD");
     add(message.target);
@@ -459,19 +458,13 @@ bool RedisSink::AppendCommand(const OutMessage &message) {
     // Redis assigns entry ids: ids derived from ours would be refused when
     // events commit out of id order (facts: never derive stream ids).
     add("*");
-    add("id");
-    add(message.id);
-    add("topic");
-    add(message.topic);
-    add("key");
-    add(message.has_key ? message.key : std::string_view());
-    add("payload");
-    add(message.payload);
-    add("headers");
-    add(headers);
+    // The fields' views point into message or envelope_ (untouched until
+    // the command is formatted below).
+    RedisStreamFields(message, &envelope_, &fields_);
+    for (std::string_view field : fields_) add(field);
   } else {
     envelope_.clear();
-    AppendRedisEnvelope(message, &envelope_);
+    AppendRedisBody(message, &envelope_);
     add(options_.mode == RedisOptions::Mode::kPublish ? "PUBLISH" : "RPUSH");
     add(message.target);
     add(envelope_);
@@ -696,71 +689,6 @@ bool RedisErrorConcernsConnection(std::string_view reply) {
   const std::string_view code = ErrorCode(reply);
   return code == "READONLY" || code == "MASTERDOWN" || code == "NOAUTH" || code == "WRONGPASS" ||
          code == "MOVED" || code == "ASK";
-}
-
-void AppendJsonString(std::string_view text, std::string *out) {
-  out->push_back('"');
-  for (const char c : text) {
-    switch (c) {
-      case '\b':
-        out->append("\\b");
-        break;
-      case '\f':
-        out->append("\\f");
-        break;
-      case '\n':
-        out->append("\\n");
-        break;
-      case '\r':
-        out->append("\\r");
-        break;
-      case '\t':
-        out->append("\\t");
-        break;
-      case '"':
-        out->append("\\\"");
-        break;
-      case '\\':
-        out->append("\\\\");
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < ' ') {
-          char escaped[8];
-          std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(c));
-          out->append(escaped);
-        } else {
-          out->push_back(c);
-        }
-    }
-  }
-  out->push_back('"');
-}
-
-void AppendRedisEnvelope(const OutMessage &message, std::string *out) {
-  out->append("{\"id\":");
-  AppendJsonString(message.id, out);
-  out->append(",\"topic\":");
-  AppendJsonString(message.topic, out);
-  out->append(",\"key\":");
-  if (message.has_key) {
-    AppendJsonString(message.key, out);
-  } else {
-    out->append("null");
-  }
-  out->append(",\"payload\":");
-  // Never empty (a jsonb value); "null" keeps the envelope valid JSON if it were.
-  if (message.payload.empty()) {
-    out->append("null");
-  } else {
-    out->append(message.payload.data(), message.payload.size());
-  }
-  out->append(",\"headers\":");
-  if (message.headers_json.empty()) {
-    out->append("{}");
-  } else {
-    out->append(message.headers_json.data(), message.headers_json.size());
-  }
-  out->push_back('}');
 }
 
 std::unique_ptr<Sink> MakeRedisSink(const std::string &name, const SinkOptions &options,

@@ -25,15 +25,6 @@ DeliveryStatus ClassifyRedisError(std::string_view reply);
 // MOVED/ASK: a cluster node): the sink drops it and connects afresh.
 bool RedisErrorConcernsConnection(std::string_view reply);
 
-// Appends the envelope that modes "publish" and "list" send:
-// {"id":"…","topic":"…","key":"…" or null,"payload":…,"headers":{…}}, compact,
-// with payload and headers embedded as the JSON they already are.
-void AppendRedisEnvelope(const OutMessage &message, std::string *out);
-
-// Appends `text` as a JSON string literal, escaped as PostgreSQL's
-// escape_json does (so envelopes read like the payloads inside them).
-void AppendJsonString(std::string_view text, std::string *out);
-
 // Build a Redis sink from create_sink() options (ParseRedisOptions). It
 // connects lazily, on the first Publish, and again after any connection
 // error. Returns nullptr and sets *error when the options are invalid.

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "message_format.hpp"
 #include "sink_options.hpp"
 
 namespace outbox {
@@ -36,6 +37,9 @@ struct OutMessage {
   const Header *headers = nullptr;  // the user's headers, in jsonb order
   size_t header_count = 0;
   std::string_view headers_json;  // the same headers as a compact JSON object ("{}" if none)
+  MessageFormat format = MessageFormat::kRaw;  // the route's (message_format.hpp)
+  std::string_view time;                       // created_at, RFC 3339 in UTC (cloudevents)
+  std::string_view source;                     // the CloudEvents source (outbox.cloudevents_source)
 };
 
 enum class DeliveryStatus {

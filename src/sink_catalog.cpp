@@ -13,6 +13,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "message_format.hpp"
 #include "names.hpp"
 #include "route_match.hpp"
 #include "shmem.hpp"
@@ -23,6 +24,7 @@ extern "C" {
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "funcapi.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
@@ -37,6 +39,8 @@ enum class Validation { kValid, kInvalid, kInternal };
 
 // PostgreSQL-free: builds the option list and validates it. Never throws,
 // never calls PostgreSQL; its containers die before it returns.
+constexpr int kMaxOptionErrorBytes = 400;
+
 Validation ValidateOptions(bool kafka, const OptionView *raw, int n, char *err,
                            size_t errlen) noexcept {
   try {
@@ -170,6 +174,10 @@ OUTBOX_SQL_FUNCTION(outbox_create_sink) {
   OptionView *raw = FlattenSinkOptions(options, &n);
   char err[1024];
   const Validation result = ValidateOptions(kafka, raw, n, err, sizeof err);
+  // The validators quote keys and values into fixed buffers cut at a byte
+  // count, possibly inside a character: end the message on a whole
+  // character (and keep it short), or the client could not even decode it.
+  err[pg_mbcliplen(err, static_cast<int>(strlen(err)), kMaxOptionErrorBytes)] = '\0';
   if (result == Validation::kInternal) elog(ERROR, "outbox: option validation failed: %s", err);
   if (result == Validation::kInvalid) {
     ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -231,10 +239,16 @@ OUTBOX_SQL_FUNCTION(outbox_add_route) {
                               static_cast<int>(kMaxTopicLength))));
   }
   text *target = PG_ARGISNULL(2) ? nullptr : PG_GETARG_TEXT_PP(2);
+  text *format = RequireText(fcinfo, 3, "format");
+  if (!ParseMessageFormat(View(format))) {
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("invalid format %s", QuoteText(format)),
+                    errdetail("A route's format is raw, cloudevents or debezium.")));
+  }
 
   ConnectAsSinkAdmin("add routes");
-  Oid types[3] = {TEXTOID, TEXTOID, TEXTOID};
-  Datum values[3] = {PointerGetDatum(sink), (Datum)0, (Datum)0};
+  Oid types[1] = {TEXTOID};
+  Datum values[1] = {PointerGetDatum(sink)};
   // KEY SHARE keeps the sink from being dropped before we insert.
   if (Run("SELECT kind FROM outbox.sinks WHERE name = $1 FOR KEY SHARE", 1, types, values, nullptr,
           false) == 0) {
@@ -253,13 +267,14 @@ OUTBOX_SQL_FUNCTION(outbox_add_route) {
                                       : "A Redis key must not be empty.")));
     }
   }
-  values[0] = PointerGetDatum(pattern);
-  values[1] = PointerGetDatum(sink);
-  values[2] = target != nullptr ? PointerGetDatum(target) : (Datum)0;
-  const char nulls[3] = {' ', ' ', target != nullptr ? ' ' : 'n'};
-  if (Run("INSERT INTO outbox.routes (pattern, sink, target) VALUES ($1, $2, $3) "
+  Oid insert_types[4] = {TEXTOID, TEXTOID, TEXTOID, TEXTOID};
+  Datum insert_values[4] = {PointerGetDatum(pattern), PointerGetDatum(sink),
+                            target != nullptr ? PointerGetDatum(target) : (Datum)0,
+                            PointerGetDatum(format)};
+  const char nulls[4] = {' ', ' ', target != nullptr ? ' ' : 'n', ' '};
+  if (Run("INSERT INTO outbox.routes (pattern, sink, target, format) VALUES ($1, $2, $3, $4) "
           "ON CONFLICT (pattern) DO NOTHING",
-          3, types, values, nulls, false) == 0) {
+          4, insert_types, insert_values, nulls, false) == 0) {
     ereport(ERROR, (errcode(ERRCODE_DUPLICATE_OBJECT),
                     errmsg("a route for pattern \"%s\" already exists", text_to_cstring(pattern)),
                     errhint("Remove it first with outbox.remove_route().")));
@@ -328,7 +343,7 @@ OUTBOX_SQL_FUNCTION(outbox_replay) {
   PG_RETURN_INT64(static_cast<int64>(n));
 }
 
-// outbox.route_for(topic text) RETURNS TABLE (pattern text, sink text, target text):
+// outbox.route_for(topic text) RETURNS TABLE (pattern, sink, target, format text):
 // the route an event of this topic takes now (target resolved), or no row.
 OUTBOX_SQL_FUNCTION(outbox_route_for) {
   text *topic = RequireText(fcinfo, 0, "topic");
@@ -336,7 +351,8 @@ OUTBOX_SQL_FUNCTION(outbox_route_for) {
   ReturnSetInfo *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
 
   if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "outbox: SPI_connect failed");
-  Run("SELECT pattern, sink, target FROM outbox.routes", 0, nullptr, nullptr, nullptr, true);
+  Run("SELECT pattern, sink, target, format FROM outbox.routes", 0, nullptr, nullptr, nullptr,
+      true);
   const int n = static_cast<int>(SPI_processed);
   // Copy out of SPI memory: the result must outlive SPI_finish.
   MemoryContext outer = rsinfo->econtext->ecxt_per_query_memory;
@@ -345,6 +361,7 @@ OUTBOX_SQL_FUNCTION(outbox_route_for) {
       static_cast<std::string_view *>(palloc0(sizeof(std::string_view) * (n + 1)));
   char **sinks = static_cast<char **>(palloc0(sizeof(char *) * (n + 1)));
   char **targets = static_cast<char **>(palloc0(sizeof(char *) * (n + 1)));
+  char **formats = static_cast<char **>(palloc0(sizeof(char *) * (n + 1)));
   for (int i = 0; i < n; ++i) {
     HeapTuple row = SPI_tuptable->vals[i];
     TupleDesc desc = SPI_tuptable->tupdesc;
@@ -353,16 +370,18 @@ OUTBOX_SQL_FUNCTION(outbox_route_for) {
     sinks[i] = pstrdup(SPI_getvalue(row, desc, 2));
     const char *t = SPI_getvalue(row, desc, 3);
     targets[i] = t != nullptr ? pstrdup(t) : nullptr;
+    formats[i] = pstrdup(SPI_getvalue(row, desc, 4));
   }
   MemoryContextSwitchTo(spi);
   SPI_finish();
 
   const int best = BestPatternIndex(patterns, static_cast<size_t>(n), View(topic));
   if (best >= 0) {
-    Datum values[3] = {
+    Datum values[4] = {
         CStringGetTextDatum(patterns[best].data()), CStringGetTextDatum(sinks[best]),
-        targets[best] != nullptr ? CStringGetTextDatum(targets[best]) : PointerGetDatum(topic)};
-    bool nulls[3] = {false, false, false};
+        targets[best] != nullptr ? CStringGetTextDatum(targets[best]) : PointerGetDatum(topic),
+        CStringGetTextDatum(formats[best])};
+    bool nulls[4] = {false, false, false, false};
     tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
   }
   return (Datum)0;

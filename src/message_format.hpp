@@ -1,0 +1,68 @@
+// What a message looks like at the broker, per route format
+// (add_route(..., format => ...)). PostgreSQL-free: the Kafka and Redis
+// sinks call these to lay out each message, and unit tests check them.
+//
+// raw (the contract's format, default)
+//   Kafka: key = event key; value = payload; headers outbox-id, outbox-topic,
+//          then the user's headers.
+//   Redis: stream fields id, topic, key, payload, headers; publish/list send
+//          the envelope {"id","topic","key","payload","headers"}.
+// cloudevents (CloudEvents 1.0)
+//   Kafka (binary content mode): key = event key; value = payload; headers
+//          ce_specversion "1.0", ce_id = event id, ce_source, ce_type = topic,
+//          ce_time = created_at (RFC 3339, UTC), content-type
+//          "application/json", then the user's headers.
+//   Redis (structured content mode): one JSON object
+//          {"specversion","id","source","type","time","datacontenttype",
+//          "partitionkey" (when there is a key), "data": payload, ...}; the
+//          user's headers become extension attributes when their names are
+//          valid attribute names (a-z, 0-9) that do not clash with the
+//          above; any others are kept, as a JSON object in text, in the
+//          attribute "outboxheaders". Streams carry it in the field
+//          "cloudevent"; publish/list send it as is.
+// debezium (the Debezium outbox event router's conventions)
+//   Kafka: key = event key; value = payload; header id = event id, then the
+//          user's headers.
+//   Redis: what Debezium Server's Redis sink writes: a stream entry with one
+//          field named after the key ("default" without one) holding the
+//          payload; publish/list send the payload.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace outbox {
+
+struct OutMessage;
+struct Header;
+
+enum class MessageFormat { kRaw, kCloudEvents, kDebezium };
+
+// "raw", "cloudevents" or "debezium"; nullopt for anything else.
+std::optional<MessageFormat> ParseMessageFormat(std::string_view name);
+std::string_view MessageFormatName(MessageFormat format);
+
+// The Kafka headers of `message` in its format, in order. Views point into
+// `message` or static strings.
+void KafkaHeaders(const OutMessage &message, std::vector<Header> *out);
+
+// The field/value arguments of a Redis XADD after the entry id ("*").
+// Views point into `message`, static strings or *scratch, which must outlive
+// their use and not be modified meanwhile.
+void RedisStreamFields(const OutMessage &message, std::string *scratch,
+                       std::vector<std::string_view> *fields);
+
+// Appends the body that Redis modes "publish" and "list" send.
+void AppendRedisBody(const OutMessage &message, std::string *out);
+
+// Appends `text` as a JSON string literal, escaped as PostgreSQL's
+// escape_json does (so envelopes read like the payloads inside them).
+void AppendJsonString(std::string_view text, std::string *out);
+
+// True for a name CloudEvents allows for an attribute: one or more of a-z
+// and 0-9.
+bool IsCloudEventsAttributeName(std::string_view name);
+
+}  // namespace outbox

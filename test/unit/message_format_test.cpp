@@ -1,0 +1,157 @@
+// Message layouts per route format: what consumers of each convention read.
+#include "message_format.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "sink.hpp"
+
+namespace outbox {
+namespace {
+
+struct Fixture {
+  Header headers[3] = {{"traceparent", "00-abc-def-01"}, {"X-Tenant", "acme"}, {"id", "user-id"}};
+  OutMessage m;
+  Fixture(MessageFormat format, bool with_key = true, size_t header_count = 3) {
+    m.id = "01890a5d-ac96-774b-bcce-b302099a8057";
+    m.topic = "orders.created";
+    m.target = "orders";
+    m.has_key = with_key;
+    m.key = with_key ? "order-7" : "";
+    m.payload = R"({"n":1})";
+    m.headers = headers;
+    m.header_count = header_count;
+    m.headers_json = header_count == 0 ? "{}"
+                                       : R"({"traceparent":"00-abc-def-01","X-Tenant":"acme",)"
+                                         R"("id":"user-id"})";
+    m.format = format;
+    m.time = "2026-11-21T10:00:00.123456Z";
+    m.source = "/outbox/shop";
+  }
+};
+
+std::vector<std::pair<std::string, std::string>> Flatten(const std::vector<Header> &headers) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const Header &h : headers) out.emplace_back(h.name, h.value);
+  return out;
+}
+
+using Pairs = std::vector<std::pair<std::string, std::string>>;
+
+TEST(MessageFormat, NamesParseAndNothingElse) {
+  EXPECT_EQ(ParseMessageFormat("raw"), MessageFormat::kRaw);
+  EXPECT_EQ(ParseMessageFormat("cloudevents"), MessageFormat::kCloudEvents);
+  EXPECT_EQ(ParseMessageFormat("debezium"), MessageFormat::kDebezium);
+  for (const char *bad : {"", "RAW", "json", "cloudevents ", "debezium\n", "avro"}) {
+    EXPECT_FALSE(ParseMessageFormat(bad).has_value()) << bad;
+  }
+  for (MessageFormat f :
+       {MessageFormat::kRaw, MessageFormat::kCloudEvents, MessageFormat::kDebezium}) {
+    EXPECT_EQ(ParseMessageFormat(MessageFormatName(f)), f);
+  }
+}
+
+TEST(MessageFormat, RawKafkaHeadersAreTheContractsThenTheUsers) {
+  Fixture f(MessageFormat::kRaw);
+  std::vector<Header> headers;
+  KafkaHeaders(f.m, &headers);
+  EXPECT_EQ(Flatten(headers), (Pairs{{"outbox-id", std::string(f.m.id)},
+                                     {"outbox-topic", "orders.created"},
+                                     {"traceparent", "00-abc-def-01"},
+                                     {"X-Tenant", "acme"},
+                                     {"id", "user-id"}}));
+}
+
+TEST(MessageFormat, CloudEventsKafkaUsesBinaryModeHeaders) {
+  Fixture f(MessageFormat::kCloudEvents);
+  std::vector<Header> headers;
+  KafkaHeaders(f.m, &headers);
+  EXPECT_EQ(Flatten(headers), (Pairs{{"ce_specversion", "1.0"},
+                                     {"ce_id", std::string(f.m.id)},
+                                     {"ce_source", "/outbox/shop"},
+                                     {"ce_type", "orders.created"},
+                                     {"ce_time", "2026-11-21T10:00:00.123456Z"},
+                                     {"content-type", "application/json"},
+                                     {"traceparent", "00-abc-def-01"},
+                                     {"X-Tenant", "acme"},
+                                     {"id", "user-id"}}));
+}
+
+TEST(MessageFormat, DebeziumKafkaCarriesTheIdHeader) {
+  Fixture f(MessageFormat::kDebezium, true, 0);
+  std::vector<Header> headers;
+  KafkaHeaders(f.m, &headers);
+  EXPECT_EQ(Flatten(headers), (Pairs{{"id", std::string(f.m.id)}}));
+}
+
+TEST(MessageFormat, RawRedisStreamFieldsAndEnvelope) {
+  Fixture f(MessageFormat::kRaw, false, 0);
+  std::string scratch;
+  std::vector<std::string_view> fields;
+  RedisStreamFields(f.m, &scratch, &fields);
+  EXPECT_EQ(std::vector<std::string>(fields.begin(), fields.end()),
+            (std::vector<std::string>{"id", std::string(f.m.id), "topic", "orders.created", "key",
+                                      "", "payload", R"({"n":1})", "headers", "{}"}));
+  std::string body;
+  AppendRedisBody(f.m, &body);
+  EXPECT_EQ(body, "{\"id\":\"" + std::string(f.m.id) +
+                      R"(","topic":"orders.created","key":null,"payload":{"n":1},"headers":{}})");
+}
+
+TEST(MessageFormat, CloudEventsRedisIsStructuredJson) {
+  Fixture f(MessageFormat::kCloudEvents);
+  std::string body;
+  AppendRedisBody(f.m, &body);
+  // Valid attribute names become attributes; "X-Tenant" cannot, and "id"
+  // is the event's own id: both stay, in outboxheaders.
+  EXPECT_EQ(body,
+            "{\"specversion\":\"1.0\",\"id\":\"" + std::string(f.m.id) +
+                R"(","source":"/outbox/shop","type":"orders.created",)"
+                R"("time":"2026-11-21T10:00:00.123456Z","datacontenttype":"application/json",)"
+                R"("partitionkey":"order-7","traceparent":"00-abc-def-01",)"
+                R"("outboxheaders":"{\"X-Tenant\":\"acme\",\"id\":\"user-id\"}",)"
+                R"("data":{"n":1}})");
+  std::string scratch;
+  std::vector<std::string_view> fields;
+  RedisStreamFields(f.m, &scratch, &fields);
+  ASSERT_EQ(fields.size(), 2u);
+  EXPECT_EQ(fields[0], "cloudevent");
+  EXPECT_EQ(std::string(fields[1]), body);
+}
+
+TEST(MessageFormat, CloudEventsWithoutKeyHasNoPartitionKey) {
+  Fixture f(MessageFormat::kCloudEvents, false, 0);
+  std::string body;
+  AppendRedisBody(f.m, &body);
+  EXPECT_EQ(body.find("partitionkey"), std::string::npos);
+  EXPECT_EQ(body.find("outboxheaders"), std::string::npos);
+}
+
+TEST(MessageFormat, DebeziumRedisFollowsDebeziumServer) {
+  Fixture keyed(MessageFormat::kDebezium);
+  std::string scratch;
+  std::vector<std::string_view> fields;
+  RedisStreamFields(keyed.m, &scratch, &fields);
+  EXPECT_EQ(std::vector<std::string>(fields.begin(), fields.end()),
+            (std::vector<std::string>{"order-7", R"({"n":1})"}));
+  Fixture keyless(MessageFormat::kDebezium, false);
+  RedisStreamFields(keyless.m, &scratch, &fields);
+  EXPECT_EQ(std::vector<std::string>(fields.begin(), fields.end()),
+            (std::vector<std::string>{"default", R"({"n":1})"}));
+  std::string body;
+  AppendRedisBody(keyed.m, &body);
+  EXPECT_EQ(body, R"({"n":1})");
+}
+
+TEST(MessageFormat, AttributeNamesAreLowercaseAlphanumeric) {
+  EXPECT_TRUE(IsCloudEventsAttributeName("traceparent"));
+  EXPECT_TRUE(IsCloudEventsAttributeName("x1"));
+  for (const char *bad : {"", "X", "trace-parent", "a_b", "é", "a b"}) {
+    EXPECT_FALSE(IsCloudEventsAttributeName(bad)) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace outbox
