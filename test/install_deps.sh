@@ -17,6 +17,8 @@ set -euo pipefail
 # postgresql-15-pgq3: for the comparison benchmark.
 # googletest, libgtest-dev: the unit tests (CMake find_package(GTest)).
 # clang-format: the style check.
+# clang, libclang-rt-14-dev: libFuzzer and the sanitizer runtimes for
+#   test/fuzz/run.sh (clang 14's libFuzzer ships in compiler-rt).
 PACKAGES=(
   build-essential g++ cmake pkg-config make
   postgresql-15 postgresql-server-dev-15
@@ -24,6 +26,7 @@ PACKAGES=(
   libio-pty-perl
   redis-server kcat postgresql-15-pgq3
   googletest libgtest-dev clang-format
+  clang libclang-rt-14-dev
 )
 
 is_installed() {

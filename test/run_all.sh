@@ -5,7 +5,10 @@
 #
 # Suites (each counted once in the closing "N passed, N failed" line, which CI
 # reads): format, unit (GoogleTest via ctest), regression (pg_regress),
-# isolation (pg_isolation_regress), TAP (prove with PostgreSQL::Test::Cluster).
+# isolation (pg_isolation_regress), TAP (prove with PostgreSQL::Test::Cluster),
+# sanitizers (unit tests and the test broker under ASan + UBSan,
+# test/sanitize.sh), fuzz (libFuzzer on the PostgreSQL-free parsers and
+# validators for a bounded time, test/fuzz/run.sh).
 # A failing suite does not stop the others; a suite whose build failed counts
 # as failed. Exit status is non-zero when anything failed.
 #
@@ -32,7 +35,7 @@ unset PGDATABASE PGSERVICE PGOPTIONS PGPASSWORD
 # shellcheck source-path=SCRIPTDIR source=lib/cluster.sh
 source "$REPO/test/lib/cluster.sh"
 
-SUITES=(format unit regression isolation TAP)
+SUITES=(format unit regression isolation TAP sanitizers fuzz)
 declare -A RESULT=() NOTE=()
 RUN_START=$SECONDS
 
@@ -249,6 +252,22 @@ if ((PGXS_OK)); then
   fi
 else
   record TAP fail "PGXS build failed"
+fi
+
+# ---------------------------------------------------------------------------
+banner "Unit tests and test broker under ASan + UBSan (test/sanitize.sh)"
+if timeout -k 30 1200 env OUTBOX_SKIP_DEPS=1 bash test/sanitize.sh /tmp/outbox-ci-sanitize; then
+  record sanitizers pass
+else
+  record sanitizers fail "reports above and in /tmp/outbox-ci-sanitize/reports"
+fi
+
+# ---------------------------------------------------------------------------
+banner "Fuzzing the parsers and validators (test/fuzz/run.sh, ${FUZZ_SECONDS:-30} s per target)"
+if timeout -k 30 900 bash test/fuzz/run.sh /tmp/outbox-ci-fuzz; then
+  record fuzz pass
+else
+  record fuzz fail "crash inputs named above"
 fi
 
 summary_and_exit

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Runs the PostgreSQL-free unit tests and the test Kafka broker under
+# AddressSanitizer (leaks included) and UndefinedBehaviorSanitizer, outside the
+# checkout so the normal build/ and test/kafka binaries are left alone.
+#
+#   bash test/sanitize.sh [BUILD_DIR]      # default BUILD_DIR: /tmp/outbox-sanitize
+#
+# 1. cmake -DOUTBOX_SANITIZE=ON in BUILD_DIR/cmake, build the unit tests, run
+#    ctest the way test/run_all.sh does (the Redis tests start their own
+#    redis-server);
+# 2. copy test/kafka and test/lib to BUILD_DIR/broker (test/kafka/Makefile
+#    only builds in its own directory), build kafka_broker and kafka_consume
+#    with SANITIZE=1 and run their self-test (test/kafka/selftest.pl: start,
+#    faults, produce with kcat, consume) against the sanitized binaries.
+#
+# Every sanitizer report is written to BUILD_DIR/reports/ (log_path), so one
+# from a process whose stderr nobody reads (the broker's goes to a log file)
+# still counts. Exits non-zero when a step fails or any report exists, and
+# prints the reports. Set OUTBOX_SKIP_DEPS=1 to skip test/install_deps.sh.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD_DIR=${1:-/tmp/outbox-sanitize}
+REPORTS=$BUILD_DIR/reports
+
+# As test/run_all.sh: stable messages whatever the caller's locale.
+export LC_ALL=C.UTF-8 LANG=C.UTF-8
+export PATH="/usr/lib/postgresql/15/bin:$PATH"
+
+if [[ "${OUTBOX_SKIP_DEPS:-0}" != 1 ]]; then
+  bash "$REPO/test/install_deps.sh"
+fi
+
+rm -rf "$REPORTS"
+mkdir -p "$REPORTS"
+# halt_on_error: GCC builds UBSan checks recoverable, and a report that lets the
+# test go on passing would be missed.
+export ASAN_OPTIONS="detect_leaks=1:log_path=$REPORTS/asan"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$REPORTS/ubsan"
+
+START=$SECONDS
+status=0
+step() { printf '\n===== %s =====\n' "$*"; }
+
+# --- 1. unit tests ------------------------------------------------------------------
+step "unit tests with ASan + UBSan (ctest)"
+CMAKE_DIR=$BUILD_DIR/cmake
+# A cache from another checkout makes cmake refuse to configure.
+if [[ -f "$CMAKE_DIR/CMakeCache.txt" ]] &&
+  ! grep -qxF "CMAKE_HOME_DIRECTORY:INTERNAL=$REPO" "$CMAKE_DIR/CMakeCache.txt"; then
+  rm -rf "$CMAKE_DIR"
+fi
+# Only the unit tests: the PostgreSQL module is not built with the sanitizers.
+if cmake -S "$REPO" -B "$CMAKE_DIR" -DOUTBOX_SANITIZE=ON -DOUTBOX_WERROR=ON \
+  -DCMAKE_CXX_FLAGS="-O1 -g" >"$BUILD_DIR/cmake-configure.log" 2>&1 &&
+  cmake --build "$CMAKE_DIR" --target outbox_unit_tests -j2; then
+  if ! timeout -k 30 900 ctest --test-dir "$CMAKE_DIR" --output-on-failure --no-tests=error -j2; then
+    echo "sanitize: unit tests failed" >&2
+    status=1
+  fi
+else
+  cat "$BUILD_DIR/cmake-configure.log" >&2
+  echo "sanitize: building the unit tests failed" >&2
+  status=1
+fi
+
+# --- 2. test Kafka broker -------------------------------------------------------------
+step "test Kafka broker with ASan + UBSan (selftest.pl)"
+BROKER_DIR=$BUILD_DIR/broker
+rm -rf "$BROKER_DIR"
+mkdir -p "$BROKER_DIR/kafka" "$BROKER_DIR/lib" "$BROKER_DIR/logs"
+cp "$REPO"/test/kafka/Makefile "$REPO"/test/kafka/*.cpp "$REPO"/test/kafka/selftest.pl \
+  "$BROKER_DIR/kafka/"
+cp "$REPO"/test/lib/*.pm "$BROKER_DIR/lib/"
+# OUTBOX_KAFKA_LOG_DIR: keep the brokers' own logs to look at after a failure.
+if make -C "$BROKER_DIR/kafka" SANITIZE=1; then
+  if ! (cd "$BROKER_DIR" && timeout -k 30 600 env OUTBOX_KAFKA_LOG_DIR="$BROKER_DIR/logs" \
+    PERL5LIB="$BROKER_DIR/lib${PERL5LIB:+:$PERL5LIB}" prove --timer kafka/selftest.pl); then
+    echo "sanitize: broker self-test failed (broker logs in $BROKER_DIR/logs)" >&2
+    status=1
+  fi
+else
+  echo "sanitize: building the sanitized broker failed" >&2
+  status=1
+fi
+
+# --- reports ----------------------------------------------------------------------------
+step "sanitizer reports"
+shopt -s nullglob
+reports=("$REPORTS"/*)
+shopt -u nullglob
+if ((${#reports[@]} > 0)); then
+  for r in "${reports[@]}"; do
+    echo "----- $r -----"
+    head -n 60 "$r"
+  done
+  echo "sanitize: ${#reports[@]} sanitizer report(s) in $REPORTS" >&2
+  status=1
+else
+  echo "none"
+fi
+echo "sanitize: $( ((status == 0)) && echo PASS || echo FAIL) in $((SECONDS - START)) s"
+exit "$status"
