@@ -12,6 +12,7 @@ SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"bootstrap.servers"
 SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"linger.ms": "5"}')$$);
 SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"bootstrap.servers": ""}')$$);
 SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"bootstrap.servers": "h:1", "plugin.library.paths": "/tmp/x.so"}')$$);
+SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"bootstrap.servers": "h:1", "security.protocol": "sasl_plaintext", "sasl.mechanisms": "GSSAPI", "sasl.kerberos.kinit.cmd": "touch /tmp/outbox-pwned"}')$$);
 SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '["bootstrap.servers"]')$$);
 SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', NULL)$$);
 

@@ -10,10 +10,22 @@ namespace outbox {
 
 namespace {
 
-// Properties that would load code or install callbacks inside the process
-// that validates them (a user backend); they have no place in a sink.
+// Properties that would load code or run programs in the process that
+// validates them (a user backend) or creates the producer (the publisher, as
+// the server's OS user), so a sink owner could run anything there:
+// plugin.library.paths and interceptors load libraries at configuration;
+// ssl.engine.location and ssl.providers load OpenSSL engines and providers,
+// and sasl.kerberos.kinit.cmd is a shell command librdkafka runs, when the
+// producer starts. transactional.id would make the producer transactional,
+// which the publisher never drives: every delivery would fail.
 bool IsForbiddenKafkaProperty(const std::string &key) {
-  return key == "plugin.library.paths" || key == "interceptors";
+  static const char *const kForbidden[] = {"plugin.library.paths",    "interceptors",
+                                           "ssl.engine.location",     "ssl.providers",
+                                           "sasl.kerberos.kinit.cmd", "transactional.id"};
+  for (const char *forbidden : kForbidden) {
+    if (key == forbidden) return true;
+  }
+  return false;
 }
 
 std::optional<int64_t> ParseInteger(const SinkOption &opt) {

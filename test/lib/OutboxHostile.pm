@@ -379,13 +379,14 @@ sub gen_kind {
 }
 
 use constant KAFKA_ANY_PROPS =>
-  [qw(bootstrap.servers client.id sasl.username sasl.password group.id transactional.id)];
+  [qw(bootstrap.servers client.id sasl.username sasl.password group.id)];
 my %KAFKA_ENUM = (
 	'acks'               => [qw(all -1 0 1)],
 	'compression.type'   => [qw(none gzip snappy lz4 zstd)],
 	'enable.idempotence' => [qw(true false)],
 	'linger.ms'          => [qw(0 5 1000)]);
-my %KAFKA_REFUSED = map { $_ => 1 } qw(plugin.library.paths interceptors opaque);
+my %KAFKA_REFUSED = map { $_ => 1 } qw(plugin.library.paths interceptors opaque
+  ssl.engine.location ssl.providers sasl.kerberos.kinit.cmd transactional.id);
 
 # A key no librdkafka property has: it holds a character outside [a-z0-9._].
 sub unknown_key {

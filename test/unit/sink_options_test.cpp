@@ -123,10 +123,16 @@ TEST(KafkaSinkOptions, PluginLibraryPathsIsNotAllowed) {
   EXPECT_TRUE(Contains(*err, "not allowed"));
 }
 
-TEST(KafkaSinkOptions, InterceptorsAreNotAllowed) {
-  const auto err = ValidateKafkaOptions({kBootstrap, Opt("interceptors", "x")});
-  ASSERT_TRUE(err.has_value());
-  EXPECT_TRUE(Contains(*err, "interceptors"));
+TEST(KafkaSinkOptions, PropertiesThatRunCodeOrBreakDeliveryAreNotAllowed) {
+  // Each would run a program or load a library as the server's OS user when
+  // the publisher creates the producer (transactional.id: fail every send).
+  for (const char *key : {"interceptors", "sasl.kerberos.kinit.cmd", "ssl.engine.location",
+                          "ssl.providers", "transactional.id"}) {
+    const auto err = ValidateKafkaOptions({kBootstrap, Opt(key, "touch /tmp/outbox-pwned")});
+    ASSERT_TRUE(err.has_value()) << key;
+    EXPECT_TRUE(Contains(*err, key));
+    EXPECT_TRUE(Contains(*err, "not allowed"));
+  }
 }
 
 // ---------------------------------------------------------------- Redis
