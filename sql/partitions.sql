@@ -99,3 +99,5 @@ SELECT tableoid::regclass AS partition, created_at, status FROM outbox.events
 DELETE FROM outbox.events WHERE topic = 'p.old';
 
 SELECT error_of($$SELECT outbox.maintain(NULL)$$);
+SELECT error_of($$SELECT outbox.maintain('infinity')$$);
+SELECT error_of($$SELECT outbox.maintain('-infinity')$$);

@@ -360,6 +360,11 @@ OUTBOX_SQL_FUNCTION(outbox_maintain) {
   if (PG_ARGISNULL(0)) {
     ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("at must not be NULL")));
   }
-  outbox::MaintainPartitions(PG_GETARG_TIMESTAMPTZ(0));
+  const TimestampTz at = PG_GETARG_TIMESTAMPTZ(0);
+  // 'infinity' would name partitions after a day no later run recognises.
+  if (TIMESTAMP_NOT_FINITE(at)) {
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("at must be a finite time")));
+  }
+  outbox::MaintainPartitions(at);
   PG_RETURN_VOID();
 }
