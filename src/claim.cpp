@@ -26,6 +26,7 @@ extern "C" {
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
+#include "utils/wait_event.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
@@ -330,7 +331,12 @@ int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted, Cy
   settings.backoff_max_ms = guc::backoff_max_ms;
   settings.now_us = GetCurrentTimestamp();
   settings.source = guc::CloudEventsSource();
+  // While the brokers answer, pg_stat_activity shows the publisher waiting
+  // (wait_event_type Extension) rather than active on the CPU. Dispatch runs
+  // no PostgreSQL code and never throws, so the wait always ends here.
+  pgstat_report_wait_start(PG_WAIT_EXTENSION);
   dispatcher->Dispatch(sorted, static_cast<size_t>(n), settings, outcomes, interrupted);
+  pgstat_report_wait_end();
   stats->claimed = n;
   for (int i = 0; i < n; ++i) {
     const RowOutcome &o = outcomes[i];

@@ -41,6 +41,13 @@ ok(defined wait_until(sub { pending_count($node) eq '0' }, 20), 'flowing before 
 my $log_offset = -s $node->logfile;
 $kafka->command('down all');
 my $during = timed_emits(201, 200);
+# The first batch to meet the outage waits for the sink's timeout: shown as a
+# wait, not as work.
+ok(defined wait_until(sub {
+	$node->safe_psql('postgres',
+		q{SELECT count(*) FROM pg_stat_activity
+		   WHERE backend_type LIKE 'outbox publisher%' AND wait_event_type = 'Extension'}) eq '1' }, 5),
+	'while waiting for brokers the publisher shows wait_event_type Extension');
 cmp_ok($during, '<', 3 * $before + 0.5,
 	sprintf('emit() is not slowed by the outage (%.2fs before, %.2fs during)', $before, $during));
 sleep 6;  # the outage lasts
