@@ -170,22 +170,18 @@ void ReadEvent(HeapTuple row, TupleDesc desc, EventRow *event, Claimed *claimed)
     AppendCompactJson(&headers_json, &headers->root);
     const int count = JB_ROOT_COUNT(headers);
     Header *list = static_cast<Header *>(palloc0(sizeof(Header) * (count + 1)));
-    JsonbIterator *it = JsonbIteratorInit(&headers->root);
-    JsonbValue v;
-    JsonbIteratorToken token;
-    int i = -1;
-    while ((token = JsonbIteratorNext(&it, &v, true)) != WJB_DONE) {
-      if (token == WJB_KEY) {
-        new (&list[++i]) Header();
-        list[i].name =
-            std::string_view(pnstrdup(v.val.string.val, v.val.string.len), v.val.string.len);
-      } else if (token == WJB_VALUE && v.type == jbvString) {  // emit() allows only strings
-        list[i].value =
-            std::string_view(pnstrdup(v.val.string.val, v.val.string.len), v.val.string.len);
+    int i = 0;
+    ForEachMember(headers, [&](std::string_view key, const JsonbValue &value) {
+      new (&list[i]) Header();
+      list[i].name = std::string_view(pnstrdup(key.data(), key.size()), key.size());
+      if (value.type == jbvString) {  // emit() allows only strings
+        list[i].value = std::string_view(pnstrdup(value.val.string.val, value.val.string.len),
+                                         value.val.string.len);
       }
-    }
+      ++i;
+    });
     event->headers = list;
-    event->header_count = static_cast<size_t>(i + 1);
+    event->header_count = static_cast<size_t>(i);
   }
   event->headers_json = std::string_view(headers_json.data, headers_json.len);
   event->attempts = DatumGetInt32(SPI_getbinval(row, desc, kAttempts, &isnull));

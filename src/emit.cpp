@@ -12,6 +12,7 @@
 #include "guc.hpp"
 #include "names.hpp"
 #include "partition_calendar.hpp"
+#include "payload_json.hpp"
 #include "shmem.hpp"
 #include "uuid7.hpp"
 
@@ -63,21 +64,13 @@ void ValidateHeaders(Jsonb *headers) {
     ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                     errmsg("headers must be a JSON object or NULL")));
   }
-  JsonbIterator *it = JsonbIteratorInit(&headers->root);
-  JsonbValue v;
-  JsonbIteratorToken token;
-  const char *key = nullptr;
-  int key_len = 0;
-  while ((token = JsonbIteratorNext(&it, &v, true)) != WJB_DONE) {
-    if (token == WJB_KEY) {
-      key = v.val.string.val;
-      key_len = v.val.string.len;
-    } else if (token == WJB_VALUE && v.type != jbvString) {
-      ereport(ERROR,
-              (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-               errmsg("headers value for key %s must be a JSON string", QuoteValue(key, key_len))));
+  ForEachMember(headers, [](std::string_view key, const JsonbValue &value) {
+    if (value.type != jbvString) {
+      ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                      errmsg("headers value for key %s must be a JSON string",
+                             QuoteValue(key.data(), static_cast<int>(key.size())))));
     }
-  }
+  });
 }
 
 // The headers to store: the session's trace context (outbox.traceparent and

@@ -15,6 +15,7 @@
 
 #include "message_format.hpp"
 #include "names.hpp"
+#include "payload_json.hpp"
 #include "route_match.hpp"
 #include "shmem.hpp"
 #include "sink_catalog.hpp"
@@ -121,30 +122,24 @@ OptionView *FlattenSinkOptions(Jsonb *options, int *count) {
   const int n = static_cast<int>(JB_ROOT_COUNT(options));
   OptionView *raw = static_cast<OptionView *>(palloc0(sizeof(OptionView) * (n + 1)));
   for (int j = 0; j < n; ++j) new (&raw[j]) OptionView();
-  JsonbIterator *it = JsonbIteratorInit(&options->root);
-  JsonbValue v;
-  JsonbIteratorToken token;
-  int i = -1;
-  while ((token = JsonbIteratorNext(&it, &v, true)) != WJB_DONE) {
-    if (token == WJB_KEY) {
-      ++i;
-      raw[i].key = std::string_view(pnstrdup(v.val.string.val, v.val.string.len), v.val.string.len);
-    } else if (token == WJB_VALUE) {
-      if (v.type == jbvString) {
-        raw[i].kind = SinkOption::Kind::kString;
-        raw[i].text =
-            std::string_view(pnstrdup(v.val.string.val, v.val.string.len), v.val.string.len);
-      } else if (v.type == jbvNumeric) {
-        raw[i].kind = SinkOption::Kind::kNumber;
-        raw[i].text =
-            DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(v.val.numeric)));
-      } else {
-        raw[i].kind = SinkOption::Kind::kOther;
-        raw[i].text = "";
-      }
+  int i = 0;
+  ForEachMember(options, [&](std::string_view key, const JsonbValue &v) {
+    raw[i].key = std::string_view(pnstrdup(key.data(), key.size()), key.size());
+    if (v.type == jbvString) {
+      raw[i].kind = SinkOption::Kind::kString;
+      raw[i].text =
+          std::string_view(pnstrdup(v.val.string.val, v.val.string.len), v.val.string.len);
+    } else if (v.type == jbvNumeric) {
+      raw[i].kind = SinkOption::Kind::kNumber;
+      raw[i].text =
+          DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(v.val.numeric)));
+    } else {
+      raw[i].kind = SinkOption::Kind::kOther;
+      raw[i].text = "";
     }
-  }
-  *count = i + 1;
+    ++i;
+  });
+  *count = i;
   return raw;
 }
 
