@@ -42,13 +42,9 @@ SPIPlanPtr claim_ready_plan = nullptr;
 SPIPlanPtr bound_plan = nullptr;
 
 // Columns of both claim queries.
-enum Column { kTableOid = 1, kCtid, kId, kTopic, kKey, kPayload, kHeaders, kAttempts, kTime };
+enum Column { kTableOid = 1, kCtid, kId, kTopic, kKey, kPayload, kHeaders, kAttempts, kCreatedAt };
 
-// created_at as RFC 3339 in UTC (CloudEvents' time attribute), formatted by
-// the claim so that no C code depends on the session's time zone.
-#define CLAIM_COLUMNS                                           \
-  "tableoid, ctid, id, topic, key, payload, headers, attempts," \
-  " to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+#define CLAIM_COLUMNS "tableoid, ctid, id, topic, key, payload, headers, attempts, created_at"
 
 SPIPlanPtr Prepare(const char *sql, int nargs, Oid *types) {
   SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
@@ -185,7 +181,7 @@ void ReadEvent(HeapTuple row, TupleDesc desc, EventRow *event, Claimed *claimed)
   }
   event->headers_json = std::string_view(headers_json.data, headers_json.len);
   event->attempts = DatumGetInt32(SPI_getbinval(row, desc, kAttempts, &isnull));
-  event->time = View(TextColumn(row, desc, kTime, &isnull));
+  event->created_at = DatumGetTimestampTz(SPI_getbinval(row, desc, kCreatedAt, &isnull));
 }
 
 int CompareEventIds(const void *a, const void *b) {

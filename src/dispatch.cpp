@@ -231,7 +231,7 @@ void Dispatcher::DispatchGroup(const std::string &sink_name, SinkState *state,
     m.header_count = row.header_count;
     m.headers_json = row.headers_json;
     m.format = route.format;
-    m.time = row.time;
+    m.created_at = row.created_at;
     m.source = settings.source;
     return m;
   };

@@ -46,7 +46,7 @@ struct EventRow {
   const Header *headers = nullptr;
   size_t header_count = 0;
   std::string_view headers_json;  // compact JSON object, "{}" when none
-  std::string_view time;          // created_at, RFC 3339 in UTC
+  int64_t created_at = 0;         // timestamptz: microseconds since 2000-01-01 UTC
   int attempts = 0;
 };
 

@@ -154,6 +154,7 @@ class KafkaSink final : public Sink {
   // Topic handles by name; destroyed before the producer.
   std::map<std::string, rd_kafka_topic_t *, std::less<>> topics_;
   std::vector<Header> header_list_;  // reused for each message's headers
+  std::string header_scratch_;       // backs header values the format builds
   int wait_limit_ms_ = 10000 + kSafetyMarginMs;
 
   std::vector<LogLine> logs_;
@@ -435,7 +436,7 @@ rd_kafka_resp_err_t KafkaSink::Produce(const OutMessage &message, uintptr_t tag)
   rd_kafka_topic_t *topic = Topic(message.target, &err);
   if (topic == nullptr) return err;
 
-  KafkaHeaders(message, &header_list_);  // the route's format decides them
+  KafkaHeaders(message, &header_scratch_, &header_list_);  // the route's format decides them
   rd_kafka_headers_t *headers = rd_kafka_headers_new(header_list_.size());
   for (const Header &header : header_list_) {
     rd_kafka_header_add(headers, NonNull(header.name), static_cast<ssize_t>(header.name.size()),

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 
+#include "partition_calendar.hpp"
 #include "sink.hpp"
 
 namespace outbox {
@@ -37,7 +38,9 @@ void AppendCloudEvent(const OutMessage &m, std::string *out) {
   AppendMember("id", m.id, out);
   AppendMember("source", m.source, out);
   AppendMember("type", m.topic, out);
-  AppendMember("time", m.time, out);
+  std::string time;
+  AppendRfc3339(m.created_at, &time);
+  AppendMember("time", time, out);
   AppendMember("datacontenttype", kJsonContentType, out);
   if (m.has_key) AppendMember("partitionkey", m.key, out);
   // Headers whose names cannot be attributes are kept together, in text.
@@ -111,8 +114,9 @@ bool IsCloudEventsAttributeName(std::string_view name) {
   return true;
 }
 
-void KafkaHeaders(const OutMessage &m, std::vector<Header> *out) {
+void KafkaHeaders(const OutMessage &m, std::string *scratch, std::vector<Header> *out) {
   out->clear();
+  scratch->clear();
   switch (m.format) {
     case MessageFormat::kRaw:
       out->push_back({"outbox-id", m.id});
@@ -123,7 +127,8 @@ void KafkaHeaders(const OutMessage &m, std::vector<Header> *out) {
       out->push_back({"ce_id", m.id});
       out->push_back({"ce_source", m.source});
       out->push_back({"ce_type", m.topic});
-      out->push_back({"ce_time", m.time});
+      AppendRfc3339(m.created_at, scratch);
+      out->push_back({"ce_time", *scratch});
       out->push_back({"content-type", kJsonContentType});
       break;
     case MessageFormat::kDebezium:
@@ -169,6 +174,18 @@ void AppendRedisBody(const OutMessage &m, std::string *out) {
       out->append(m.payload);
       break;
   }
+}
+
+void AppendRfc3339(int64_t pg_timestamp_us, std::string *out) {
+  const int64_t day = DayOf(pg_timestamp_us);
+  const CivilDate date = CivilFromDay(day);
+  const int64_t of_day = pg_timestamp_us - DayStart(day);  // 0 <= of_day < a day
+  const int64_t seconds = of_day / 1000000;
+  char text[40];
+  std::snprintf(text, sizeof text, "%04d-%02u-%02uT%02d:%02d:%02d.%06dZ", date.year, date.month,
+                date.day, static_cast<int>(seconds / 3600), static_cast<int>(seconds / 60 % 60),
+                static_cast<int>(seconds % 60), static_cast<int>(of_day % 1000000));
+  out->append(text);
 }
 
 void AppendJsonString(std::string_view text, std::string *out) {

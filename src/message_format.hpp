@@ -28,6 +28,7 @@
 //          payload; publish/list send the payload.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -45,8 +46,9 @@ std::optional<MessageFormat> ParseMessageFormat(std::string_view name);
 std::string_view MessageFormatName(MessageFormat format);
 
 // The Kafka headers of `message` in its format, in order. Views point into
-// `message` or static strings.
-void KafkaHeaders(const OutMessage &message, std::vector<Header> *out);
+// `message`, static strings or *scratch, which must outlive their use and not
+// be modified meanwhile.
+void KafkaHeaders(const OutMessage &message, std::string *scratch, std::vector<Header> *out);
 
 // The field/value arguments of a Redis XADD after the entry id ("*").
 // Views point into `message`, static strings or *scratch, which must outlive
@@ -56,6 +58,11 @@ void RedisStreamFields(const OutMessage &message, std::string *scratch,
 
 // Appends the body that Redis modes "publish" and "list" send.
 void AppendRedisBody(const OutMessage &message, std::string *out);
+
+// Appends a timestamptz (microseconds since 2000-01-01 UTC) as RFC 3339 in
+// UTC with microseconds: "2026-11-21T10:00:00.123456Z". Formatted here, and
+// only for the formats that show it, not for every claimed event.
+void AppendRfc3339(int64_t pg_timestamp_us, std::string *out);
 
 // Appends `text` as a JSON string literal, escaped as PostgreSQL's
 // escape_json does (so envelopes read like the payloads inside them).

@@ -38,7 +38,7 @@ struct OutMessage {
   size_t header_count = 0;
   std::string_view headers_json;  // the same headers as a compact JSON object ("{}" if none)
   MessageFormat format = MessageFormat::kRaw;  // the route's (message_format.hpp)
-  std::string_view time;                       // created_at, RFC 3339 in UTC (cloudevents)
+  int64_t created_at = 0;                      // timestamptz: microseconds since 2000-01-01 UTC
   std::string_view source;                     // the CloudEvents source (outbox.cloudevents_source)
 };
 

@@ -11,6 +11,9 @@
 namespace outbox {
 namespace {
 
+// 2026-11-21T10:00:00.123456Z as a timestamptz (microseconds since 2000).
+constexpr int64_t kTime = (9821LL * 86400 + 10 * 3600) * 1000000 + 123456;
+
 struct Fixture {
   Header headers[3] = {{"traceparent", "00-abc-def-01"}, {"X-Tenant", "acme"}, {"id", "user-id"}};
   OutMessage m;
@@ -27,7 +30,7 @@ struct Fixture {
                                        : R"({"traceparent":"00-abc-def-01","X-Tenant":"acme",)"
                                          R"("id":"user-id"})";
     m.format = format;
-    m.time = "2026-11-21T10:00:00.123456Z";
+    m.created_at = kTime;
     m.source = "/outbox/shop";
   }
 };
@@ -55,8 +58,9 @@ TEST(MessageFormat, NamesParseAndNothingElse) {
 
 TEST(MessageFormat, RawKafkaHeadersAreTheContractsThenTheUsers) {
   Fixture f(MessageFormat::kRaw);
+  std::string scratch;
   std::vector<Header> headers;
-  KafkaHeaders(f.m, &headers);
+  KafkaHeaders(f.m, &scratch, &headers);
   EXPECT_EQ(Flatten(headers), (Pairs{{"outbox-id", std::string(f.m.id)},
                                      {"outbox-topic", "orders.created"},
                                      {"traceparent", "00-abc-def-01"},
@@ -66,8 +70,9 @@ TEST(MessageFormat, RawKafkaHeadersAreTheContractsThenTheUsers) {
 
 TEST(MessageFormat, CloudEventsKafkaUsesBinaryModeHeaders) {
   Fixture f(MessageFormat::kCloudEvents);
+  std::string scratch;
   std::vector<Header> headers;
-  KafkaHeaders(f.m, &headers);
+  KafkaHeaders(f.m, &scratch, &headers);
   EXPECT_EQ(Flatten(headers), (Pairs{{"ce_specversion", "1.0"},
                                      {"ce_id", std::string(f.m.id)},
                                      {"ce_source", "/outbox/shop"},
@@ -81,8 +86,9 @@ TEST(MessageFormat, CloudEventsKafkaUsesBinaryModeHeaders) {
 
 TEST(MessageFormat, DebeziumKafkaCarriesTheIdHeader) {
   Fixture f(MessageFormat::kDebezium, true, 0);
+  std::string scratch;
   std::vector<Header> headers;
-  KafkaHeaders(f.m, &headers);
+  KafkaHeaders(f.m, &scratch, &headers);
   EXPECT_EQ(Flatten(headers), (Pairs{{"id", std::string(f.m.id)}}));
 }
 
@@ -143,6 +149,21 @@ TEST(MessageFormat, DebeziumRedisFollowsDebeziumServer) {
   std::string body;
   AppendRedisBody(keyed.m, &body);
   EXPECT_EQ(body, R"({"n":1})");
+}
+
+TEST(MessageFormat, TimesAreRfc3339InUtcWithMicroseconds) {
+  std::string out;
+  AppendRfc3339(kTime, &out);
+  EXPECT_EQ(out, "2026-11-21T10:00:00.123456Z");
+  out.clear();
+  AppendRfc3339(0, &out);
+  EXPECT_EQ(out, "2000-01-01T00:00:00.000000Z");
+  out.clear();
+  AppendRfc3339(-1, &out);  // before PostgreSQL's epoch: the day before, at its end
+  EXPECT_EQ(out, "1999-12-31T23:59:59.999999Z");
+  out.clear();
+  AppendRfc3339((10286LL * 86400 + 86399) * 1000000 + 7, &out);  // a leap day's last second
+  EXPECT_EQ(out, "2028-02-29T23:59:59.000007Z");
 }
 
 TEST(MessageFormat, AttributeNamesAreLowercaseAlphanumeric) {
