@@ -238,6 +238,15 @@ void ExpectAll(const std::vector<Delivery> &results, DeliveryStatus status,
   }
 }
 
+// One message delivered before the test proper: the producer has connected
+// and fetched the topic's metadata, so what follows measures the case at hand.
+void WarmUp(Sink &sink, const std::string &topic, std::optional<std::string> key,
+            const std::string &value) {
+  Batch warmup;
+  warmup.Add(topic, std::move(key), value);
+  ExpectAll(warmup.PublishTo(sink), DeliveryStatus::kDelivered);
+}
+
 bool HasLine(const std::vector<LogLine> &lines, const std::string &needle) {
   for (const LogLine &line : lines) {
     if (line.text.find(needle) != std::string::npos) return true;
@@ -448,9 +457,7 @@ TEST(KafkaSink, FlushSkipsLingerSoPublishDoesNotWaitForIt) {
   cluster.CreateTopic("quick", 1);
   auto sink = MakeSink(cluster, {Opt("linger.ms", "3000")});
   ASSERT_NE(sink, nullptr);
-  Batch warmup;  // connects and fetches metadata
-  warmup.Add("quick", std::nullopt, "{}");
-  ExpectAll(warmup.PublishTo(*sink), DeliveryStatus::kDelivered);
+  WarmUp(*sink, "quick", std::nullopt, "{}");
   Batch batch;
   batch.Add("quick", std::string("k"), "{}");
   const Clock::time_point start = Clock::now();
@@ -503,9 +510,7 @@ TEST(KafkaSink, ProduceErrorRetriableIsRetriedByLibrdkafka) {
   cluster.CreateTopic("flaky", 1);
   auto sink = MakeSink(cluster);
   ASSERT_NE(sink, nullptr);
-  Batch warmup;
-  warmup.Add("flaky", std::string("k"), "0");
-  ExpectAll(warmup.PublishTo(*sink), DeliveryStatus::kDelivered);
+  WarmUp(*sink, "flaky", std::string("k"), "0");
 
   rd_kafka_mock_push_request_errors(
       cluster.get(), kProduceApi, 3, RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
@@ -546,9 +551,7 @@ TEST(KafkaSink, BrokerRejectionIsReportedAndTheProducerRecovers) {
   cluster.CreateTopic("refused", 1);
   auto sink = MakeSink(cluster);
   ASSERT_NE(sink, nullptr);
-  Batch warmup;
-  warmup.Add("refused", std::string("k"), "0");
-  ExpectAll(warmup.PublishTo(*sink), DeliveryStatus::kDelivered);
+  WarmUp(*sink, "refused", std::string("k"), "0");
 
   rd_kafka_mock_push_request_errors(cluster.get(), kProduceApi, 1,
                                     RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE);
@@ -599,9 +602,7 @@ TEST(KafkaSink, InterruptStopsWaitingAndReportsRetriable) {
   cluster.CreateTopic("events", 3);
   auto sink = MakeSink(cluster, {Opt("reconnect.backoff.max.ms", "200")});
   ASSERT_NE(sink, nullptr);
-  Batch warmup;
-  warmup.Add("events", std::string("k"), "{}");
-  ExpectAll(warmup.PublishTo(*sink), DeliveryStatus::kDelivered);
+  WarmUp(*sink, "events", std::string("k"), "{}");
 
   cluster.SetAllBrokers(false);
   static std::atomic<int> checks;
@@ -626,9 +627,7 @@ TEST(KafkaSink, InterruptPurgesInFlightAndLateAnswersAreIgnored) {
   cluster.CreateTopic("slow", 1);
   auto sink = MakeSink(cluster);
   ASSERT_NE(sink, nullptr);
-  Batch warmup;
-  warmup.Add("slow", std::string("k"), "w");
-  ExpectAll(warmup.PublishTo(*sink), DeliveryStatus::kDelivered);
+  WarmUp(*sink, "slow", std::string("k"), "w");
 
   cluster.SetRtt(1500);  // produce requests stay in flight
   static std::atomic<int> checks;
@@ -688,9 +687,7 @@ TEST(KafkaSink, FatalErrorAsksForRecreate) {
   cluster.CreateTopic("fatal", 1);
   auto sink = MakeSink(cluster);
   ASSERT_NE(sink, nullptr);
-  Batch warmup;
-  warmup.Add("fatal", std::string("k"), "0");
-  ExpectAll(warmup.PublishTo(*sink), DeliveryStatus::kDelivered);
+  WarmUp(*sink, "fatal", std::string("k"), "0");
   EXPECT_FALSE(sink->NeedsRecreate());
 
   // The idempotent producer cannot recover from a lost sequence.
@@ -716,9 +713,7 @@ TEST(KafkaSink, RejectionAfterFatalErrorIsLeftToTheNextProducer) {
   // With the gap-less guarantee, a batch the broker refuses is fatal.
   auto sink = MakeSink(cluster, {Opt("enable.gapless.guarantee", "true")});
   ASSERT_NE(sink, nullptr);
-  Batch warmup;
-  warmup.Add("gapless", std::string("k"), "0");
-  ExpectAll(warmup.PublishTo(*sink), DeliveryStatus::kDelivered);
+  WarmUp(*sink, "gapless", std::string("k"), "0");
   rd_kafka_mock_push_request_errors(cluster.get(), kProduceApi, 1,
                                     RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE);
   Batch batch;
@@ -766,9 +761,7 @@ TEST(KafkaSink, DestroyWhileBrokersDownDoesNotHang) {
   cluster.CreateTopic("events", 1);
   auto sink = MakeSink(cluster);
   ASSERT_NE(sink, nullptr);
-  Batch warmup;
-  warmup.Add("events", std::string("k"), "{}");
-  ExpectAll(warmup.PublishTo(*sink), DeliveryStatus::kDelivered);
+  WarmUp(*sink, "events", std::string("k"), "{}");
 
   cluster.SetAllBrokers(false);
   Batch batch;
