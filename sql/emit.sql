@@ -128,3 +128,12 @@ SELECT count(*) AS stray_rows FROM outbox.events WHERE topic IN ('t', 't.size');
 -- outbox.stats counts what is retained, per topic.
 SELECT topic, pending, published, dead, oldest_pending_age >= '0'::interval AS has_age
   FROM outbox.stats WHERE topic LIKE 'orders.%' ORDER BY topic;
+
+-- outbox.key_slot(): the slot a key hashes into (with outbox.workers > 1,
+-- one publisher at a time owns a slot and handles every event of its keys).
+-- The same key always lands in the same slot, every slot is in 0 .. 1023,
+-- and keys spread over all of them.
+SELECT outbox.key_slot('order-42') = outbox.key_slot('order' || '-42') AS stable,
+       outbox.key_slot(NULL) IS NULL AS keyless_has_no_slot;
+SELECT min(s) >= 0 AS from_zero, max(s) <= 1023 AS to_1023, count(DISTINCT s) > 1000 AS spread
+  FROM (SELECT outbox.key_slot('k' || i) AS s FROM generate_series(1, 20000) i) slots;

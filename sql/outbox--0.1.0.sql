@@ -427,7 +427,8 @@ COMMENT ON VIEW outbox.route_lag IS
 CREATE FUNCTION outbox.worker_stats(
     OUT database text, OUT pid int, OUT state text, OUT sinks text,
     OUT published bigint, OUT failures bigint, OUT last_error text,
-    OUT last_error_at timestamptz, OUT last_batch_size int, OUT last_batch_ms float8)
+    OUT last_error_at timestamptz, OUT last_batch_size int, OUT last_batch_ms float8,
+    OUT publisher int, OUT key_slots int)
 RETURNS SETOF record
 LANGUAGE c VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -436,9 +437,23 @@ COMMENT ON FUNCTION outbox.worker_stats() IS 'The rows of outbox.workers';
 
 -- One row per running publisher: what it is doing, its sinks' connection
 -- states (names only: options hold secrets), what it published and failed
--- since it started, its last error, and its last batch.
+-- since it started, its last error, its last batch, its index among the
+-- database's publishers and how many key slots it owns.
 CREATE VIEW outbox.workers AS SELECT * FROM outbox.worker_stats();
-COMMENT ON VIEW outbox.workers IS 'The publishers: state, sinks, counts, last error, last batch';
+COMMENT ON VIEW outbox.workers IS
+    'The publishers: state, sinks, counts, last error, last batch, index, key slots owned';
+
+-- Which key slot a key hashes into. With outbox.workers > 1 each slot is
+-- owned by one publisher at a time, which handles every event of the keys in
+-- it. Must match OUTBOX_KEY_SLOT_SQL in src/key_slots.hpp (the claim queries
+-- use that expression on the key column; the regression test "routes"
+-- compares the two).
+CREATE FUNCTION outbox.key_slot(key text) RETURNS int
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN (pg_catalog.hashtext(key) & 1023);
+COMMENT ON FUNCTION outbox.key_slot(text) IS
+    'The key slot (0 .. 1023) of an event key; with outbox.workers > 1 one publisher owns each slot';
 
 -- range_start/range_end come from the partition name (maintain() names each
 -- partition after the day that is its bound); the default partition has none.

@@ -18,6 +18,7 @@
 #include <new>
 
 #include "guc.hpp"
+#include "key_ownership.hpp"
 #include "partition_calendar.hpp"
 #include "payload_json.hpp"
 #include "sink_catalog.hpp"
@@ -46,6 +47,12 @@ enum Column { kTableOid = 1, kCtid, kId, kTopic, kKey, kPayload, kHeaders, kAtte
 
 #define CLAIM_COLUMNS "tableoid, ctid, id, topic, key, payload, headers, attempts, created_at"
 
+// Rows this publisher may take: keyless ones, and those whose key hashes into
+// a slot it owns ($N: the bitmap of key_ownership.hpp). With one publisher it
+// owns every slot; the filter then costs a hash per row and skips nothing.
+#define OWNED_KEYS(param) \
+  " (key IS NULL OR pg_catalog.get_byte(" param ", " OUTBOX_KEY_SLOT_SQL ") = 1)"
+
 SPIPlanPtr Prepare(const char *sql, int nargs, Oid *types) {
   SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
   if (plan == nullptr) elog(ERROR, "outbox: could not prepare: %s", sql);
@@ -55,19 +62,19 @@ SPIPlanPtr Prepare(const char *sql, int nargs, Oid *types) {
 
 void PreparePlans() {
   if (claim_retry_plan != nullptr) return;
-  Oid types[1] = {INT4OID};
+  Oid types[2] = {INT4OID, BYTEAOID};
   claim_retry_plan =
       Prepare("SELECT " CLAIM_COLUMNS
               " FROM outbox.events WHERE status = 'pending' AND next_attempt_at IS NOT NULL"
-              " AND next_attempt_at <= now() ORDER BY next_attempt_at, id LIMIT $1"
-              " FOR UPDATE SKIP LOCKED",
-              1, types);
-  Oid ready_types[2] = {INT4OID, UUIDOID};
+              " AND next_attempt_at <= now() AND" OWNED_KEYS(
+                  "$2") " ORDER BY next_attempt_at, id LIMIT $1 FOR UPDATE SKIP LOCKED",
+              2, types);
+  Oid ready_types[3] = {INT4OID, UUIDOID, BYTEAOID};
   claim_ready_plan =
       Prepare("SELECT " CLAIM_COLUMNS
               " FROM outbox.events WHERE status = 'pending' AND next_attempt_at IS NULL"
-              " AND id >= $2 ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
-              2, ready_types);
+              " AND id >= $2 AND" OWNED_KEYS("$3") " ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
+              3, ready_types);
   bound_plan = Prepare(
       "SELECT (SELECT min(xact_start) FROM pg_catalog.pg_stat_activity"
       "         WHERE datid = (SELECT oid FROM pg_catalog.pg_database"
@@ -100,6 +107,9 @@ void PreparePlans() {
 constexpr int64 kFullScanIntervalUs = 10 * USECS_PER_SEC;
 pg_uuid_t ready_floor;  // all zero: from the beginning
 TimestampTz last_full_scan = 0;
+// The owned key slots the floor was computed for: slots gained since may
+// hold ready events below it.
+uint64 floor_generation = 0;
 
 // The highest floor that is safe now (see above).
 pg_uuid_t SafeBound(TimestampTz now) {
@@ -253,9 +263,14 @@ void WriteOutcomes(Oid partition, const Claimed *claimed, const RowOutcome *outc
   }
 }
 
+Datum OwnedBitmap() { return PointerGetDatum(OwnedSlots().bitmap); }
+
 int RunClaim(SPIPlanPtr plan, int limit, const pg_uuid_t *floor = nullptr) {
-  Datum args[2] = {Int32GetDatum(limit), UUIDPGetDatum(const_cast<pg_uuid_t *>(floor))};
-  const int rc = SPI_execute_plan(plan, args, nullptr, false, 0);
+  Datum retry_args[2] = {Int32GetDatum(limit), OwnedBitmap()};
+  Datum ready_args[3] = {Int32GetDatum(limit), UUIDPGetDatum(const_cast<pg_uuid_t *>(floor)),
+                         OwnedBitmap()};
+  const int rc =
+      SPI_execute_plan(plan, floor == nullptr ? retry_args : ready_args, nullptr, false, 0);
   if (rc != SPI_OK_SELECT) elog(ERROR, "outbox: claim failed: %s", SPI_result_code_string(rc));
   return static_cast<int>(SPI_processed);
 }
@@ -271,6 +286,10 @@ int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted, Cy
   const TimestampTz now = GetCurrentTimestamp();
   const pg_uuid_t bound = SafeBound(now);
   pg_uuid_t floor = ready_floor;
+  if (OwnedSlots().generation != floor_generation) {
+    memset(&floor, 0, sizeof floor);
+    floor_generation = OwnedSlots().generation;
+  }
   if (now - last_full_scan >= kFullScanIntervalUs) {
     memset(&floor, 0, sizeof floor);
     last_full_scan = now;
@@ -397,17 +416,23 @@ void LoadConfiguration(Dispatcher *dispatcher) {
   // look under the new routes
   // (due now, through the retry index: the ready index only ever receives
   // new events, which keeps the ready claim's starting point valid).
-  if (SPI_execute("UPDATE outbox.events SET next_attempt_at = now()"
-                  " WHERE status = 'pending' AND next_attempt_at = 'infinity'",
-                  false, 0) != SPI_OK_UPDATE) {
+  // Only those of keys we own (and keyless ones): another publisher's are
+  // its business, and updating them could wait for its row locks.
+  Oid types[1] = {BYTEAOID};
+  Datum args[1] = {OwnedBitmap()};
+  if (SPI_execute_with_args(
+          "UPDATE outbox.events SET next_attempt_at = now()"
+          " WHERE status = 'pending' AND next_attempt_at = 'infinity' AND" OWNED_KEYS("$1"),
+          1, types, args, nullptr, false, 0) != SPI_OK_UPDATE) {
     elog(ERROR, "outbox: cannot release events that waited for a route");
   }
 
-  // Rebuild the per-key order state from the events that wait for a retry.
-  if (SPI_execute("SELECT id, topic, key, next_attempt_at FROM outbox.events"
-                  " WHERE status = 'pending' AND next_attempt_at IS NOT NULL"
-                  " AND key IS NOT NULL ORDER BY id",
-                  false, 0) != SPI_OK_SELECT) {
+  // Rebuild the per-key order state from the events of our keys that wait
+  // for a retry.
+  if (SPI_execute_with_args("SELECT id, topic, key, next_attempt_at FROM outbox.events"
+                            " WHERE status = 'pending' AND next_attempt_at IS NOT NULL"
+                            " AND key IS NOT NULL AND" OWNED_KEYS("$1") " ORDER BY id",
+                            1, types, args, nullptr, false, 0) != SPI_OK_SELECT) {
     elog(ERROR, "outbox: cannot read waiting events");
   }
   for (uint64 i = 0; i < SPI_processed; ++i) {
@@ -426,10 +451,12 @@ void LoadConfiguration(Dispatcher *dispatcher) {
 }
 
 TimestampTz NextRetryAt() {
-  if (SPI_execute("SELECT min(next_attempt_at) FROM outbox.events"
-                  " WHERE status = 'pending' AND next_attempt_at IS NOT NULL"
-                  " AND next_attempt_at < 'infinity'",
-                  false, 1) != SPI_OK_SELECT ||
+  Oid types[1] = {BYTEAOID};
+  Datum args[1] = {OwnedBitmap()};
+  if (SPI_execute_with_args("SELECT min(next_attempt_at) FROM outbox.events"
+                            " WHERE status = 'pending' AND next_attempt_at IS NOT NULL"
+                            " AND next_attempt_at < 'infinity' AND" OWNED_KEYS("$1"),
+                            1, types, args, nullptr, true, 1) != SPI_OK_SELECT ||
       SPI_processed != 1) {
     return 0;
   }

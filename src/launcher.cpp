@@ -1,11 +1,12 @@
 // The launcher: one background worker per server, connected to no database,
-// that keeps a publisher running in every database where the extension is
-// installed.
+// that keeps outbox.workers publishers running in every database where the
+// extension is installed.
 //
 // It cannot look into a database's catalogs (it connects to none), so it
-// learns where the extension is from the publishers: it starts one in every
-// database whose state is unknown; the publisher reports present (and stays)
-// or absent (and exits). CREATE EXTENSION marks its database unknown at
+// learns where the extension is from the publishers: it starts publisher 0 in
+// every database whose state is unknown; the publisher reports present (and
+// stays) or absent (and exits). Publishers 1 .. outbox.workers-1 start once
+// the extension is known to be present. CREATE EXTENSION marks its database unknown at
 // commit and wakes the launcher, so publishing starts within a second.
 //
 // Starts only once recovery has finished (BgWorkerStart_RecoveryFinished):
@@ -46,12 +47,16 @@ namespace {
 constexpr long kScanIntervalMs = 5000;  // how often pg_database is re-read
 constexpr long kRestartBackoffMaxMs = 60000;
 
-struct Running {
-  Oid dboid;
+struct Publisher {
   BackgroundWorkerHandle *handle;
   TimestampTz started_at;
   TimestampTz next_start;  // not before this time
   int failures;            // exits while the extension was still there
+};
+
+struct Running {
+  Oid dboid;
+  Publisher publishers[kMaxWorkersPerDatabase];  // by index; the first outbox.workers used
 };
 
 Running *running = nullptr;  // one per shared slot, in TopMemoryContext
@@ -106,21 +111,29 @@ Running *RunningFor(Oid dboid) {
   }
   for (int i = 0; i < nrunning; ++i) {
     if (!OidIsValid(running[i].dboid)) {
-      running[i] = Running{dboid, nullptr, 0, 0, 0};
+      memset(&running[i], 0, sizeof running[i]);
+      running[i].dboid = dboid;
       return &running[i];
     }
   }
   return nullptr;
 }
 
-bool IsAlive(const Running &r) {
-  if (r.handle == nullptr) return false;
+bool IsAlive(const Publisher &p) {
+  if (p.handle == nullptr) return false;
   pid_t pid;
-  const BgwHandleStatus status = GetBackgroundWorkerPid(r.handle, &pid);
+  const BgwHandleStatus status = GetBackgroundWorkerPid(p.handle, &pid);
   return status == BGWH_STARTED || status == BGWH_NOT_YET_STARTED;
 }
 
-bool StartPublisher(Running *r, const char *datname) {
+bool AnyAlive(const Running &r) {
+  for (int w = 0; w < guc::workers; ++w) {
+    if (IsAlive(r.publishers[w])) return true;
+  }
+  return false;
+}
+
+bool StartPublisher(Oid dboid, int index, Publisher *p, const char *datname) {
   BackgroundWorker worker;
   memset(&worker, 0, sizeof worker);
   worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
@@ -128,10 +141,14 @@ bool StartPublisher(Running *r, const char *datname) {
   worker.bgw_restart_time = BGW_NEVER_RESTART;  // the launcher decides
   snprintf(worker.bgw_library_name, BGW_MAXLEN, "outbox");
   snprintf(worker.bgw_function_name, BGW_MAXLEN, "outbox_publisher_main");
-  snprintf(worker.bgw_name, BGW_MAXLEN, "outbox publisher for database %s", datname);
+  if (guc::workers > 1) {
+    snprintf(worker.bgw_name, BGW_MAXLEN, "outbox publisher %d for database %s", index, datname);
+  } else {
+    snprintf(worker.bgw_name, BGW_MAXLEN, "outbox publisher for database %s", datname);
+  }
   snprintf(worker.bgw_type, BGW_MAXLEN, "outbox publisher");
-  worker.bgw_main_arg = ObjectIdGetDatum(r->dboid);
-  worker.bgw_extra[0] = 0;  // publisher index within the database
+  worker.bgw_main_arg = ObjectIdGetDatum(dboid);
+  worker.bgw_extra[0] = static_cast<char>(index);  // publisher index within the database
   worker.bgw_notify_pid = MyProcPid;
   BackgroundWorkerHandle *handle = nullptr;
   if (!RegisterDynamicBackgroundWorker(&worker, &handle)) {
@@ -139,8 +156,8 @@ bool StartPublisher(Running *r, const char *datname) {
                       errhint("Raise max_worker_processes.")));
     return false;
   }
-  r->handle = handle;
-  r->started_at = GetCurrentTimestamp();
+  p->handle = handle;
+  p->started_at = GetCurrentTimestamp();
   return true;
 }
 
@@ -153,7 +170,7 @@ void Reconcile(MemoryContext scratch) {
     if (!OidIsValid(running[i].dboid)) continue;
     bool exists = false;
     for (int j = 0; j < dbs.count && !exists; ++j) exists = dbs.oids[j] == running[i].dboid;
-    if (!exists && !IsAlive(running[i])) {
+    if (!exists && !AnyAlive(running[i])) {
       ReleaseSlot(running[i].dboid);
       running[i].dboid = InvalidOid;
     }
@@ -163,26 +180,36 @@ void Reconcile(MemoryContext scratch) {
     DatabaseSlot *slot = SlotFor(dbs.oids[j]);
     Running *r = RunningFor(dbs.oids[j]);
     if (slot == nullptr || r == nullptr) continue;  // more databases than worker slots
-    if (IsAlive(*r)) continue;
-    const auto state = static_cast<ExtensionState>(pg_atomic_read_u32(&slot->extension_state));
-    if (r->handle != nullptr) {
-      // It exited. Fine if the extension is gone or the database is paused;
-      // otherwise it failed: back off before the next start.
-      r->handle = nullptr;
-      const uint64 paused_until = pg_atomic_read_u64(&slot->paused_until);
-      if (state != ExtensionState::kAbsent && static_cast<TimestampTz>(paused_until) <= now) {
-        r->failures = now - r->started_at > kRestartBackoffMaxMs * 1000L ? 1 : r->failures + 1;
-        long wait = 1000L << (r->failures < 6 ? r->failures : 6);
-        if (wait > kRestartBackoffMaxMs) wait = kRestartBackoffMaxMs;
-        r->next_start = TimestampTzPlusMilliseconds(now, wait);
-        ereport(LOG, (errmsg("outbox: publisher for database \"%s\" exited; restarting in %ld s",
-                             dbs.names[j], wait / 1000)));
+    for (int w = 0; w < guc::workers; ++w) {
+      Publisher *p = &r->publishers[w];
+      if (IsAlive(*p)) continue;
+      const auto state = static_cast<ExtensionState>(pg_atomic_read_u32(&slot->extension_state));
+      const bool paused = static_cast<TimestampTz>(pg_atomic_read_u64(&slot->paused_until)) > now;
+      if (p->handle != nullptr) {
+        // It exited. Fine if the extension is gone or the database is
+        // paused; otherwise it failed: back off before the next start.
+        p->handle = nullptr;
+        if (state != ExtensionState::kAbsent && !paused) {
+          p->failures = now - p->started_at > kRestartBackoffMaxMs * 1000L ? 1 : p->failures + 1;
+          long wait = 1000L << (p->failures < 6 ? p->failures : 6);
+          if (wait > kRestartBackoffMaxMs) wait = kRestartBackoffMaxMs;
+          p->next_start = TimestampTzPlusMilliseconds(now, wait);
+          if (guc::workers > 1) {
+            ereport(LOG, (errmsg("outbox: publisher %d for database \"%s\" exited; restarting "
+                                 "in %ld s",
+                                 w, dbs.names[j], wait / 1000)));
+          } else {
+            ereport(LOG,
+                    (errmsg("outbox: publisher for database \"%s\" exited; restarting in %ld s",
+                            dbs.names[j], wait / 1000)));
+          }
+        }
       }
+      if (state == ExtensionState::kAbsent || paused || now < p->next_start) continue;
+      // Only publisher 0 finds out whether the extension is there.
+      if (w > 0 && state != ExtensionState::kPresent) continue;
+      if (!StartPublisher(dbs.oids[j], w, p, dbs.names[j])) break;
     }
-    if (state == ExtensionState::kAbsent) continue;
-    if (static_cast<TimestampTz>(pg_atomic_read_u64(&slot->paused_until)) > now) continue;
-    if (now < r->next_start) continue;
-    (void)StartPublisher(r, dbs.names[j]);
   }
 }
 
@@ -218,12 +245,8 @@ void outbox_launcher_main(Datum main_arg) {
       static_cast<Running *>(MemoryContextAllocZero(TopMemoryContext, sizeof(Running) * nrunning));
   MemoryContext scratch =
       AllocSetContextCreate(TopMemoryContext, "outbox launcher", ALLOCSET_DEFAULT_SIZES);
-  if (guc::workers > 1) {
-    ereport(LOG, (errmsg("outbox: outbox.workers = %d, but this version runs one publisher per "
-                         "database",
-                         guc::workers)));
-  }
-  ereport(LOG, (errmsg("outbox: launcher started")));
+  ereport(LOG, (errmsg("outbox: launcher started (%d publisher%s per database)", guc::workers,
+                       guc::workers == 1 ? "" : "s")));
 
   while (!ShutdownRequestPending) {
     if (ConfigReloadPending) {

@@ -52,6 +52,8 @@ void InitSlot(DatabaseSlot *slot) {
   }
   pg_atomic_init_u64(&slot->config_version, 0);
   pg_atomic_init_u64(&slot->paused_until, 0);
+  pg_atomic_init_u32(&slot->membership, 0);
+  for (int i = 0; i < kKeySlots; ++i) pg_atomic_init_u32(&slot->key_slot_owner[i], kNoOwner);
   for (int i = 0; i < kMaxWorkersPerDatabase; ++i) {
     PublisherStats *st = &slot->stats[i];
     memset(st, 0, sizeof *st);

@@ -6,6 +6,8 @@
 
 #include "pg_bridge.hpp"
 
+#include "key_slots.hpp"
+
 extern "C" {
 #include "datatype/timestamp.h"
 #include "port/atomics.h"
@@ -36,6 +38,7 @@ struct PublisherStats {
   TimestampTz last_error_at;  // 0: none yet
   int last_batch_size;
   double last_batch_ms;
+  int key_slots;  // key slots this publisher owns (key_ownership.hpp)
 };
 
 struct DatabaseSlot {
@@ -52,6 +55,13 @@ struct DatabaseSlot {
   // (DROP DATABASE, CREATE DATABASE ... TEMPLATE, ALTER DATABASE RENAME need
   // the database free of connections). 0: not paused.
   pg_atomic_uint64 paused_until;  // TimestampTz
+  // Bumped whenever a publisher registers, unregisters or gives key slots
+  // up, so the others look at the key slot owners again.
+  pg_atomic_uint32 membership;
+  // Owner (publisher index) of each key slot, or kNoOwner. A publisher
+  // writes only its own index into a free slot (compare-and-swap) and frees
+  // only slots it owns, always between its transactions (key_ownership.hpp).
+  pg_atomic_uint32 key_slot_owner[kKeySlots];
   PublisherStats stats[kMaxWorkersPerDatabase];
 };
 
@@ -63,6 +73,7 @@ struct SharedState {
 };
 
 constexpr uint32 kNoProc = 0xFFFFFFFFu;
+constexpr uint32 kNoOwner = 0xFFFFFFFFu;
 
 // Hooks for _PG_init (preload only).
 void RequestSharedMemory();

@@ -3,7 +3,10 @@
 //
 // Loop: wait on the process latch (set at commit by every transaction that
 // emitted, by sink and route changes, and by signals), then run publish
-// cycles until a claim comes back short; every minute, partition maintenance.
+// cycles until a claim comes back short; every minute, partition maintenance
+// (one publisher per database does it). With outbox.workers > 1, before each
+// cycle, it takes up or gives up key slots (key_ownership.hpp): it claims
+// only events whose key it owns, and keyless ones.
 // Each cycle is one transaction: claim with row locks, deliver, record the
 // outcomes, commit. An ERROR aborts that transaction (events stay pending),
 // is logged once, and the loop backs off and carries on: it never exits for
@@ -20,6 +23,7 @@
 
 #include "claim.hpp"
 #include "guc.hpp"
+#include "key_ownership.hpp"
 #include "partition.hpp"
 #include "shmem.hpp"
 
@@ -61,6 +65,15 @@ MemoryContext cycle_context = nullptr;
 char database_name[NAMEDATALEN] = "";  // for log lines; read once at start
 
 bool PausedNow();
+
+// Partition maintenance is one publisher's job, the live one with the lowest
+// index, so that several publishers do not queue for the same locks.
+bool MaintainsPartitions() {
+  for (int i = 0; i < worker_index; ++i) {
+    if (pg_atomic_read_u32(&slot->worker_procno[i]) != kNoProc) return false;
+  }
+  return true;
+}
 
 PublisherStats *MyStats() { return &slot->stats[worker_index]; }
 
@@ -110,9 +123,13 @@ void ReportCycle(const CycleStats &cycle, double ms) {
 // postmaster death, or a pause (DROP DATABASE waits for us).
 bool Interrupted() { return ShutdownRequestPending || !PostmasterIsAlive() || PausedNow(); }
 
+// Give up our key slots, unregister, then tell the others (key_ownership.hpp:
+// they take over our slots only once we no longer count as live).
 void Unregister(int code, Datum arg) {
   if (slot == nullptr) return;
+  LeaveKeySlots(slot, worker_index);
   pg_atomic_write_u32(&slot->worker_procno[worker_index], kNoProc);
+  AnnounceMembership(slot);
   PublisherStats *st = MyStats();
   SpinLockAcquire(&st->mutex);
   st->pid = 0;
@@ -160,7 +177,12 @@ int RunCycle() {
     CommitTransactionCommand();
     return -1;
   }
-  pg_atomic_write_u32(&slot->extension_state, static_cast<uint32>(ExtensionState::kPresent));
+  // The launcher starts the other publishers once it knows: tell it now.
+  if (pg_atomic_exchange_u32(&slot->extension_state,
+                             static_cast<uint32>(ExtensionState::kPresent)) !=
+      static_cast<uint32>(ExtensionState::kPresent)) {
+    WakeLauncher();
+  }
 
   const uint64 version = pg_atomic_read_u64(&slot->config_version);
   if (!config_loaded || version != loaded_config_version) {
@@ -266,6 +288,7 @@ void outbox_publisher_main(Datum main_arg) {
     SpinLockRelease(&st->mutex);
   }
   on_shmem_exit(Unregister, 0);
+  JoinKeySlots(slot, worker_index);
   pgstat_report_appname("outbox publisher");
   // The publisher's transactions only record what the brokers acknowledged.
   // Losing the last of them in a crash means those events are sent again
@@ -315,9 +338,14 @@ void outbox_publisher_main(Datum main_arg) {
     HandleSignals();
     if (ShutdownRequestPending || PausedNow()) break;
 
+    // Between transactions: nothing claimed, nothing in flight.
+    if (RebalanceKeySlots(slot, worker_index, guc::workers)) {
+      config_loaded = false;  // rebuild the order state for the slots gained
+    }
+
     if (GetCurrentTimestamp() - last_maintenance >= kMaintenanceIntervalMs * 1000L) {
       last_maintenance = GetCurrentTimestamp();
-      RunMaintenance();
+      if (MaintainsPartitions()) RunMaintenance();
     }
 
     MemoryContext old = MemoryContextSwitchTo(cycle_context);

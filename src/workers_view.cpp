@@ -32,8 +32,8 @@ OUTBOX_SQL_FUNCTION(outbox_worker_stats) {
       if (copy.pid == 0) continue;
 
       const char *datname = get_database_name(dboid);
-      Datum values[10];
-      bool nulls[10] = {false};
+      Datum values[12];
+      bool nulls[12] = {false};
       values[0] = datname != nullptr ? CStringGetTextDatum(datname) : (Datum)0;
       nulls[0] = datname == nullptr;
       values[1] = Int32GetDatum(copy.pid);
@@ -49,6 +49,8 @@ OUTBOX_SQL_FUNCTION(outbox_worker_stats) {
       values[8] = Int32GetDatum(copy.last_batch_size);
       nulls[9] = copy.last_batch_size == 0;
       values[9] = Float8GetDatum(copy.last_batch_ms);
+      values[10] = Int32GetDatum(w);
+      values[11] = Int32GetDatum(copy.key_slots);
       tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
     }
   }
