@@ -69,12 +69,13 @@ void PreparePlans() {
               " AND next_attempt_at <= now() AND" OWNED_KEYS(
                   "$2") " ORDER BY next_attempt_at, id LIMIT $1 FOR UPDATE SKIP LOCKED",
               2, types);
-  Oid ready_types[3] = {INT4OID, UUIDOID, BYTEAOID};
+  Oid ready_types[4] = {INT4OID, UUIDOID, BYTEAOID, UUIDOID};
   claim_ready_plan =
       Prepare("SELECT " CLAIM_COLUMNS
               " FROM outbox.events WHERE status = 'pending' AND next_attempt_at IS NULL"
-              " AND id >= $2 AND" OWNED_KEYS("$3") " ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
-              3, ready_types);
+              " AND id >= $2 AND id < $4 AND" OWNED_KEYS(
+                  "$3") " ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
+              4, ready_types);
   bound_plan = Prepare(
       "SELECT (SELECT min(xact_start) FROM pg_catalog.pg_stat_activity"
       "         WHERE datid = (SELECT oid FROM pg_catalog.pg_database"
@@ -265,14 +266,88 @@ void WriteOutcomes(Oid partition, const Claimed *claimed, const RowOutcome *outc
 
 Datum OwnedBitmap() { return PointerGetDatum(OwnedSlots().bitmap); }
 
-int RunClaim(SPIPlanPtr plan, int limit, const pg_uuid_t *floor = nullptr) {
+// Ready claims take ids in [*floor, *ceiling); retry claims pass neither.
+int RunClaim(SPIPlanPtr plan, int limit, const pg_uuid_t *floor = nullptr,
+             const pg_uuid_t *ceiling = nullptr) {
   Datum retry_args[2] = {Int32GetDatum(limit), OwnedBitmap()};
-  Datum ready_args[3] = {Int32GetDatum(limit), UUIDPGetDatum(const_cast<pg_uuid_t *>(floor)),
-                         OwnedBitmap()};
+  Datum ready_args[4] = {Int32GetDatum(limit), UUIDPGetDatum(const_cast<pg_uuid_t *>(floor)),
+                         OwnedBitmap(), UUIDPGetDatum(const_cast<pg_uuid_t *>(ceiling))};
   const int rc =
       SPI_execute_plan(plan, floor == nullptr ? retry_args : ready_args, nullptr, false, 0);
   if (rc != SPI_OK_SELECT) elog(ERROR, "outbox: claim failed: %s", SPI_result_code_string(rc));
   return static_cast<int>(SPI_processed);
+}
+
+// The smallest id above `id` (big-endian increment): the next claim of a
+// window starts after the rows this transaction already holds.
+pg_uuid_t After(const pg_uuid_t &id) {
+  pg_uuid_t next = id;
+  for (int i = UUID_LEN - 1; i >= 0; --i) {
+    if (++next.data[i] != 0) break;
+  }
+  return next;
+}
+
+// One claimed batch of a window, in id order.
+struct Batch {
+  int n = 0;
+  EventRow *rows = nullptr;
+  Claimed *claimed = nullptr;
+  RowOutcome *outcomes = nullptr;
+};
+
+// Read and sort the rows of the last claims into a batch (palloc'd).
+Batch ReadBatch(SPITupleTable *retry_rows, int nretry, SPITupleTable *ready_rows, int nready) {
+  Batch b;
+  b.n = nretry + nready;
+  EventRow *events = static_cast<EventRow *>(palloc(sizeof(EventRow) * b.n));
+  Claimed *claimed_by_event = static_cast<Claimed *>(palloc(sizeof(Claimed) * b.n));
+  for (int i = 0; i < b.n; ++i) {
+    new (&events[i]) EventRow();
+    SPITupleTable *t = i < nretry ? retry_rows : ready_rows;
+    const int r = i < nretry ? i : i - nretry;
+    ReadEvent(t->vals[r], t->tupdesc, &events[i], &claimed_by_event[i]);
+  }
+  // The dispatcher wants id order (= emit order per session).
+  EventRow **order = static_cast<EventRow **>(palloc(sizeof(EventRow *) * b.n));
+  for (int i = 0; i < b.n; ++i) order[i] = &events[i];
+  qsort(order, b.n, sizeof(EventRow *), CompareEventIds);
+  b.rows = static_cast<EventRow *>(palloc(sizeof(EventRow) * b.n));
+  b.claimed = static_cast<Claimed *>(palloc(sizeof(Claimed) * b.n));
+  b.outcomes = static_cast<RowOutcome *>(palloc(sizeof(RowOutcome) * b.n));
+  for (int i = 0; i < b.n; ++i) {
+    new (&b.rows[i]) EventRow(*order[i]);
+    b.claimed[i] = claimed_by_event[order[i] - events];
+    new (&b.outcomes[i]) RowOutcome();
+  }
+  return b;
+}
+
+// Wait for a batch's answers, count them, and write its outcomes.
+void FinishBatch(Dispatcher *dispatcher, const Batch &b, Sink::InterruptCheck interrupted,
+                 CycleStats *stats) {
+  // While the brokers answer, pg_stat_activity shows the publisher waiting
+  // (wait_event_type Extension) rather than active on the CPU. Finish runs
+  // no PostgreSQL code and never throws, so the wait always ends here.
+  pgstat_report_wait_start(PG_WAIT_EXTENSION);
+  dispatcher->Finish(b.outcomes, interrupted);
+  pgstat_report_wait_end();
+  for (int i = 0; i < b.n; ++i) {
+    const RowOutcome &o = b.outcomes[i];
+    // An event left as it was may be a ready one below the new floor.
+    if (o.outcome == Outcome::kUntouched) memset(&ready_floor, 0, sizeof ready_floor);
+    if (o.outcome == Outcome::kPublished) stats->published++;
+    if (o.outcome == Outcome::kRetry || o.outcome == Outcome::kDead) {
+      stats->failed++;
+      strlcpy(stats->last_error, o.error, sizeof stats->last_error);
+    }
+  }
+  // One pass per partition the batch touched (usually one or two).
+  for (int i = 0; i < b.n; ++i) {
+    bool seen = false;
+    for (int j = 0; j < i && !seen; ++j) seen = b.claimed[j].tableoid == b.claimed[i].tableoid;
+    if (!seen) WriteOutcomes(b.claimed[i].tableoid, b.claimed, b.outcomes, b.n);
+  }
 }
 
 }  // namespace
@@ -294,79 +369,67 @@ int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted, Cy
     memset(&floor, 0, sizeof floor);
     last_full_scan = now;
   }
-  int nretry = RunClaim(claim_retry_plan, batch);
-  SPITupleTable *retry_rows = SPI_tuptable;
-  const int ready_limit = batch - nretry;
-  int nready = ready_limit > 0 ? RunClaim(claim_ready_plan, ready_limit, &floor) : 0;
-  SPITupleTable *ready_rows = nready > 0 ? SPI_tuptable : nullptr;
-  // Next floor: everything visible from `floor` up to the last row claimed
-  // (or all of it, when the claim came back short) has been claimed.
-  pg_uuid_t next_floor = bound;
-  if (ready_limit > 0 && nready == ready_limit) {
-    bool isnull = false;
-    const pg_uuid_t *last = DatumGetUUIDP(
-        SPI_getbinval(ready_rows->vals[nready - 1], ready_rows->tupdesc, kId, &isnull));
-    if (CompareUuid(*last, next_floor) < 0) next_floor = *last;
-  } else if (ready_limit <= 0) {
-    next_floor = ready_floor;  // no ready claim ran: nothing learned
-  }
-  ready_floor = next_floor;
-  const int n = nretry + nready;
-  if (n == 0) return 0;
-
-  EventRow *events = static_cast<EventRow *>(palloc(sizeof(EventRow) * n));
-  Claimed *claimed_by_event = static_cast<Claimed *>(palloc(sizeof(Claimed) * n));
-  for (int i = 0; i < n; ++i) {
-    new (&events[i]) EventRow();
-    SPITupleTable *t = i < nretry ? retry_rows : ready_rows;
-    const int r = i < nretry ? i : i - nretry;
-    ReadEvent(t->vals[r], t->tupdesc, &events[i], &claimed_by_event[i]);
-  }
-
-  // The dispatcher wants id order (= emit order per session).
-  EventRow **order = static_cast<EventRow **>(palloc(sizeof(EventRow *) * n));
-  for (int i = 0; i < n; ++i) order[i] = &events[i];
-  qsort(order, n, sizeof(EventRow *), CompareEventIds);
-  EventRow *sorted = static_cast<EventRow *>(palloc(sizeof(EventRow) * n));
-  Claimed *claimed = static_cast<Claimed *>(palloc(sizeof(Claimed) * n));
-  for (int i = 0; i < n; ++i) {
-    new (&sorted[i]) EventRow(*order[i]);
-    claimed[i] = claimed_by_event[order[i] - events];
-  }
-
-  RowOutcome *outcomes = static_cast<RowOutcome *>(palloc(sizeof(RowOutcome) * n));
-  for (int i = 0; i < n; ++i) new (&outcomes[i]) RowOutcome();
   DispatchSettings settings;
   settings.max_attempts = guc::max_attempts;
   settings.backoff_min_ms = guc::backoff_min_ms;
   settings.backoff_max_ms = guc::backoff_max_ms;
-  settings.now_us = GetCurrentTimestamp();
+  settings.now_us = now;
   settings.source = guc::CloudEventsSource();
-  // While the brokers answer, pg_stat_activity shows the publisher waiting
-  // (wait_event_type Extension) rather than active on the CPU. Dispatch runs
-  // no PostgreSQL code and never throws, so the wait always ends here.
-  pgstat_report_wait_start(PG_WAIT_EXTENSION);
-  dispatcher->Dispatch(sorted, static_cast<size_t>(n), settings, outcomes, interrupted);
-  pgstat_report_wait_end();
-  stats->claimed = n;
-  for (int i = 0; i < n; ++i) {
-    const RowOutcome &o = outcomes[i];
-    // An event left as it was may be a ready one below the new floor.
-    if (o.outcome == Outcome::kUntouched) memset(&ready_floor, 0, sizeof ready_floor);
-    if (o.outcome == Outcome::kPublished) stats->published++;
-    if (o.outcome == Outcome::kRetry || o.outcome == Outcome::kDead) {
-      stats->failed++;
-      strlcpy(stats->last_error, o.error, sizeof stats->last_error);
-    }
-  }
 
-  // One pass per partition the batch touched (usually one or two).
-  for (int i = 0; i < n; ++i) {
-    bool seen = false;
-    for (int j = 0; j < i && !seen; ++j) seen = claimed[j].tableoid == claimed[i].tableoid;
-    if (!seen) WriteOutcomes(claimed[i].tableoid, claimed, outcomes, n);
+  // The window: claim a batch and send it; while the brokers answer, claim
+  // and send the next, as long as claims come back full. Then finish them in
+  // order. Per key, what goes on the wire must be in id order with no gap:
+  // - later batches hold only never-tried events with ids above the previous
+  //   batch's (a batch's retries sit anywhere in id order, so they come only
+  //   in the first);
+  // - and only ids below `bound`. Every event with a lower id had committed
+  //   (or aborted) before SafeBound looked, hence before the first claim's
+  //   snapshot (see SafeBound): none of them can turn up later below a batch
+  //   already sent. An event above the bound can: its transaction may commit
+  //   after one claim and before the next, below the next one's start, while
+  //   a later event of its key lies above it. Such events wait for the next
+  //   window, whose first claim starts at the bound.
+  Batch *window = static_cast<Batch *>(palloc0(sizeof(Batch) * guc::batches_in_flight));
+  int nbatches = 0;
+  pg_uuid_t next_floor = ready_floor;
+  bool ready_claimed = false;
+  pg_uuid_t ceiling;  // exclusive; none for the first claim
+  memset(ceiling.data, 0xff, UUID_LEN);
+  for (int w = 0; w < guc::batches_in_flight; ++w) {
+    const int nretry = w == 0 ? RunClaim(claim_retry_plan, batch) : 0;
+    SPITupleTable *retry_rows = nretry > 0 ? SPI_tuptable : nullptr;
+    const int ready_limit = batch - nretry;
+    if (w == 1) ceiling = bound;
+    const int nready =
+        ready_limit > 0 ? RunClaim(claim_ready_plan, ready_limit, &floor, &ceiling) : 0;
+    SPITupleTable *ready_rows = nready > 0 ? SPI_tuptable : nullptr;
+    // Next floor: everything visible from `floor` up to the last row claimed
+    // (or all of it, when the claim came back short) has been claimed.
+    const bool full = ready_limit > 0 && nready == ready_limit;
+    if (ready_limit > 0) {
+      ready_claimed = true;
+      next_floor = bound;
+      if (full) {
+        bool isnull = false;
+        const pg_uuid_t *last = DatumGetUUIDP(
+            SPI_getbinval(ready_rows->vals[nready - 1], ready_rows->tupdesc, kId, &isnull));
+        if (CompareUuid(*last, next_floor) < 0) next_floor = *last;
+        floor = After(*last);
+      }
+    }
+    if (nretry + nready == 0) break;
+    window[nbatches] = ReadBatch(retry_rows, nretry, ready_rows, nready);
+    const Batch &b = window[nbatches++];
+    stats->claimed += b.n;
+    pgstat_report_wait_start(PG_WAIT_EXTENSION);
+    dispatcher->Begin(b.rows, static_cast<size_t>(b.n), settings, b.outcomes, interrupted);
+    pgstat_report_wait_end();
+    if (!full || (interrupted != nullptr && interrupted())) break;
   }
-  return n;
+  if (ready_claimed) ready_floor = next_floor;
+
+  for (int w = 0; w < nbatches; ++w) FinishBatch(dispatcher, window[w], interrupted, stats);
+  return stats->claimed;
 }
 
 void LoadConfiguration(Dispatcher *dispatcher) {

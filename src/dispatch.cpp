@@ -136,8 +136,8 @@ void Dispatcher::NoteWaiting(const EventRow &event, int64_t until_us) {
   }
 }
 
-Sink *Dispatcher::SinkFor(const std::string &name, SinkState *state) {
-  if (state->sink && state->sink->NeedsRecreate()) {
+Sink *Dispatcher::SinkFor(const std::string &name, SinkState *state, bool may_recreate) {
+  if (may_recreate && state->sink && state->sink->NeedsRecreate()) {
     Log(LogLevel::kWarning, "sink \"" + name + "\" hit a fatal error; recreating its producer");
     DrainSinkLogs();
     state->sink.reset();
@@ -155,16 +155,29 @@ Sink *Dispatcher::SinkFor(const std::string &name, SinkState *state) {
 
 void Dispatcher::Dispatch(const EventRow *rows, size_t n, const DispatchSettings &settings,
                           RowOutcome *out, Sink::InterruptCheck interrupted) {
+  Begin(rows, n, settings, out, interrupted);
+  Finish(out, interrupted);
+}
+
+void Dispatcher::Begin(const EventRow *rows, size_t n, const DispatchSettings &settings,
+                       RowOutcome *out, Sink::InterruptCheck interrupted) {
   for (size_t i = 0; i < n; ++i) out[i] = RowOutcome{};
+  Flight *flight = nullptr;
   try {
-    std::vector<int> route_of(n, -1);
+    flights_.emplace_back();
+    flight = &flights_.back();
+    flight->rows = rows;
+    flight->n = n;
+    flight->settings = settings;
+    flight->out = out;
+    flight->route_of.assign(n, -1);
     std::map<std::string, std::vector<size_t>> groups;  // sink name -> rows, in id order
     std::set<std::string> admitted;
     for (size_t i = 0; i < n; ++i) {
       const EventRow &row = rows[i];
       out[i].attempts = row.attempts;
       const int r = RouteIndex(row.topic);
-      route_of[i] = r;
+      flight->route_of[i] = r;
       if (r < 0) {
         out[i].outcome = Outcome::kParkNoRoute;
         out[i].next_attempt_us = kInfinityUs;
@@ -199,13 +212,24 @@ void Dispatcher::Dispatch(const EventRow *rows, size_t n, const DispatchSettings
       admitted.emplace(row.id);
       groups[route.sink].push_back(i);
     }
+    flight->groups.reserve(groups.size());  // no Group moves once sent
     for (auto &[name, members] : groups) {
-      DispatchGroup(name, &sinks_[name], members, rows, route_of, settings, out, interrupted);
+      flight->groups.emplace_back();
+      Group &group = flight->groups.back();
+      group.sink_name = name;
+      group.members = std::move(members);
+      SendGroup(*flight, &group, interrupted);
     }
   } catch (const std::exception &e) {
-    // Out of memory half-way: whatever has no outcome yet stays as it was.
+    // Out of memory half-way: collect what was sent, and whatever has no
+    // outcome stays as it was.
+    if (flight != nullptr) {
+      for (Group &group : flight->groups) {
+        if (group.sink != nullptr) group.sink->Collect(group.results.data(), interrupted);
+      }
+      flights_.pop_back();
+    }
     for (size_t i = 0; i < n; ++i) {
-      if (out[i].outcome == Outcome::kPublished) continue;
       out[i] = RowOutcome{};
       out[i].attempts = rows[i].attempts;
     }
@@ -213,39 +237,70 @@ void Dispatcher::Dispatch(const EventRow *rows, size_t n, const DispatchSettings
   }
 }
 
-void Dispatcher::DispatchGroup(const std::string &sink_name, SinkState *state,
-                               const std::vector<size_t> &members, const EventRow *rows,
-                               const std::vector<int> &route_of, const DispatchSettings &settings,
-                               RowOutcome *out, Sink::InterruptCheck interrupted) {
-  auto message_for = [&](size_t i) {
-    const EventRow &row = rows[i];
-    const Route &route = routes_[route_of[i]];
-    OutMessage m;
-    m.id = row.id;
-    m.topic = row.topic;
-    m.target = route.has_target ? std::string_view(route.target) : row.topic;
-    m.has_key = row.has_key;
-    m.key = row.key;
-    m.payload = row.payload;
-    m.headers = row.headers;
-    m.header_count = row.header_count;
-    m.headers_json = row.headers_json;
-    m.format = route.format;
-    m.created_at = row.created_at;
-    m.source = settings.source;
-    return m;
-  };
-
-  std::vector<Delivery> results(members.size());
-  Sink *sink = SinkFor(sink_name, state);
-  if (sink != nullptr) {
-    std::vector<OutMessage> messages;
-    messages.reserve(members.size());
-    for (size_t i : members) messages.push_back(message_for(i));
-    sink->Publish(messages.data(), messages.size(), results.data(), interrupted);
-  } else {
-    for (Delivery &d : results) d = Delivery{DeliveryStatus::kRetriable, state->last_error};
+void Dispatcher::Finish(RowOutcome *out, Sink::InterruptCheck interrupted) {
+  auto it = std::find_if(flights_.begin(), flights_.end(),
+                         [out](const Flight &f) { return f.out == out; });
+  if (it == flights_.end()) return;  // Begin gave up on it
+  Flight &flight = *it;
+  try {
+    for (Group &group : flight.groups) SettleGroup(flight, &group, interrupted);
+  } catch (const std::exception &e) {
+    for (size_t i = 0; i < flight.n; ++i) {
+      if (out[i].outcome == Outcome::kPublished) continue;
+      out[i] = RowOutcome{};
+      out[i].attempts = flight.rows[i].attempts;
+    }
+    Log(LogLevel::kError, std::string("batch abandoned: ") + e.what());
   }
+  flights_.erase(it);
+}
+
+OutMessage Dispatcher::MessageFor(const Flight &flight, size_t i) const {
+  const EventRow &row = flight.rows[i];
+  const Route &route = routes_[flight.route_of[i]];
+  OutMessage m;
+  m.id = row.id;
+  m.topic = row.topic;
+  m.target = route.has_target ? std::string_view(route.target) : row.topic;
+  m.has_key = row.has_key;
+  m.key = row.key;
+  m.payload = row.payload;
+  m.headers = row.headers;
+  m.header_count = row.header_count;
+  m.headers_json = row.headers_json;
+  m.format = route.format;
+  m.created_at = row.created_at;
+  m.source = flight.settings.source;
+  return m;
+}
+
+void Dispatcher::SendGroup(const Flight &flight, Group *group, Sink::InterruptCheck interrupted) {
+  SinkState *state = &sinks_[group->sink_name];
+  group->results.resize(group->members.size());
+  // A sink with batches in flight is not recreated under them: a failed one
+  // refuses this batch at once (retriable), and is recreated once idle.
+  Sink *sink = SinkFor(group->sink_name, state, flights_.size() == 1);
+  if (sink == nullptr) {
+    for (Delivery &d : group->results) d = Delivery{DeliveryStatus::kRetriable, state->last_error};
+    return;
+  }
+  group->messages.reserve(group->members.size());
+  for (size_t i : group->members) group->messages.push_back(MessageFor(flight, i));
+  group->sink = sink;
+  sink->Send(group->messages.data(), group->messages.size(), group->results.data(), interrupted);
+}
+
+void Dispatcher::SettleGroup(const Flight &flight, Group *group, Sink::InterruptCheck interrupted) {
+  Sink *sink = group->sink;
+  if (sink != nullptr) sink->Collect(group->results.data(), interrupted);
+  const std::string &sink_name = group->sink_name;
+  SinkState *state = &sinks_[sink_name];
+  const std::vector<size_t> &members = group->members;
+  const std::vector<Delivery> &results = group->results;
+  const EventRow *rows = flight.rows;
+  const std::vector<int> &route_of = flight.route_of;
+  const DispatchSettings &settings = flight.settings;
+  RowOutcome *out = flight.out;
 
   size_t delivered = 0, retriable = 0;
   for (const Delivery &d : results) {
@@ -326,7 +381,7 @@ void Dispatcher::DispatchGroup(const std::string &sink_name, SinkState *state,
       if (ParkBehindEarlier(rows[i], route, nullptr, settings.now_us, kWaitingForKey, &out[i])) {
         continue;
       }
-      OutMessage alone = message_for(i);
+      OutMessage alone = MessageFor(flight, i);
       Delivery solo;
       sink->Publish(&alone, 1, &solo, interrupted);
       if (solo.status == DeliveryStatus::kRetriable && stopping()) {

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <random>
@@ -117,6 +118,18 @@ class Dispatcher {
   void Dispatch(const EventRow *rows, size_t n, const DispatchSettings &settings, RowOutcome *out,
                 Sink::InterruptCheck interrupted);
 
+  // Dispatch in two halves, so that several batches can be in flight at
+  // once: Begin decides and sends a batch without waiting for the brokers;
+  // Finish(out) waits for that batch's answers and fills out[0..n). Batches
+  // are begun in id order (a later batch holds only later events) and
+  // finished in the order begun. To the brokers, the batches in flight are
+  // one longer stream: per key, they keep the order of one batch. rows,
+  // settings' strings and out must stay valid until Finish; Configure only
+  // while no batch is in flight.
+  void Begin(const EventRow *rows, size_t n, const DispatchSettings &settings, RowOutcome *out,
+             Sink::InterruptCheck interrupted);
+  void Finish(RowOutcome *out, Sink::InterruptCheck interrupted);
+
   // Serve the sinks' background work while idle.
   void Poll();
 
@@ -148,15 +161,32 @@ class Dispatcher {
     MessageFormat format = MessageFormat::kRaw;
   };
 
+  // A batch's events for one sink, sent together.
+  struct Group {
+    std::string sink_name;
+    std::vector<size_t> members;  // rows of the batch, in id order
+    std::vector<OutMessage> messages;
+    std::vector<Delivery> results;  // what the sink fills, member by member
+    Sink *sink = nullptr;           // null: never sent (no producer)
+  };
+  // A batch between Begin and Finish.
+  struct Flight {
+    const EventRow *rows = nullptr;
+    size_t n = 0;
+    DispatchSettings settings;
+    RowOutcome *out = nullptr;
+    std::vector<int> route_of;  // per row: index in routes_, or -1
+    std::vector<Group> groups;
+  };
+
   int RouteIndex(std::string_view topic) const;
-  Sink *SinkFor(const std::string &name, SinkState *state);
+  Sink *SinkFor(const std::string &name, SinkState *state, bool may_recreate = true);
   void Log(LogLevel level, std::string text);
   void DrainSinkLogs();
   double Random();
-  void DispatchGroup(const std::string &sink_name, SinkState *state,
-                     const std::vector<size_t> &members, const EventRow *rows,
-                     const std::vector<int> &route_of, const DispatchSettings &settings,
-                     RowOutcome *out, Sink::InterruptCheck interrupted);
+  OutMessage MessageFor(const Flight &flight, size_t i) const;
+  void SendGroup(const Flight &flight, Group *group, Sink::InterruptCheck interrupted);
+  void SettleGroup(const Flight &flight, Group *group, Sink::InterruptCheck interrupted);
   bool ParkBehindEarlier(const EventRow &row, const Route &route,
                          const std::set<std::string> *in_batch, int64_t now_us,
                          std::string_view error, RowOutcome *out);
@@ -169,6 +199,7 @@ class Dispatcher {
   std::vector<std::string_view> patterns_;
   std::map<std::string, SinkState> sinks_;
   OrderGuard guard_;
+  std::deque<Flight> flights_;  // begun, not finished; oldest first
   std::vector<std::pair<LogLevel, std::string>> logs_;
   size_t next_log_ = 0;
   std::mt19937_64 rng_;

@@ -21,6 +21,7 @@ namespace guc {
 
 int premake_days = 3;
 int batch_size = 1000;
+int batches_in_flight = 4;
 int max_attempts = 10;
 int backoff_min_ms = 100;
 int backoff_max_ms = 60000;
@@ -110,6 +111,14 @@ void Define() {
   DefineCustomIntVariable("outbox.batch_size", "Most events one claim takes.",
                           "Valid range is 1 .. 100000.", &batch_size, 1000, 1, 100000, PGC_SUSET, 0,
                           nullptr, nullptr, nullptr);
+
+  // Pipelining: while the brokers answer one batch, the publisher claims and
+  // sends the next, in the same transaction, up to this many at once.
+  DefineCustomIntVariable("outbox.batches_in_flight",
+                          "Most claimed batches a publisher has at the brokers at once.",
+                          "Valid range is 1 .. 16. 1 waits for each batch's acknowledgements "
+                          "before claiming the next.",
+                          &batches_in_flight, 4, 1, 16, PGC_SUSET, 0, nullptr, nullptr, nullptr);
 
   DefineCustomIntVariable("outbox.max_attempts",
                           "Failed attempts after which an event becomes dead.",

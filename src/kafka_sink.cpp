@@ -7,10 +7,17 @@
 // rd_kafka_set_log_queue(rk, NULL). So the sink's state needs no lock, and no
 // librdkafka thread ever runs our code.
 //
-// Publish waits with rd_kafka_flush rather than rd_kafka_poll: librdkafka 2.0
-// ignores linger.ms while a flush call is in progress (measured: a message
-// with linger.ms=500 is acknowledged in under 1 ms by a flush loop, after
-// 500 ms by a poll loop), and flush returns as soon as nothing is left.
+// Pipelining: Send produces a batch and returns; Collect waits for the oldest
+// open batch's reports. Several batches may be open, so librdkafka keeps its
+// in-flight requests busy while the publisher claims and records the next.
+// Each delivery report carries its batch's generation and its index in it.
+//
+// Collect waits with rd_kafka_flush rather than rd_kafka_poll when its batch
+// is the only one open: librdkafka 2.0 ignores linger.ms while a flush call is
+// in progress (measured: a message with linger.ms=500 is acknowledged in
+// under 1 ms by a flush loop, after 500 ms by a poll loop), and flush returns
+// as soon as nothing is left. With later batches open, flush would also wait
+// for them, so it polls in short slices instead.
 #include "kafka_sink.hpp"
 
 #include "names.hpp"
@@ -23,6 +30,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -55,8 +63,10 @@ constexpr const char *kDefaults[][2] = {
 // kUnlimitedTimeoutMs instead of message.timeout.ms.
 constexpr int kSafetyMarginMs = 5000;
 constexpr int kUnlimitedTimeoutMs = 300000;
-// Longest single wait inside Publish, so `interrupted` is checked this often.
+// Longest single wait inside Collect, so `interrupted` is checked this often.
 constexpr int kWaitSliceMs = 100;
+// Collect's wait while later batches are open (see the file comment).
+constexpr int kPipelinedSliceMs = 2;
 // Wait while librdkafka's queue is full before producing again.
 constexpr int kQueueFullWaitMs = 10;
 // After a purge, how long to serve the purged messages' delivery reports.
@@ -67,8 +77,8 @@ constexpr int kDestroyFlushMs = 1000;
 constexpr size_t kMaxLogLines = 10000;
 
 // A delivery report's opaque: the batch generation in the high half of a
-// pointer, the slot in the low half. A report whose generation is not the
-// current batch's belongs to a batch Publish already gave up on.
+// pointer, the slot in the low half. A report whose generation is not an
+// open batch's belongs to a batch already given up on.
 constexpr unsigned kSlotBits = sizeof(uintptr_t) * 4;
 constexpr uintptr_t kSlotMask = (uintptr_t{1} << kSlotBits) - 1;
 constexpr size_t kMaxChunk = kSlotMask;
@@ -124,6 +134,9 @@ class KafkaSink final : public Sink {
 
   void Publish(const OutMessage *messages, size_t n, Delivery *out,
                InterruptCheck interrupted) override;
+  void Send(const OutMessage *messages, size_t n, Delivery *out,
+            InterruptCheck interrupted) override;
+  void Collect(const Delivery *out, InterruptCheck interrupted) override;
   void Poll() override;
   std::vector<LogLine> TakeLogs() override;
   bool NeedsRecreate() const override;
@@ -137,17 +150,26 @@ class KafkaSink final : public Sink {
   static void OnError(rd_kafka_t *rk, int err, const char *reason, void *opaque) noexcept;
   static void OnDelivery(rd_kafka_t *rk, const rd_kafka_message_t *message, void *opaque) noexcept;
 
+  // A Send whose outcomes are not all collected yet.
+  struct Batch {
+    uintptr_t generation = 0;  // masked to kSlotMask
+    Delivery *out = nullptr;
+    std::vector<unsigned char> settled;  // per slot: has an outcome
+    size_t unsettled = 0;                // handed to librdkafka, no outcome yet
+    Clock::time_point deadline;
+  };
+
   void AddLog(LogLevel level, std::string text) noexcept;
   void Record(const rd_kafka_message_t *message) noexcept;
   DeliveryStatus StatusOf(rd_kafka_resp_err_t err) const;
-  void PublishChunk(const OutMessage *messages, size_t n, Delivery *out, InterruptCheck interrupted,
-                    Clock::time_point deadline);
+  void SendBatch(Batch *batch, const OutMessage *messages, size_t n, InterruptCheck interrupted);
   rd_kafka_resp_err_t Produce(const OutMessage &message, uintptr_t tag);
   rd_kafka_topic_t *Topic(std::string_view target, rd_kafka_resp_err_t *err);
-  void Settle(size_t slot, DeliveryStatus status, const char *error) noexcept;
-  void Settle(size_t slot, DeliveryStatus status, std::string &&error) noexcept;
+  static void Settle(Batch *batch, size_t slot, DeliveryStatus status, const char *error) noexcept;
+  static void Settle(Batch *batch, size_t slot, DeliveryStatus status,
+                     std::string &&error) noexcept;
   void Abandon(const char *reason) noexcept;
-  void FailAll(size_t n, Delivery *out, const char *reason) noexcept;
+  static void FailAll(size_t n, Delivery *out, const char *reason) noexcept;
 
   const std::thread::id owner_;
   rd_kafka_t *rk_ = nullptr;
@@ -165,16 +187,14 @@ class KafkaSink final : public Sink {
   Connection connection_ = Connection::kConnecting;
   bool fatal_ = false;
 
-  // The batch being published; out_ is null between Publish calls.
-  Delivery *out_ = nullptr;
-  std::vector<unsigned char> settled_;  // per slot: has an outcome
-  size_t unsettled_ = 0;                // handed to librdkafka, no outcome yet
+  // Open batches, oldest first; empty between Collect and the next Send.
+  std::deque<Batch> open_;
   uintptr_t generation_ = 0;
   const char *purge_reason_ = nullptr;  // while purging: what purged reports say
 };
 
 KafkaSink::~KafkaSink() {
-  out_ = nullptr;
+  open_.clear();  // reports from now on find no batch
   if (rk_ == nullptr) return;
   // Nothing should be left between Publish calls; if anything is, it fails
   // now rather than keeping rd_kafka_destroy waiting for unreachable brokers.
@@ -295,22 +315,25 @@ void KafkaSink::AddLog(LogLevel level, std::string text) noexcept {
 void KafkaSink::Record(const rd_kafka_message_t *message) noexcept {
   const rd_kafka_resp_err_t err = message->err;
   if (err == RD_KAFKA_RESP_ERR_NO_ERROR) connection_ = Connection::kConnected;
-  if (out_ == nullptr) return;  // no batch waits for reports
   const auto tag = reinterpret_cast<uintptr_t>(message->_private);
-  if ((tag >> kSlotBits) != (generation_ & kSlotMask)) return;  // an abandoned batch's
+  Batch *batch = nullptr;
+  for (Batch &b : open_) {
+    if (b.generation == (tag >> kSlotBits)) batch = &b;
+  }
+  if (batch == nullptr) return;  // an abandoned batch's
   const size_t slot = tag & kSlotMask;
-  if (slot >= settled_.size() || settled_[slot] != 0) return;
-  --unsettled_;
+  if (slot >= batch->settled.size() || batch->settled[slot] != 0) return;
+  --batch->unsettled;
   if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-    Settle(slot, DeliveryStatus::kDelivered, kNothing);
+    Settle(batch, slot, DeliveryStatus::kDelivered, kNothing);
   } else if (purge_reason_ != nullptr &&
              (err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT)) {
-    Settle(slot, DeliveryStatus::kRetriable, purge_reason_);
+    Settle(batch, slot, DeliveryStatus::kRetriable, purge_reason_);
   } else {
     try {
-      Settle(slot, StatusOf(err), KafkaErrorText(err));
+      Settle(batch, slot, StatusOf(err), KafkaErrorText(err));
     } catch (...) {
-      Settle(slot, StatusOf(err), rd_kafka_err2name(err));
+      Settle(batch, slot, StatusOf(err), rd_kafka_err2name(err));
     }
   }
 }
@@ -322,9 +345,10 @@ DeliveryStatus KafkaSink::StatusOf(rd_kafka_resp_err_t err) const {
   return ClassifyKafkaError(err);
 }
 
-void KafkaSink::Settle(size_t slot, DeliveryStatus status, const char *error) noexcept {
-  settled_[slot] = 1;
-  Delivery &delivery = out_[slot];
+void KafkaSink::Settle(Batch *batch, size_t slot, DeliveryStatus status,
+                       const char *error) noexcept {
+  batch->settled[slot] = 1;
+  Delivery &delivery = batch->out[slot];
   delivery.status = status;
   try {
     delivery.error = error;
@@ -333,50 +357,65 @@ void KafkaSink::Settle(size_t slot, DeliveryStatus status, const char *error) no
   }
 }
 
-void KafkaSink::Settle(size_t slot, DeliveryStatus status, std::string &&error) noexcept {
-  settled_[slot] = 1;
-  out_[slot].status = status;
-  out_[slot].error = std::move(error);
+void KafkaSink::Settle(Batch *batch, size_t slot, DeliveryStatus status,
+                       std::string &&error) noexcept {
+  batch->settled[slot] = 1;
+  batch->out[slot].status = status;
+  batch->out[slot].error = std::move(error);
 }
 
 void KafkaSink::Publish(const OutMessage *messages, size_t n, Delivery *out,
                         InterruptCheck interrupted) {
+  Send(messages, n, out, interrupted);
+  Collect(out, interrupted);
+}
+
+void KafkaSink::Send(const OutMessage *messages, size_t n, Delivery *out,
+                     InterruptCheck interrupted) {
   if (n == 0) return;
+  if (n > kMaxChunk) {  // more than a slot can number (32-bit pointers only)
+    FailAll(n, out, "batch too large");
+    return;
+  }
   try {
-    const Clock::time_point deadline = Clock::now() + Millis(wait_limit_ms_);
-    for (size_t start = 0; start < n; start += kMaxChunk) {
-      PublishChunk(messages + start, std::min(kMaxChunk, n - start), out + start, interrupted,
-                   deadline);
-    }
+    open_.emplace_back();
+  } catch (...) {
+    FailAll(n, out, "out of memory");
+    return;
+  }
+  Batch *batch = &open_.back();
+  batch->out = out;
+  try {
+    SendBatch(batch, messages, n, interrupted);
   } catch (const std::bad_alloc &) {
+    Abandon("out of memory");
     FailAll(n, out, "out of memory");
   } catch (...) {
-    FailAll(n, out, "unexpected error");  // only `interrupted` could throw anything else
+    Abandon("unexpected error");  // only `interrupted` could throw anything else
+    FailAll(n, out, "unexpected error");
   }
 }
 
-void KafkaSink::PublishChunk(const OutMessage *messages, size_t n, Delivery *out,
-                             InterruptCheck interrupted, Clock::time_point deadline) {
-  settled_.assign(n, 0);
-  ++generation_;
-  const uintptr_t generation_bits = (generation_ & kSlotMask) << kSlotBits;
-  out_ = out;
-  unsettled_ = 0;
+void KafkaSink::SendBatch(Batch *batch, const OutMessage *messages, size_t n,
+                          InterruptCheck interrupted) {
+  batch->settled.assign(n, 0);
+  batch->generation = ++generation_ & kSlotMask;
+  batch->deadline = Clock::now() + Millis(wait_limit_ms_);
+  const uintptr_t generation_bits = batch->generation << kSlotBits;
   purge_reason_ = nullptr;
-
   const char *stop = nullptr;  // why we stopped producing, if we did
   if (NeedsRecreate()) stop = "fatal error: the producer must be recreated";
-  // (target, key) pairs with a message refused on the spot in this chunk:
+  // (target, key) pairs with a message refused on the spot in this batch:
   // later messages of the pair are not sent, so none overtakes it.
   std::set<std::pair<std::string_view, std::string_view>> refused;
   for (size_t i = 0; i < n; ++i) {
     const OutMessage &message = messages[i];
     if (stop != nullptr) {
-      Settle(i, DeliveryStatus::kRetriable, stop);
+      Settle(batch, i, DeliveryStatus::kRetriable, stop);
       continue;
     }
     if (message.has_key && refused.count({message.target, message.key}) != 0) {
-      Settle(i, DeliveryStatus::kNotSent,
+      Settle(batch, i, DeliveryStatus::kNotSent,
              "not sent: an earlier event with the same key failed in this batch");
       continue;
     }
@@ -385,7 +424,7 @@ void KafkaSink::PublishChunk(const OutMessage *messages, size_t n, Delivery *out
       // Let librdkafka send what it holds (flush ignores linger), then retry.
       if (interrupted != nullptr && interrupted()) {
         stop = "interrupted";
-      } else if (Clock::now() >= deadline) {
+      } else if (Clock::now() >= batch->deadline) {
         stop = "timed out";
       } else {
         rd_kafka_flush(rk_, kQueueFullWaitMs);
@@ -395,9 +434,9 @@ void KafkaSink::PublishChunk(const OutMessage *messages, size_t n, Delivery *out
       break;
     }
     if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-      ++unsettled_;
+      ++batch->unsettled;
     } else if (stop != nullptr) {
-      Settle(i, DeliveryStatus::kRetriable, stop);
+      Settle(batch, i, DeliveryStatus::kRetriable, stop);
     } else {
       std::string text = KafkaErrorText(err);
       if (err == RD_KAFKA_RESP_ERR__INVALID_ARG && !IsValidKafkaTopic(message.target)) {
@@ -405,30 +444,43 @@ void KafkaSink::PublishChunk(const OutMessage *messages, size_t n, Delivery *out
         text += message.target;
         text += '"';
       }
-      Settle(i, StatusOf(err), std::move(text));
+      Settle(batch, i, StatusOf(err), std::move(text));
       if (message.has_key) refused.emplace(message.target, message.key);
     }
   }
+}
 
-  const char *reason = stop;
-  while (unsettled_ > 0 && reason == nullptr) {
-    const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now()).count();
+void KafkaSink::Collect(const Delivery *out, InterruptCheck interrupted) {
+  auto it =
+      std::find_if(open_.begin(), open_.end(), [out](const Batch &b) { return b.out == out; });
+  if (it == open_.end()) return;  // settled within Send
+  Batch *batch = &*it;
+  const char *reason = nullptr;
+  while (batch->unsettled > 0) {
+    const auto left = std::chrono::duration_cast<Millis>(batch->deadline - Clock::now()).count();
     if (left <= 0) {
       reason = "timed out";
       break;
     }
-    rd_kafka_flush(rk_, static_cast<int>(std::min<long long>(kWaitSliceMs, left)));
-    if (unsettled_ == 0) break;
+    if (open_.size() == 1) {
+      rd_kafka_flush(rk_, static_cast<int>(std::min<long long>(kWaitSliceMs, left)));
+    } else {
+      rd_kafka_poll(rk_, static_cast<int>(std::min<long long>(kPipelinedSliceMs, left)));
+    }
+    if (batch->unsettled == 0) break;
     if (rd_kafka_outq_len(rk_) == 0) {
       // librdkafka holds nothing more (a message is counted until its report
       // has been served): a report went astray. Never expected; do not spin.
       reason = "no delivery report";
-    } else if (interrupted != nullptr && interrupted()) {
+      break;
+    }
+    if (interrupted != nullptr && interrupted()) {
       reason = "interrupted";
+      break;
     }
   }
-  if (unsettled_ > 0) Abandon(reason != nullptr ? reason : "timed out");
-  out_ = nullptr;
+  if (batch->unsettled > 0) Abandon(reason != nullptr ? reason : "timed out");
+  open_.erase(it);  // Abandon and Record never add or remove batches
 }
 
 rd_kafka_resp_err_t KafkaSink::Produce(const OutMessage &message, uintptr_t tag) {
@@ -497,24 +549,29 @@ void KafkaSink::Abandon(const char *reason) noexcept {
   // Purged messages come back with _PURGE_QUEUE/_PURGE_INFLIGHT reports,
   // which Record turns into `reason`. One purged in flight may still have
   // been written: retrying it is at-least-once, as the contract allows.
+  // A purge takes everything librdkafka holds, so every open batch ends here.
   purge_reason_ = reason;
   rd_kafka_purge(rk_, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
   const Clock::time_point until = Clock::now() + Millis(kPurgeDrainMs);
-  while (unsettled_ > 0 && Clock::now() < until) rd_kafka_poll(rk_, 10);
+  auto unsettled = [this] {
+    for (const Batch &b : open_) {
+      if (b.unsettled > 0) return true;
+    }
+    return false;
+  };
+  while (unsettled() && Clock::now() < until) rd_kafka_poll(rk_, 10);
   // Whatever is still unreported gets `reason`; its report, should one come,
-  // carries this batch's generation and is ignored.
-  for (size_t slot = 0; slot < settled_.size(); ++slot) {
-    if (settled_[slot] == 0) Settle(slot, DeliveryStatus::kRetriable, reason);
+  // finds its slot settled and is ignored.
+  for (Batch &b : open_) {
+    for (size_t slot = 0; slot < b.settled.size(); ++slot) {
+      if (b.settled[slot] == 0) Settle(&b, slot, DeliveryStatus::kRetriable, reason);
+    }
+    b.unsettled = 0;
   }
-  unsettled_ = 0;
   purge_reason_ = nullptr;
 }
 
 void KafkaSink::FailAll(size_t n, Delivery *out, const char *reason) noexcept {
-  if (out_ != nullptr) {
-    Abandon(reason);
-    out_ = nullptr;
-  }
   for (size_t i = 0; i < n; ++i) {
     out[i].status = DeliveryStatus::kRetriable;
     try {

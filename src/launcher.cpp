@@ -161,7 +161,9 @@ bool StartPublisher(Oid dboid, int index, Publisher *p, const char *datname) {
   return true;
 }
 
-void Reconcile(MemoryContext scratch) {
+// Returns how long the launcher may sleep: until the next scan, or until a
+// publisher's restart backoff ends, whichever comes first.
+long Reconcile(MemoryContext scratch) {
   DatabaseList dbs = ListDatabases(scratch);
   const TimestampTz now = GetCurrentTimestamp();
 
@@ -211,6 +213,17 @@ void Reconcile(MemoryContext scratch) {
       if (!StartPublisher(dbs.oids[j], w, p, dbs.names[j])) break;
     }
   }
+  long wait = kScanIntervalMs;
+  for (int i = 0; i < nrunning; ++i) {
+    if (!OidIsValid(running[i].dboid)) continue;
+    for (int w = 0; w < guc::workers; ++w) {
+      const Publisher &p = running[i].publishers[w];
+      if (p.handle != nullptr || p.next_start <= now) continue;
+      const long until = static_cast<long>((p.next_start - now) / 1000) + 1;
+      if (until < wait) wait = until;
+    }
+  }
+  return wait;
 }
 
 }  // namespace
@@ -253,11 +266,12 @@ void outbox_launcher_main(Datum main_arg) {
       ConfigReloadPending = false;
       ProcessConfigFile(PGC_SIGHUP);
     }
-    Reconcile(scratch);
+    const long wait = Reconcile(scratch);
     MemoryContextReset(scratch);
     // Woken by CREATE EXTENSION, by publishers exiting (bgw_notify_pid), by
-    // DROP DATABASE ending a pause, or by the timeout for new databases.
-    (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, kScanIntervalMs,
+    // DROP DATABASE ending a pause, or by the timeout for new databases and
+    // for restarts that were waiting for their backoff.
+    (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, wait,
                     PG_WAIT_EXTENSION);
     ResetLatch(MyLatch);
     CHECK_FOR_INTERRUPTS();

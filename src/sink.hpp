@@ -79,6 +79,20 @@ class Sink {
   virtual void Publish(const OutMessage *messages, size_t n, Delivery *out,
                        InterruptCheck interrupted) = 0;
 
+  // Pipelined delivery: Send hands n messages to the broker and may return
+  // before they have outcomes; Collect(out, ...) waits until every message
+  // of the Send that was given `out` has its outcome there, with the same
+  // rules as Publish. Several Sends may be open at once (so requests stay in
+  // flight while the owner prepares the next batch); messages with the same
+  // target and key keep their order across them. `out` must stay valid until
+  // its Collect, and every Send must be collected. Sinks that cannot pipeline
+  // deliver within Send (this default).
+  virtual void Send(const OutMessage *messages, size_t n, Delivery *out,
+                    InterruptCheck interrupted) {
+    Publish(messages, n, out, interrupted);
+  }
+  virtual void Collect(const Delivery *out, InterruptCheck interrupted) {}
+
   // Serve background work (log queue, error events) while idle. Never blocks
   // for long; never throws.
   virtual void Poll() = 0;

@@ -59,6 +59,7 @@ DatabaseSlot *slot = nullptr;
 int worker_index = 0;
 uint64 loaded_config_version = 0;
 bool config_loaded = false;
+bool announced = false;  // the "publishing from" line is logged once per process
 TimestampTz last_maintenance = 0;
 int consecutive_errors = 0;
 MemoryContext cycle_context = nullptr;
@@ -186,8 +187,9 @@ int RunCycle() {
 
   const uint64 version = pg_atomic_read_u64(&slot->config_version);
   if (!config_loaded || version != loaded_config_version) {
-    if (!config_loaded && loaded_config_version == 0) {
+    if (!announced) {
       ereport(LOG, (errmsg("outbox: publishing from database \"%s\"", database_name)));
+      announced = true;
     }
     pgstat_report_activity(STATE_RUNNING, "outbox: loading sinks and routes");
     LoadConfiguration(dispatcher);

@@ -308,6 +308,32 @@ class DispatcherTest : public ::testing::Test {
     return out;
   }
 
+  // A batch handed to Begin and not finished yet: its rows and outcomes must
+  // stay where they are until Finish.
+  struct Begun {
+    std::vector<Event> events;
+    std::vector<std::vector<Header>> headers;
+    std::vector<EventRow> rows;
+    std::vector<RowOutcome> out;
+  };
+  std::unique_ptr<Begun> Begin(const std::vector<Event> &events) {
+    auto b = std::make_unique<Begun>();
+    b->events = events;
+    b->headers.resize(events.size());
+    for (size_t i = 0; i < events.size(); ++i) {
+      b->rows.push_back(Row(b->events[i], &b->headers[i]));
+    }
+    b->out.resize(events.size());
+    DispatchSettings settings;
+    settings.max_attempts = kMaxAttempts;
+    settings.backoff_min_ms = kMinMs;
+    settings.backoff_max_ms = kMaxMs;
+    settings.now_us = kNow;
+    dispatcher_.Begin(b->rows.data(), b->rows.size(), settings, b->out.data(), &Interrupted);
+    return b;
+  }
+  void Finish(Begun *b) { dispatcher_.Finish(b->out.data(), &Interrupted); }
+
   void NoteWaiting(const Event &e, int64_t until_us) {
     std::vector<Header> headers;
     dispatcher_.NoteWaiting(Row(e, &headers), until_us);
@@ -1449,6 +1475,56 @@ TEST_F(DispatcherTest, PausingAndResumingARouteIsLoggedOnce) {
   EXPECT_EQ(CountLogs(LogLevel::kInfo, "route \"orders.*\" resumed"), 1);
   const auto out = Dispatch({Ev(1, "orders.created")});
   EXPECT_TRUE(Is(out[0], Outcome::kPublished));
+}
+
+
+// ------------------------------------------------------------ pipelining
+
+TEST_F(DispatcherTest, BatchesInFlightEachGetTheirOwnOutcomesInOrder) {
+  ConfigureOneSink();
+  Broker("kafka").script = [](const OutMessage &m, int) {
+    return m.id == Id(5) ? Retriable("timed out") : Delivered();
+  };
+  auto first = Begin({Ev(1, "orders.a", "k1"), Ev(2, "orders.a", "k2"), Ev(3, "nowhere")});
+  auto second = Begin({Ev(4, "orders.a", "k1"), Ev(5, "orders.a", "k2")});
+  Finish(first.get());
+  Finish(second.get());
+  EXPECT_TRUE(Is(first->out[0], Outcome::kPublished));
+  EXPECT_TRUE(Is(first->out[1], Outcome::kPublished));
+  EXPECT_TRUE(Is(first->out[2], Outcome::kParkNoRoute));
+  EXPECT_TRUE(Is(second->out[0], Outcome::kPublished));
+  EXPECT_TRUE(Is(second->out[1], Outcome::kRetry));
+  // Both went to the broker before either finished, in id order.
+  EXPECT_EQ(Broker("kafka").AllIds(), (std::vector<std::string>{Id(1), Id(2), Id(4), Id(5)}));
+
+  // The retry holds back the next event of its key, as after one batch.
+  const auto later = Dispatch({Ev(6, "orders.a", "k2"), Ev(7, "orders.a", "k1")});
+  EXPECT_TRUE(Is(later[0], Outcome::kPark));
+  EXPECT_TRUE(Is(later[1], Outcome::kPublished));
+}
+
+TEST_F(DispatcherTest, FailedSinkIsNotRecreatedUnderABatchInFlight) {
+  ConfigureOneSink();
+  auto first = Begin({Ev(1, "orders.a", "k")});
+  Broker("kafka").needs_recreate = true;
+  auto second = Begin({Ev(2, "orders.a", "k")});
+  EXPECT_EQ(Broker("kafka").created, 1);
+  EXPECT_EQ(Broker("kafka").destroyed, 0);
+  Finish(first.get());
+  Finish(second.get());
+  EXPECT_TRUE(Is(first->out[0], Outcome::kPublished));
+  // Once nothing is in flight, the next batch gets a new producer.
+  const auto later = Dispatch({Ev(3, "orders.a", "k")});
+  EXPECT_EQ(Broker("kafka").created, 2);
+  EXPECT_TRUE(Is(later[0], Outcome::kPublished));
+}
+
+TEST_F(DispatcherTest, FinishOfAnUnknownBatchLeavesItsRowsAlone) {
+  ConfigureOneSink();
+  std::vector<RowOutcome> out(2);
+  dispatcher_.Finish(out.data(), &Interrupted);
+  EXPECT_TRUE(Is(out[0], Outcome::kUntouched));
+  EXPECT_TRUE(Broker("kafka").calls.empty());
 }
 
 }  // namespace

@@ -192,6 +192,23 @@ struct Batch {
 
   // Builds the views (after all Add calls) and publishes.
   const std::vector<Delivery> &PublishTo(Sink &sink, Sink::InterruptCheck interrupted = nullptr) {
+    Build();
+    sink.Publish(messages.data(), messages.size(), results.data(), interrupted);
+    return results;
+  }
+
+  // The pipelined halves: Send returns before the outcomes are in.
+  void SendTo(Sink &sink) {
+    Build();
+    sink.Send(messages.data(), messages.size(), results.data(), nullptr);
+  }
+  const std::vector<Delivery> &CollectFrom(Sink &sink, Sink::InterruptCheck interrupted = nullptr) {
+    sink.Collect(results.data(), interrupted);
+    return results;
+  }
+
+ private:
+  void Build() {
     header_views.clear();
     messages.clear();
     header_views.reserve(owned.size());
@@ -212,8 +229,6 @@ struct Batch {
       messages.push_back(m);
     }
     results.assign(messages.size(), Delivery{DeliveryStatus::kRejected, "not filled"});
-    sink.Publish(messages.data(), messages.size(), results.data(), interrupted);
-    return results;
   }
 };
 
@@ -245,6 +260,25 @@ void WarmUp(Sink &sink, const std::string &topic, std::optional<std::string> key
   Batch warmup;
   warmup.Add(topic, std::move(key), value);
   ExpectAll(warmup.PublishTo(sink), DeliveryStatus::kDelivered);
+}
+
+// Messages whose values are increasing numbers per key: each of `keys` keys
+// arrived in that order, all on one partition.
+void ExpectEachKeyInOrder(const std::vector<Received> &got, size_t keys) {
+  std::map<std::string, int> last;
+  std::map<std::string, int32_t> partition_of;
+  for (const Received &r : got) {
+    ASSERT_TRUE(r.key.has_value());
+    const int seq = std::stoi(r.value);
+    auto it = last.find(*r.key);
+    if (it != last.end()) {
+      EXPECT_LT(it->second, seq) << "key " << *r.key;
+    }
+    last[*r.key] = seq;
+    auto p = partition_of.emplace(*r.key, r.partition);
+    EXPECT_EQ(p.first->second, r.partition) << "key " << *r.key << " changed partition";
+  }
+  EXPECT_EQ(last.size(), keys);
 }
 
 bool HasLine(const std::vector<LogLine> &lines, const std::string &needle) {
@@ -362,20 +396,56 @@ TEST(KafkaSink, SameKeyKeepsOrderAcrossManyMessages) {
 
   const auto got = Consume(cluster, "ordered", 3, kMessages, 15000, 200);
   ASSERT_EQ(got.size(), static_cast<size_t>(kMessages));
-  std::map<std::string, int> last;
-  std::map<std::string, int32_t> partition_of;
-  for (const Received &r : got) {
-    ASSERT_TRUE(r.key.has_value());
-    const int seq = std::stoi(r.value);
-    auto it = last.find(*r.key);
-    if (it != last.end()) {
-      EXPECT_LT(it->second, seq) << "key " << *r.key;
+  ExpectEachKeyInOrder(got, kKeys);
+}
+
+TEST(KafkaSink, BatchesInFlightTogetherKeepKeyOrderAndGetTheirOwnOutcomes) {
+  MockCluster cluster;
+  cluster.CreateTopic("pipelined", 3);
+  auto sink = MakeSink(cluster);
+  ASSERT_NE(sink, nullptr);
+  WarmUp(*sink, "pipelined", std::string("key-0"), "-1");
+  cluster.SetRtt(20);  // the batches are at the brokers together
+  constexpr int kBatches = 4;
+  constexpr int kPerBatch = 300;
+  constexpr int kKeys = 10;
+  std::vector<Batch> batches(kBatches);
+  for (int b = 0; b < kBatches; ++b) {
+    for (int i = b * kPerBatch; i < (b + 1) * kPerBatch; ++i) {
+      batches[b].Add("pipelined", "key-" + std::to_string(i % kKeys), std::to_string(i));
     }
-    last[*r.key] = seq;
-    auto p = partition_of.emplace(*r.key, r.partition);
-    EXPECT_EQ(p.first->second, r.partition) << "key " << *r.key << " changed partition";
+    batches[b].SendTo(*sink);
   }
-  EXPECT_EQ(last.size(), static_cast<size_t>(kKeys));
+  for (Batch &batch : batches) ExpectAll(batch.CollectFrom(*sink), DeliveryStatus::kDelivered);
+  cluster.SetRtt(0);
+
+  const auto got = Consume(cluster, "pipelined", 3, kBatches * kPerBatch + 1, 15000, 200);
+  ASSERT_EQ(got.size(), static_cast<size_t>(kBatches * kPerBatch + 1));
+  ExpectEachKeyInOrder(got, kKeys);
+}
+
+TEST(KafkaSink, InterruptWhileBatchesAreInFlightEndsThemAll) {
+  MockCluster cluster;
+  cluster.CreateTopic("stalled", 1);
+  auto sink = MakeSink(cluster);
+  ASSERT_NE(sink, nullptr);
+  WarmUp(*sink, "stalled", std::string("k"), "w");
+  cluster.SetRtt(1500);
+  Batch first, second;
+  for (int i = 0; i < 5; ++i) first.Add("stalled", std::string("k"), "a" + std::to_string(i));
+  for (int i = 0; i < 5; ++i) second.Add("stalled", std::string("k"), "b" + std::to_string(i));
+  first.SendTo(*sink);
+  second.SendTo(*sink);
+  const Clock::time_point start = Clock::now();
+  ExpectAll(first.CollectFrom(*sink, [] { return true; }), DeliveryStatus::kRetriable,
+            "interrupted");
+  // The purge took the later batch too: it has its outcomes at once.
+  ExpectAll(second.CollectFrom(*sink), DeliveryStatus::kRetriable, "interrupted");
+  EXPECT_LT(SecondsSince(start), 1.4);
+  cluster.SetRtt(0);
+  Batch next;
+  next.Add("stalled", std::string("k"), "c");
+  ExpectAll(next.PublishTo(*sink), DeliveryStatus::kDelivered);
 }
 
 TEST(KafkaSink, KeysLandOnTheJavaClientsPartition) {
