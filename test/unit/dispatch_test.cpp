@@ -1477,7 +1477,6 @@ TEST_F(DispatcherTest, PausingAndResumingARouteIsLoggedOnce) {
   EXPECT_TRUE(Is(out[0], Outcome::kPublished));
 }
 
-
 // ------------------------------------------------------------ pipelining
 
 TEST_F(DispatcherTest, BatchesInFlightEachGetTheirOwnOutcomesInOrder) {
