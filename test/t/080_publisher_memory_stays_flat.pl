@@ -1,0 +1,110 @@
+# The publisher's memory stays flat: over 1,000,000 published events its
+# private memory (RssAnon: heap, librdkafka's buffers; shared buffers are not
+# counted) does not grow, and a broker outage with a large backlog costs disk
+# in the database, not memory in the publisher: events wait in outbox.events,
+# not in librdkafka's queue, which never holds more than the batches in flight
+# (outbox.batches_in_flight x outbox.batch_size messages).
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::RealBin/../lib";
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time);
+use OutboxKafka;
+use OutboxNode qw(outbox_node wait_until kafka_sink_sql pending_count);
+
+my $ROUND = 100_000;    # events per round
+my $ROUNDS = 10;        # 1,000,000 events in all
+my $OUTAGE_EVENTS = 300_000;
+my $MB = 1024;          # RssAnon is in kB
+
+my $kafka = OutboxKafka->start(topics => ['mem:6']);
+my $node = outbox_node('memory', "outbox.workers = 1\n");
+$node->safe_psql('postgres', 'CREATE EXTENSION outbox');
+$node->safe_psql('postgres', kafka_sink_sql('kafka', $kafka->bootstrap));
+$node->safe_psql('postgres', q{SELECT outbox.add_route('mem', 'kafka')});
+
+my $pid;
+ok(defined wait_until(sub {
+	$pid = $node->safe_psql('postgres', q{SELECT pid FROM outbox.workers WHERE database = 'postgres'});
+	$pid =~ /^\d+$/ }, 30), 'a publisher runs');
+
+# The publisher's private resident memory, in kB.
+sub rss_anon {
+	open(my $fh, '<', "/proc/$pid/status") or return undef;
+	while (<$fh>) { return $1 if /^RssAnon:\s+(\d+)\s+kB/; }
+	return undef;
+}
+
+# About 200 bytes of payload per event, 1000 keys.
+sub emit_round {
+	my ($n) = @_;
+	$node->safe_psql('postgres', qq{
+		SELECT count(outbox.emit('mem', jsonb_build_object('n', i, 'pad', repeat('x', 160)), 'k' || (i % 1000)))
+		  FROM generate_series(1, $n) i});
+}
+
+sub drained {
+	my ($timeout) = @_;
+	return defined wait_until(sub { pending_count($node) eq '0' }, $timeout);
+}
+
+# Round 1 warms up (producer buffers, plans, caches); the baseline is taken after it.
+my @series;
+my $t = time();
+for my $round (1 .. $ROUNDS) {
+	emit_round($ROUND);
+	ok(drained(120), "round $round: $ROUND events published") or last;
+	push @series, rss_anon();
+}
+note(sprintf('%d events emitted and published in %.1f s', $ROUND * $ROUNDS, time() - $t));
+note('publisher RssAnon after each round (MB): '
+	  . join(' ', map { sprintf('%.1f', ($_ // 0) / $MB) } @series));
+is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.events WHERE status = 'published'}),
+	$ROUND * $ROUNDS, 'every event was published');
+is($node->safe_psql('postgres', q{SELECT pid FROM outbox.workers}), $pid,
+	'the same publisher process did it all');
+
+my $base = $series[0];
+my ($max) = sort { $b <=> $a } @series;
+cmp_ok($max - $base, '<', 16 * $MB,
+	'over 1,000,000 events the publisher grows by less than 16 MB after warm-up');
+cmp_ok($series[-1] - $series[ int($#series / 2) ], '<', 4 * $MB,
+	'and the second half of the run adds less than 4 MB (no leak per event)');
+
+# Outage: the brokers refuse connections while a large backlog builds up.
+my $before_outage = rss_anon();
+my $size_before = $node->safe_psql('postgres',
+	q{SELECT sum(pg_total_relation_size(c.oid)) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+	   WHERE i.inhparent = 'outbox.events'::regclass});
+$kafka->command_ok('down all');
+$t = time();
+emit_round($OUTAGE_EVENTS);
+# Long enough for the publisher to try, find the sink down, and park the backlog.
+sleep 8;
+my @during = map { my $r = rss_anon(); sleep 1; $r } 1 .. 3;
+my $size_during = $node->safe_psql('postgres',
+	q{SELECT sum(pg_total_relation_size(c.oid)) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+	   WHERE i.inhparent = 'outbox.events'::regclass});
+my $pending = pending_count($node);
+note(sprintf('outage: %d pending, publisher RssAnon %.1f MB before, %s MB during; events grew by %.1f MB on disk',
+	$pending, $before_outage / $MB, join(' ', map { sprintf('%.1f', $_ / $MB) } @during),
+	($size_during - $size_before) / 1024 / 1024));
+cmp_ok($pending, '>', $OUTAGE_EVENTS * 0.9, 'during the outage the backlog waits in the database');
+my ($during_max) = sort { $b <=> $a } @during;
+cmp_ok($during_max - $before_outage, '<', 8 * $MB,
+	"a $OUTAGE_EVENTS-event backlog during an outage costs the publisher less than 8 MB");
+cmp_ok($size_during - $size_before, '>', $OUTAGE_EVENTS * 100,
+	'the backlog costs disk in the database instead');
+
+$kafka->command_ok('up all');
+ok(drained(180), 'after the outage the backlog is published');
+note(sprintf('outage backlog published %.1f s after the outage began', time() - $t));
+my $after = rss_anon();
+cmp_ok($after - $before_outage, '<', 16 * $MB, 'and the publisher is back near its size before');
+
+$node->stop;
+$kafka->stop;
+done_testing();
