@@ -19,6 +19,7 @@ set -euo pipefail
 # clang-format: the style check.
 # clang, libclang-rt-14-dev: libFuzzer and the sanitizer runtimes for
 #   test/fuzz/run.sh (clang 14's libFuzzer ships in compiler-rt).
+# valgrind: test/valgrind_publisher.sh (a publisher under memcheck).
 PACKAGES=(
   build-essential g++ cmake pkg-config make
   postgresql-15 postgresql-server-dev-15
@@ -27,6 +28,7 @@ PACKAGES=(
   redis-server kcat postgresql-15-pgq3
   googletest libgtest-dev clang-format
   clang libclang-rt-14-dev
+  valgrind
 )
 
 is_installed() {

@@ -6,8 +6,8 @@
 # Suites (each counted once in the closing "N passed, N failed" line, which CI
 # reads): format, unit (GoogleTest via ctest), regression (pg_regress),
 # isolation (pg_isolation_regress), TAP (prove with PostgreSQL::Test::Cluster),
-# sanitizers (unit tests and the test broker under ASan + UBSan,
-# test/sanitize.sh), fuzz (libFuzzer on the PostgreSQL-free parsers and
+# sanitizers (unit tests and the test broker under ASan + UBSan, a publisher
+# under valgrind; test/sanitize.sh), fuzz (libFuzzer on the PostgreSQL-free parsers and
 # validators for a bounded time, test/fuzz/run.sh).
 # A failing suite does not stop the others; a suite whose build failed counts
 # as failed. Exit status is non-zero when anything failed.
@@ -255,7 +255,7 @@ else
 fi
 
 # ---------------------------------------------------------------------------
-banner "Unit tests and test broker under ASan + UBSan (test/sanitize.sh)"
+banner "Unit tests and test broker under ASan + UBSan, a publisher under valgrind (test/sanitize.sh)"
 if timeout -k 30 1200 env OUTBOX_SKIP_DEPS=1 bash test/sanitize.sh /tmp/outbox-ci-sanitize; then
   record sanitizers pass
 else

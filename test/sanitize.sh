@@ -11,7 +11,9 @@
 # 2. copy test/kafka and test/lib to BUILD_DIR/broker (test/kafka/Makefile
 #    only builds in its own directory), build kafka_broker and kafka_consume
 #    with SANITIZE=1 and run their self-test (test/kafka/selftest.pl: start,
-#    faults, produce with kcat, consume) against the sanitized binaries.
+#    faults, produce with kcat, consume) against the sanitized binaries;
+# 3. run a server with two publishers under valgrind over a short load
+#    (test/valgrind_publisher.sh; needs the extension installed).
 #
 # Every sanitizer report is written to BUILD_DIR/reports/ (log_path), so one
 # from a process whose stderr nobody reads (the broker's goes to a log file)
@@ -81,6 +83,15 @@ if make -C "$BROKER_DIR/kafka" SANITIZE=1; then
   fi
 else
   echo "sanitize: building the sanitized broker failed" >&2
+  status=1
+fi
+
+# --- 3. a publisher under valgrind ------------------------------------------------------
+# The PostgreSQL module is not built with the sanitizers (the server is not);
+# memcheck watches it in a running server instead.
+step "a publisher under valgrind (test/valgrind_publisher.sh)"
+if ! timeout -k 30 900 bash "$REPO/test/valgrind_publisher.sh" "$BUILD_DIR/valgrind"; then
+  echo "sanitize: the valgrind run of a publisher failed" >&2
   status=1
 fi
 
