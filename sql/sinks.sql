@@ -13,6 +13,14 @@ SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"linger.ms": "5"}')
 SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"bootstrap.servers": ""}')$$);
 SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"bootstrap.servers": "h:1", "plugin.library.paths": "/tmp/x.so"}')$$);
 SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"bootstrap.servers": "h:1", "security.protocol": "sasl_plaintext", "sasl.mechanisms": "GSSAPI", "sasl.kerberos.kinit.cmd": "touch /tmp/outbox-pwned"}')$$);
+-- Secrets never appear in error messages: an error names the option, never a
+-- secret's value (here next to a bad option, or of the wrong JSON type).
+SELECT e AS error, position('hunter2' IN e) = 0 AS secret_hidden
+  FROM error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"bootstrap.servers": "h:1", "sasl.password": "hunter2-secret", "acks": "banana"}')$$) e;
+SELECT position('424242' IN error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"bootstrap.servers": "h:1", "sasl.password": 424242}')$$)) = 0
+    AS secret_hidden;
+SELECT position('424242' IN error_of($$SELECT outbox.create_sink('r1', 'redis', '{"password": 424242}')$$)) = 0
+    AS secret_hidden;
 SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '["bootstrap.servers"]')$$);
 SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', NULL)$$);
 
