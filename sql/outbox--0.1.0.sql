@@ -80,13 +80,21 @@ CREATE TABLE outbox.events_default PARTITION OF outbox.events DEFAULT;
 -- that are not new pending events that way is not counted: run
 -- outbox.recount() after doing so. Dropping a partition deletes its day's
 -- rows here (maintenance does both in one transaction).
+--
+-- Each (day, topic) is split into shards by the writing process
+-- (pg_backend_pid() % 64): a counted change locks its shard's row until its
+-- transaction ends, and parallel publishers writing one shared row would
+-- wait for each other's commits. A shard's numbers alone mean nothing (an
+-- event can become waiting in one shard and published in another); only
+-- their sums per day and topic do.
 CREATE TABLE outbox.counts (
-    day       date   NOT NULL,
-    topic     text   NOT NULL,
-    waiting   bigint NOT NULL DEFAULT 0,  -- pending and tried (next_attempt_at set)
-    published bigint NOT NULL DEFAULT 0,
-    dead      bigint NOT NULL DEFAULT 0,
-    PRIMARY KEY (day, topic)
+    day       date     NOT NULL,
+    topic     text     NOT NULL,
+    waiting   bigint   NOT NULL DEFAULT 0,  -- pending and tried (next_attempt_at set)
+    published bigint   NOT NULL DEFAULT 0,
+    dead      bigint   NOT NULL DEFAULT 0,
+    shard     smallint NOT NULL DEFAULT 0,
+    PRIMARY KEY (day, topic, shard)
 );
 COMMENT ON TABLE outbox.counts IS
     'Running event counts per day and topic behind outbox.stats (never-tried events excluded)';
@@ -110,23 +118,24 @@ BEGIN
         delta := delta || ARRAY(
             SELECT ROW((created_at AT TIME ZONE 'UTC')::date, topic,
                        (status = 'pending' AND next_attempt_at IS NOT NULL)::int,
-                       (status = 'published')::int, (status = 'dead')::int)::outbox.counts
+                       (status = 'published')::int, (status = 'dead')::int, 0)::outbox.counts
               FROM new_rows);
     END IF;
     IF TG_OP IN ('UPDATE', 'DELETE') THEN
         delta := delta || ARRAY(
             SELECT ROW((created_at AT TIME ZONE 'UTC')::date, topic,
                        -(status = 'pending' AND next_attempt_at IS NOT NULL)::int,
-                       -(status = 'published')::int, -(status = 'dead')::int)::outbox.counts
+                       -(status = 'published')::int, -(status = 'dead')::int, 0)::outbox.counts
               FROM old_rows);
     END IF;
-    INSERT INTO outbox.counts AS c (day, topic, waiting, published, dead)
-    SELECT d.day, d.topic, sum(d.waiting), sum(d.published), sum(d.dead)
+    INSERT INTO outbox.counts AS c (day, topic, waiting, published, dead, shard)
+    SELECT d.day, d.topic, sum(d.waiting), sum(d.published), sum(d.dead),
+           pg_backend_pid() % 64
       FROM unnest(delta) d
      GROUP BY d.day, d.topic
     HAVING sum(d.waiting) <> 0 OR sum(d.published) <> 0 OR sum(d.dead) <> 0
      ORDER BY d.day, d.topic
-        ON CONFLICT (day, topic) DO UPDATE
+        ON CONFLICT (day, topic, shard) DO UPDATE
        SET waiting = c.waiting + excluded.waiting,
            published = c.published + excluded.published,
            dead = c.dead + excluded.dead;
@@ -365,10 +374,14 @@ COMMENT ON FUNCTION outbox.publisher_preloaded() IS
 -- event of a topic is one probe of events_waiting_idx in the partition of
 -- the first day the counts show waiting events for it.
 CREATE VIEW outbox.stats AS
-WITH counted AS (
+WITH per_day AS (
+    SELECT topic, day, sum(waiting) AS waiting, sum(published) AS published, sum(dead) AS dead
+      FROM outbox.counts
+     GROUP BY topic, day),
+counted AS (
     SELECT topic, sum(waiting) AS waiting, sum(published) AS published, sum(dead) AS dead,
            min(day) FILTER (WHERE waiting > 0) AS first_waiting_day
-      FROM outbox.counts
+      FROM per_day
      GROUP BY topic),
 untried AS (
     SELECT topic, count(*) AS pending, min(created_at) AS oldest

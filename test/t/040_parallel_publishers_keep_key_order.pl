@@ -453,6 +453,17 @@ cmp_ok($sampler_out =~ /^(\d+)$/ ? $1 : 0, '>', 200,
 note("phase C: largest cycle $sampler_out events");
 reconcile('par_c', 'phase C', 1);
 
+# The running counts behind outbox.stats are written by every publisher (each
+# in its own shard): their sums match the events.
+is($node->safe_psql('postgres', q{
+	SELECT count(*) FROM (SELECT topic, pending, published, dead FROM outbox.stats
+	                      EXCEPT
+	                      SELECT topic, count(*) FILTER (WHERE status = 'pending'),
+	                             count(*) FILTER (WHERE status = 'published'),
+	                             count(*) FILTER (WHERE status = 'dead')
+	                        FROM outbox.events GROUP BY topic) differing}),
+	'0', 'outbox.stats matches the events after four publishers shared them');
+
 note(sprintf('total %.1f s', time() - $T0));
 $node->stop;
 $kafka->stop;
