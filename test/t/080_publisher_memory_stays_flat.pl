@@ -105,6 +105,19 @@ note(sprintf('outage backlog published %.1f s after the outage began', time() - 
 my $after = rss_anon();
 cmp_ok($after - $before_outage, '<', 16 * $MB, 'and the publisher is back near its size before');
 
+# The publisher reports its table statistics while it runs (not only when it
+# exits): autovacuum sees the dead rows its UPDATEs leave.
+my $updates;
+ok(defined wait_until(sub {
+	$updates = $node->safe_psql('postgres', q{
+		SELECT coalesce(sum(n_tup_upd), 0) FROM pg_stat_user_tables s
+		  JOIN pg_inherits i ON i.inhrelid = s.relid
+		 WHERE i.inhparent = 'outbox.events'::regclass});
+	$updates >= $ROUND * $ROUNDS + $OUTAGE_EVENTS }, 15),
+	"the running publisher's updates show in pg_stat_user_tables (autovacuum sees them)")
+  or diag("n_tup_upd: $updates");
+is($node->safe_psql('postgres', q{SELECT pid FROM outbox.workers}), $pid, 'from the same publisher process');
+
 $node->stop;
 $kafka->stop;
 done_testing();
