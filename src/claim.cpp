@@ -62,20 +62,22 @@ SPIPlanPtr Prepare(const char *sql, int nargs, Oid *types) {
 
 void PreparePlans() {
   if (claim_retry_plan != nullptr) return;
-  Oid types[2] = {INT4OID, BYTEAOID};
+  // $2 / $3: owned key slots; $3 / $5: topics waiting for a sink that is
+  // down (Dispatcher::TopicsBehindDownSinks), left alone until it is due.
+  Oid types[3] = {INT4OID, BYTEAOID, TEXTARRAYOID};
   claim_retry_plan =
       Prepare("SELECT " CLAIM_COLUMNS
               " FROM outbox.events WHERE status = 'pending' AND next_attempt_at IS NOT NULL"
-              " AND next_attempt_at <= now() AND" OWNED_KEYS(
+              " AND next_attempt_at <= now() AND topic <> ALL($3) AND" OWNED_KEYS(
                   "$2") " ORDER BY next_attempt_at, id LIMIT $1 FOR UPDATE SKIP LOCKED",
-              2, types);
-  Oid ready_types[4] = {INT4OID, UUIDOID, BYTEAOID, UUIDOID};
+              3, types);
+  Oid ready_types[5] = {INT4OID, UUIDOID, BYTEAOID, UUIDOID, TEXTARRAYOID};
   claim_ready_plan =
       Prepare("SELECT " CLAIM_COLUMNS
               " FROM outbox.events WHERE status = 'pending' AND next_attempt_at IS NULL"
-              " AND id >= $2 AND id < $4 AND" OWNED_KEYS(
+              " AND id >= $2 AND id < $4 AND topic <> ALL($5) AND" OWNED_KEYS(
                   "$3") " ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
-              4, ready_types);
+              5, ready_types);
   bound_plan = Prepare(
       "SELECT (SELECT min(xact_start) FROM pg_catalog.pg_stat_activity"
       "         WHERE datid = (SELECT oid FROM pg_catalog.pg_database"
@@ -266,16 +268,82 @@ void WriteOutcomes(Oid partition, const Claimed *claimed, const RowOutcome *outc
 
 Datum OwnedBitmap() { return PointerGetDatum(OwnedSlots().bitmap); }
 
+// Topics the claims leave alone this cycle (a text[] in the cycle's memory).
+Datum skipped_topics = 0;
+
 // Ready claims take ids in [*floor, *ceiling); retry claims pass neither.
 int RunClaim(SPIPlanPtr plan, int limit, const pg_uuid_t *floor = nullptr,
              const pg_uuid_t *ceiling = nullptr) {
-  Datum retry_args[2] = {Int32GetDatum(limit), OwnedBitmap()};
-  Datum ready_args[4] = {Int32GetDatum(limit), UUIDPGetDatum(const_cast<pg_uuid_t *>(floor)),
-                         OwnedBitmap(), UUIDPGetDatum(const_cast<pg_uuid_t *>(ceiling))};
+  Datum retry_args[3] = {Int32GetDatum(limit), OwnedBitmap(), skipped_topics};
+  Datum ready_args[5] = {Int32GetDatum(limit), UUIDPGetDatum(const_cast<pg_uuid_t *>(floor)),
+                         OwnedBitmap(), UUIDPGetDatum(const_cast<pg_uuid_t *>(ceiling)),
+                         skipped_topics};
   const int rc =
       SPI_execute_plan(plan, floor == nullptr ? retry_args : ready_args, nullptr, false, 0);
   if (rc != SPI_OK_SELECT) elog(ERROR, "outbox: claim failed: %s", SPI_result_code_string(rc));
   return static_cast<int>(SPI_processed);
+}
+
+// Dispatcher::TopicsBehindDownSinks, NUL-separated in one malloc'd buffer.
+// The C++ objects live only inside this function, which calls no PostgreSQL
+// code: an ERROR can never jump over their destructors.
+struct FlatTopics {
+  char *data = nullptr;  // malloc'd; free() it
+  size_t bytes = 0;
+  int count = 0;
+};
+
+FlatTopics TopicsToSkip(const Dispatcher *dispatcher, int64_t now_us) noexcept {
+  FlatTopics flat;
+  try {
+    const std::vector<std::string> topics = dispatcher->TopicsBehindDownSinks(now_us);
+    for (const std::string &t : topics) flat.bytes += t.size() + 1;
+    flat.data = static_cast<char *>(malloc(flat.bytes + 1));
+    if (flat.data == nullptr) return FlatTopics{};
+    char *p = flat.data;
+    for (const std::string &t : topics) {
+      memcpy(p, t.data(), t.size());
+      p[t.size()] = '\0';
+      p += t.size() + 1;
+    }
+    flat.count = static_cast<int>(topics.size());
+  } catch (...) {
+    free(flat.data);
+    return FlatTopics{};
+  }
+  return flat;
+}
+
+// Set the claims' text[] of topics to leave alone this cycle. Returns true
+// when a topic left alone last cycle is not any more: its events may sit
+// below the ready floor.
+bool SetSkippedTopics(const Dispatcher *dispatcher, TimestampTz now) {
+  static int previous = 0;
+  static uint64 previous_hash = 0;
+  FlatTopics flat = TopicsToSkip(dispatcher, now);
+  char *copy = nullptr;
+  if (flat.data != nullptr) {
+    copy = static_cast<char *>(
+        MemoryContextAllocExtended(CurrentMemoryContext, flat.bytes + 1, MCXT_ALLOC_NO_OOM));
+    if (copy != nullptr) memcpy(copy, flat.data, flat.bytes);
+    free(flat.data);
+  }
+  const int count = copy != nullptr ? flat.count : 0;
+  Datum *elems = static_cast<Datum *>(palloc(sizeof(Datum) * (count + 1)));
+  const char *p = copy;
+  for (int i = 0; i < count; ++i) {
+    elems[i] = CStringGetTextDatum(p);
+    p += strlen(p) + 1;
+  }
+  skipped_topics = PointerGetDatum(construct_array(elems, count, TEXTOID, -1, false, TYPALIGN_INT));
+  uint64 hash = 1469598103934665603ULL;  // FNV-1a of the list
+  for (size_t i = 0; copy != nullptr && i < flat.bytes; ++i) {
+    hash = (hash ^ static_cast<unsigned char>(copy[i])) * 1099511628211ULL;
+  }
+  const bool released = previous > 0 && (count != previous || hash != previous_hash);
+  previous = count;
+  previous_hash = hash;
+  return released;
 }
 
 // The smallest id above `id` (big-endian increment): the next claim of a
@@ -360,15 +428,25 @@ int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted, Cy
   // floor on (or from the beginning, every kFullScanIntervalUs).
   const TimestampTz now = GetCurrentTimestamp();
   const pg_uuid_t bound = SafeBound(now);
-  pg_uuid_t floor = ready_floor;
+  // Reasons to start the ready claims from the beginning. Each resets the
+  // remembered floor itself, not this cycle's copy: a cycle may run no ready
+  // claim at all (its batch filled with due retries), and the reset must hold
+  // until one does. Per-key order depends on it: a never-tried event below
+  // the floor whose later events of the same key lie above it would go out
+  // after them.
+  if (SetSkippedTopics(dispatcher, now)) {
+    // Topics left alone until now hold ready events below the floor.
+    memset(&ready_floor, 0, sizeof ready_floor);
+  }
   if (OwnedSlots().generation != floor_generation) {
-    memset(&floor, 0, sizeof floor);
+    memset(&ready_floor, 0, sizeof ready_floor);  // slots gained: their events
     floor_generation = OwnedSlots().generation;
   }
   if (now - last_full_scan >= kFullScanIntervalUs) {
-    memset(&floor, 0, sizeof floor);
+    memset(&ready_floor, 0, sizeof ready_floor);
     last_full_scan = now;
   }
+  pg_uuid_t floor = ready_floor;
   DispatchSettings settings;
   settings.max_attempts = guc::max_attempts;
   settings.backoff_min_ms = guc::backoff_min_ms;

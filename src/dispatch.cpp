@@ -117,6 +117,7 @@ void Dispatcher::Configure(const RouteRow *routes, size_t nroutes, const SinkRow
       }
     }
     guard_.Clear();
+    behind_down_sinks_.clear();
   } catch (const std::exception &e) {
     Log(LogLevel::kError, std::string("could not load sinks and routes: ") + e.what());
   }
@@ -204,6 +205,7 @@ void Dispatcher::Begin(const EventRow *rows, size_t n, const DispatchSettings &s
         out[i].next_attempt_us = state.retry_at_us;
         SetError(&out[i], "sink \"" + route.sink + "\" is unavailable: " + state.last_error);
         if (row.has_key) guard_.Block(route.pattern, row.key, row.id, out[i].next_attempt_us);
+        NoteBehindDownSink(row.topic, route.sink);
         continue;
       }
       if (ParkBehindEarlier(row, route, &admitted, settings.now_us, kWaitingForKey, &out[i])) {
@@ -334,6 +336,7 @@ void Dispatcher::SettleGroup(const Flight &flight, Group *group, Sink::Interrupt
       if (rows[i].has_key) {
         guard_.Block(routes_[route_of[i]].pattern, rows[i].key, rows[i].id, state->retry_at_us);
       }
+      NoteBehindDownSink(rows[i].topic, sink_name);
     }
     return;
   }
@@ -341,6 +344,9 @@ void Dispatcher::SettleGroup(const Flight &flight, Group *group, Sink::Interrupt
   if (delivered > 0 || !interrupted_now) {
     if (state->down) {
       Log(LogLevel::kInfo, "sink \"" + sink_name + "\" is available again");
+      for (auto it = behind_down_sinks_.begin(); it != behind_down_sinks_.end();) {
+        it = it->second == sink_name ? behind_down_sinks_.erase(it) : std::next(it);
+      }
     }
     state->down = false;
     state->failures = 0;
@@ -439,6 +445,27 @@ void Dispatcher::Poll() {
   for (auto &[name, state] : sinks_) {
     if (state.sink) state.sink->Poll();
   }
+}
+
+void Dispatcher::NoteBehindDownSink(std::string_view topic, const std::string &sink) {
+  if (behind_down_sinks_.size() >= kMaxTopicsBehindDownSinks) return;
+  auto it = behind_down_sinks_.find(topic);
+  if (it == behind_down_sinks_.end()) behind_down_sinks_.emplace(std::string(topic), sink);
+}
+
+std::vector<std::string> Dispatcher::TopicsBehindDownSinks(int64_t now_us) const {
+  std::vector<std::string> topics;
+  try {
+    for (const auto &[topic, sink] : behind_down_sinks_) {
+      auto it = sinks_.find(sink);
+      if (it != sinks_.end() && it->second.down && now_us < it->second.retry_at_us) {
+        topics.push_back(topic);
+      }
+    }
+  } catch (const std::exception &) {
+    topics.clear();  // out of memory: claim everything, as without the list
+  }
+  return topics;
 }
 
 int64_t Dispatcher::NextSinkRetryUs() const {

@@ -136,6 +136,18 @@ class Dispatcher {
   // The earliest time a sink that is down should be tried again, or 0.
   int64_t NextSinkRetryUs() const;
 
+  // Topics whose events were parked because their sink is down, while that
+  // sink is still down and not due for another try at now_us. The claims
+  // leave these topics' events alone until then: claiming them would only
+  // park them again, rewriting every waiting event once per sink backoff
+  // (a day-long outage would rewrite the backlog thousands of times). So an
+  // outage costs one probe batch per backoff, and events emitted meanwhile
+  // are not written at all until the sink is back. At most
+  // kMaxTopicsBehindDownSinks topics are tracked; beyond that the others are
+  // claimed and parked as before.
+  std::vector<std::string> TopicsBehindDownSinks(int64_t now_us) const;
+  static constexpr size_t kMaxTopicsBehindDownSinks = 64;
+
   // The next log line, oldest first; false when there is none.
   bool NextLog(LogLevel *level, std::string *text);
 
@@ -179,6 +191,7 @@ class Dispatcher {
     std::vector<Group> groups;
   };
 
+  void NoteBehindDownSink(std::string_view topic, const std::string &sink);
   int RouteIndex(std::string_view topic) const;
   Sink *SinkFor(const std::string &name, SinkState *state, bool may_recreate = true);
   void Log(LogLevel level, std::string text);
@@ -200,6 +213,8 @@ class Dispatcher {
   std::map<std::string, SinkState> sinks_;
   OrderGuard guard_;
   std::deque<Flight> flights_;  // begun, not finished; oldest first
+  // Topic -> its sink, for topics with events parked while the sink is down.
+  std::map<std::string, std::string, std::less<>> behind_down_sinks_;
   std::vector<std::pair<LogLevel, std::string>> logs_;
   size_t next_log_ = 0;
   std::mt19937_64 rng_;

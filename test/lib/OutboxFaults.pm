@@ -53,6 +53,8 @@ use warnings;
 use Carp;
 use Exporter 'import';
 use Fcntl qw(:flock);
+use File::Basename qw(dirname);
+use File::Path qw(make_path);
 use IPC::Run ();
 use PostgreSQL::Test::Utils ();
 use Test::More;
@@ -277,6 +279,7 @@ sub record_result {
 		detail => $o{detail} // '');
 	my $line = join("\t", map { my $v = $row{$_} // 'NA'; $v =~ s/[\t\n]/ /g; $v } @COLUMNS);
 	my $file = reliability_file();
+	make_path(dirname($file));
 	open(my $fh, '>>', $file) or croak "cannot open $file: $!";
 	flock($fh, LOCK_EX) or croak "cannot lock $file: $!";
 	seek($fh, 0, 2);

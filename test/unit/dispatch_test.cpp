@@ -653,6 +653,33 @@ TEST_F(DispatcherTest, OneSinkDownDoesNotStopOtherSinks) {
   EXPECT_TRUE(Contains(dispatcher_.SinkStates(), "up=connected"));
 }
 
+TEST_F(DispatcherTest, TopicsOfADownSinkAreLeftAloneUntilItsRetryTime) {
+  Configure({{"orders.*", "down", std::nullopt}, {"payments.*", "up", std::nullopt}},
+            {SinkNamed("down"), SinkNamed("up")});
+  bool up = false;
+  Broker("down").script = [&up](const OutMessage &, int) {
+    return up ? Delivered() : Retriable("connection refused");
+  };
+  EXPECT_TRUE(dispatcher_.TopicsBehindDownSinks(kNow).empty());
+  const auto out = Dispatch({Ev(1, "orders.created"), Ev(2, "payments.made")});
+  const int64_t retry_at = out[0].next_attempt_us;
+  // Both topics of the down sink, parked by the probe or behind it; never
+  // the other sink's.
+  Dispatch({Ev(3, "orders.paid")}, kNow + 1);
+  EXPECT_EQ(dispatcher_.TopicsBehindDownSinks(kNow + 1),
+            (std::vector<std::string>{"orders.created", "orders.paid"}));
+  // Due for another try: claimed again (one probe per backoff).
+  EXPECT_TRUE(dispatcher_.TopicsBehindDownSinks(retry_at).empty());
+  // Back: nothing is left alone any more, also after the next outage begins.
+  up = true;
+  EXPECT_TRUE(Is(Dispatch({Ev(1, "orders.created")}, retry_at)[0], Outcome::kPublished));
+  EXPECT_TRUE(dispatcher_.TopicsBehindDownSinks(retry_at).empty());
+  up = false;
+  Dispatch({Ev(4, "orders.paid")}, retry_at + 1);
+  EXPECT_EQ(dispatcher_.TopicsBehindDownSinks(retry_at + 2),
+            (std::vector<std::string>{"orders.paid"}));
+}
+
 TEST_F(DispatcherTest, NextSinkRetryIsTheEarliestOfTheDownSinks) {
   Configure({{"a.*", "a", std::nullopt}, {"b.*", "b", std::nullopt}},
             {SinkNamed("a"), SinkNamed("b")});
