@@ -237,6 +237,11 @@ if ((PGXS_OK)); then
     TESTDIR="$TAP_DIR" PG_REGRESS="$PG_REGRESS_BIN" OUTBOX_REPO="$REPO" \
     prove --timer t/*.pl kafka/selftest.pl); then
     record TAP pass "${#TAP_TESTS[@]} files"
+    # The fault suite's figures (docs/reliability.md shows a run of them).
+    if [[ -f "$TAP_DIR/tmp_check/reliability.tsv" ]]; then
+      cp "$TAP_DIR/tmp_check/reliability.tsv" "$REPO/test/results/reliability.tsv"
+      bash test/reliability_report.sh "$REPO/test/results/reliability.tsv" || true
+    fi
     [[ "$TAP_SRC" == "$TAP_DIR" ]] && rm -rf "$TAP_DIR" # the copy is not needed any more
   else
     # Each test's full log (server start-up, queries, failures) is in
