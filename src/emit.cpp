@@ -17,6 +17,7 @@
 #include "uuid7.hpp"
 
 extern "C" {
+#include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "port.h"
@@ -173,7 +174,15 @@ extern "C" Datum outbox_emit(PG_FUNCTION_ARGS) {
   }
   SPI_finish();
 
-  // Not now: at commit, and only if the transaction commits.
-  WakePublishersAtCommit();
+  // Not now: at commit, and only if the transaction commits; and only the
+  // publisher that handles this key (key_slots.hpp: the same hash the claims
+  // use on the key column, whose collation is the default one).
+  int key_slot = -1;
+  if (has_key && Shared() != nullptr) {
+    key_slot = DatumGetInt32(
+                   DirectFunctionCall1Coll(hashtext, DEFAULT_COLLATION_OID, PG_GETARG_DATUM(2))) &
+               (kKeySlots - 1);
+  }
+  WakeKeyOwnerAtCommit(key_slot);
   PG_RETURN_UUID_P(uuid);
 }

@@ -24,7 +24,14 @@ shmem_request_hook_type prev_shmem_request_hook = nullptr;
 shmem_startup_hook_type prev_shmem_startup_hook = nullptr;
 
 // Backend-local flags for the current transaction, cleared at its end.
-bool wake_at_commit = false;
+bool wake_at_commit = false;  // wake every publisher of the database
+// Targeted wake-ups (WakeKeyOwnerAtCommit): key slots whose owners to wake,
+// and whether one publisher should come for keyless events.
+constexpr int kMaxTargetedSlots = 8;
+int wake_slots[kMaxTargetedSlots];
+int nwake_slots = 0;
+bool wake_keyless = false;
+uint32 keyless_turn = 0;  // spreads keyless wake-ups over the publishers
 bool reload_at_commit = false;
 bool announce_at_commit = false;
 bool callback_registered = false;
@@ -80,6 +87,37 @@ void SetProcLatch(uint32 procno) {
   SetLatch(&ProcGlobal->allProcs[procno].procLatch);
 }
 
+// The owners of the slots in wake_slots, and one publisher for keyless
+// events; all publishers when a slot has no owner right now (between two, or
+// no publisher yet). A stale owner read here is harmless: a publisher that
+// gains a slot claims at once.
+void WakeTargeted(Oid dboid) {
+  DatabaseSlot *slot = FindSlot(dboid);
+  if (slot == nullptr) return;
+  for (int i = 0; i < nwake_slots; ++i) {
+    const uint32 owner = pg_atomic_read_u32(&slot->key_slot_owner[wake_slots[i]]);
+    const uint32 procno = owner < static_cast<uint32>(kMaxWorkersPerDatabase)
+                              ? pg_atomic_read_u32(&slot->worker_procno[owner])
+                              : kNoProc;
+    if (procno == kNoProc) {
+      WakePublishers(dboid);
+      return;
+    }
+    SetProcLatch(procno);
+  }
+  if (wake_keyless) {
+    for (int i = 0; i < kMaxWorkersPerDatabase; ++i) {
+      const uint32 procno =
+          pg_atomic_read_u32(&slot->worker_procno[(keyless_turn + i) % kMaxWorkersPerDatabase]);
+      if (procno != kNoProc) {
+        SetProcLatch(procno);
+        keyless_turn += i + 1;
+        break;
+      }
+    }
+  }
+}
+
 // Runs in every backend that emitted, after commit or abort. Must never
 // raise an error: at commit it is too late to abort.
 void OnXactEvent(XactEvent event, void *arg) {
@@ -97,14 +135,20 @@ void OnXactEvent(XactEvent event, void *arg) {
             if (reload_at_commit) pg_atomic_fetch_add_u64(&slot->config_version, 1);
           }
         }
-        if (wake_at_commit || reload_at_commit) WakePublishers(MyDatabaseId);
+        if (wake_at_commit || reload_at_commit) {
+          WakePublishers(MyDatabaseId);
+        } else if (nwake_slots > 0 || wake_keyless) {
+          WakeTargeted(MyDatabaseId);
+        }
         if (announce_at_commit) WakeLauncher();
       }
-      wake_at_commit = reload_at_commit = announce_at_commit = false;
+      wake_at_commit = reload_at_commit = announce_at_commit = wake_keyless = false;
+      nwake_slots = 0;
       break;
     case XACT_EVENT_ABORT:
     case XACT_EVENT_PARALLEL_ABORT:
-      wake_at_commit = reload_at_commit = announce_at_commit = false;
+      wake_at_commit = reload_at_commit = announce_at_commit = wake_keyless = false;
+      nwake_slots = 0;
       break;
     default:
       break;
@@ -183,6 +227,24 @@ void WakePublishersAtCommit() {
   if (shared == nullptr) return;  // not preloaded: no publisher to wake
   EnsureCallback();
   wake_at_commit = true;
+}
+
+void WakeKeyOwnerAtCommit(int key_slot) {
+  if (shared == nullptr) return;
+  EnsureCallback();
+  if (wake_at_commit) return;  // everyone is woken anyway
+  if (key_slot < 0 || key_slot >= kKeySlots) {
+    wake_keyless = true;
+    return;
+  }
+  for (int i = 0; i < nwake_slots; ++i) {
+    if (wake_slots[i] == key_slot) return;
+  }
+  if (nwake_slots == kMaxTargetedSlots) {
+    wake_at_commit = true;  // many keys: cheaper to wake them all
+    return;
+  }
+  wake_slots[nwake_slots++] = key_slot;
 }
 
 void ReloadConfigAtCommit() {

@@ -97,6 +97,11 @@ void WakeLauncher();
 // changes, make them reload sinks and routes). Nothing happens on abort.
 // Registers the transaction callback once per process.
 void WakePublishersAtCommit();
+// emit(): at commit, wake only the publisher that owns the event's key slot
+// (key_slot < 0: a keyless event, for which any one publisher will do). The
+// others would find nothing of theirs to claim. Falls back to waking them
+// all when the transaction touched many slots or a slot is between owners.
+void WakeKeyOwnerAtCommit(int key_slot);
 void ReloadConfigAtCommit();
 // Called by the install script: at commit, tell the launcher this database
 // now has the extension, so publishing starts at once.

@@ -1,0 +1,61 @@
+# With several publishers, a commit that emitted wakes the publisher that owns
+# the event's key slot (and one publisher for a keyless event) rather than all
+# of them: each event is still published right after its commit. The safety
+# poll is set to 60 s here, so an event whose owner was not woken would wait
+# that long and fail the check.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::RealBin/../lib";
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time);
+use OutboxKafka;
+use OutboxNode qw(outbox_node wait_until kafka_sink_sql pending_count);
+
+my $kafka = OutboxKafka->start(topics => ['wake:4']);
+my $node = outbox_node('wake', <<'EOF');
+outbox.workers = 4
+outbox.poll_interval = '60s'
+max_worker_processes = 16
+EOF
+$node->safe_psql('postgres', 'CREATE EXTENSION outbox');
+$node->safe_psql('postgres', kafka_sink_sql('kafka', $kafka->bootstrap));
+$node->safe_psql('postgres', q{SELECT outbox.add_route('wake', 'kafka')});
+ok(defined wait_until(sub {
+	$node->safe_psql('postgres', q{SELECT count(*) = 4 AND sum(key_slots) = 1024 FROM outbox.workers}) eq 't'
+}, 30), '4 publishers own the key slots');
+
+# Warm up: the sink connects on its first event (each publisher has its own).
+$node->safe_psql('postgres',
+	q{SELECT count(outbox.emit('wake', '{}', 'warm-' || i)) FROM generate_series(1, 200) i});
+ok(defined wait_until(sub { pending_count($node) eq '0' }, 70), 'warm-up events published');
+
+my @slow;
+my $worst = 0;
+for my $i (1 .. 30) {
+	my $key = $i % 6 == 0 ? undef : "key-$i";
+	my $sql_key = defined $key ? "'$key'" : 'NULL';
+	my $t = time();
+	$node->safe_psql('postgres', "SELECT outbox.emit('wake', '{\"n\": $i}', $sql_key)");
+	my $took = wait_until(sub { pending_count($node) eq '0' }, 10);
+	my $elapsed = defined $took ? time() - $t : 999;
+	$worst = $elapsed if $elapsed > $worst;
+	push @slow, sprintf('%s (%.2f s)', $key // 'keyless', $elapsed) if $elapsed > 3;
+}
+is(scalar @slow, 0, 'every event, keyed or keyless, is published within 3 s of its commit (poll: 60 s)')
+  or diag('slow: ' . join(', ', @slow));
+note(sprintf('slowest: %.3f s', $worst));
+
+# A transaction with events for many keys wakes them all.
+my $t = time();
+$node->safe_psql('postgres',
+	q{SELECT count(outbox.emit('wake', '{}', 'many-' || i)) FROM generate_series(1, 100) i});
+ok(defined wait_until(sub { pending_count($node) eq '0' }, 3),
+	'a transaction with events for 100 keys is published within 3 s');
+note(sprintf('100 keys published in %.3f s', time() - $t));
+
+$node->stop;
+$kafka->stop;
+done_testing();
