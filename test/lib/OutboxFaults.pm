@@ -56,11 +56,12 @@ use Fcntl qw(:flock);
 use File::Basename qw(dirname);
 use File::Path qw(make_path);
 use IPC::Run ();
+use OutboxNode ();
 use PostgreSQL::Test::Utils ();
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-our @EXPORT_OK = qw(new_load reconcile record_result reliability_file
+our @EXPORT_OK = qw(fault_node new_load reconcile record_result reliability_file
   backlog wait_backlog_cleared wait_topic_drained table_complete
   publishers wait_publishers server_answers wait_server fmt_s);
 
@@ -482,12 +483,34 @@ package OutboxFaults;
 
 # --- scenarios both sinks share -----------------------------------------------------------
 
-# A suite: the node, the load, how to read a topic back from the broker, and
-# how many publishers run. new_suite(node, load, sink => 'kafka', prefix => 'fk',
-# publishers => 2, fetch => sub { my ($topic, $patient) = @_; ... })
+# The node both fault suites run: preloaded (OutboxNode), two publishers,
+# small batches so a fault catches several, crash restarts on, the extension
+# created.
+sub fault_node {
+	my ($name) = @_;
+	my $node = OutboxNode::outbox_node($name, <<'EOF');
+outbox.workers = 2
+outbox.batch_size = 200
+max_worker_processes = 16
+restart_after_crash = on
+EOF
+	$node->safe_psql('postgres', 'CREATE EXTENSION outbox');
+	return $node;
+}
+
+# A suite: the node, the load, how to read a topic back from the broker, how
+# many publishers run, and its scenarios in the order they run (each on topic
+# <prefix>.<name>; the load moves on to the next one's topic, and after the
+# last to <prefix>.tail). new_suite(node, load, sink => 'kafka', prefix => 'fk',
+# publishers => 2, scenarios => [...], fetch => sub { my ($topic, $patient) = @_; ... })
+# Seeds Perl's random numbers (printed; OUTBOX_FAULT_SEED repeats a run).
 sub new_suite {
 	my (%o) = @_;
-	return bless { %o, t0 => time() }, 'OutboxFaults::Suite';
+	my $t0 = time();
+	my $seed = $ENV{OUTBOX_FAULT_SEED} // (int($t0) ^ $$);
+	srand($seed);
+	note("random seed $seed (set OUTBOX_FAULT_SEED to repeat)");
+	return bless { %o, t0 => $t0, today => `date -u +%F` }, 'OutboxFaults::Suite';
 }
 
 package OutboxFaults::Suite;
@@ -496,8 +519,34 @@ use strict;
 use warnings;
 use Carp;
 use IPC::Run ();
+use PostgreSQL::Test::Utils qw(slurp_file);
 use Test::More;
 use Time::HiRes qw(time usleep);
+
+# Once the publishers own the key slots: start the load and let it settle.
+sub start {
+	my ($self) = @_;
+	ok(defined OutboxFaults::wait_publishers($self->{node}, $self->{publishers}, [], 30),
+		"$self->{publishers} publishers share the key slots");
+	$self->{load}->start;
+	usleep(1_000_000);
+}
+
+# scenario() for the named one of the suite's scenarios.
+sub run {
+	my ($self, $name, %o) = @_;
+	my @names = @{ $self->{scenarios} };
+	my ($at) = grep { $names[$_] eq $name } 0 .. $#names;
+	croak "unknown scenario $name" unless defined $at;
+	return $self->scenario(name => $name, next => $names[ $at + 1 ], %o);
+}
+
+# How often the server log matches $re from byte $offset on.
+sub log_count {
+	my ($self, $re, $offset) = @_;
+	my $n = () = slurp_file($self->{node}->logfile, $offset) =~ /$re/g;
+	return $n;
+}
 
 # scenario(name => 'down_up', fault => 'brokers down and up 3 times',
 #          lose_nothing => 'nothing is lost when the brokers go down and up 3 times',
@@ -532,6 +581,42 @@ sub scenario {
 	is($r->{order_violations} + $r->{split_keys}, 0, "$o{fault}: per key, events arrive in emit order");
 	note(sprintf('%s took %.1f s', $o{name}, time() - $t));
 	return $r;
+}
+
+# After the last scenario: stop the load, reconcile what it emitted last (no
+# fault), and check that outbox.events kept every event, that nothing is left
+# pending or dead, and that no server process crashed on its own.
+sub finish {
+	my ($self) = @_;
+	my ($node, $load) = ($self->{node}, $self->{load});
+	my $topic = "$self->{prefix}.tail";
+	my @failed = $load->stop;
+	is(scalar @failed, 0, 'the emitting sessions stop cleanly') or diag("failed sessions: @failed");
+	ok(defined OutboxFaults::wait_topic_drained($node, $topic, 60), 'the last events are published');
+	my $tail = OutboxFaults::reconcile(node => $node, topic => $topic,
+		fetch => sub { $self->{fetch}->($topic, $_[0]) });
+	OutboxFaults::record_result(sink => $self->{sink}, fault => 'none (after the faults)', injections => 0,
+		result => $tail, detail => 'the load between the last fault and its stop');
+	is($tail->{lost} + $tail->{stray} + $tail->{rolled_back_delivered}, 0,
+		'without a fault, every committed event arrives');
+
+	# outbox.events itself lost nothing: every sequence number the load
+	# committed is there (retention could only have taken a whole earlier day,
+	# hence the date check).
+	if (`date -u +%F` eq $self->{today}) {
+		my ($keyed, $keyless) = OutboxFaults::table_complete($node);
+		is("$keyed/$keyless", '0/0', 'outbox.events holds every event the load committed');
+	}
+	else {
+		note('the UTC day changed during the test: the completeness of outbox.events is not checked');
+	}
+	is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.events WHERE status <> 'published'}), '0',
+		'nothing is left pending or dead');
+	my $crashes = () = slurp_file($node->logfile) =~ /was terminated by signal (?!9:)\d+/g;
+	is($crashes, 0, 'no server process crashed on its own (only the SIGKILLs we sent)');
+	note(sprintf('load: %d transactions committed; total %.1f s; results in %s',
+		$node->safe_psql('postgres', 'SELECT sum(tx) FROM fault_load_progress'), time() - $self->{t0},
+		OutboxFaults::reliability_file()));
 }
 
 # Kills one publisher (at random) with SIGKILL $times times at random moments

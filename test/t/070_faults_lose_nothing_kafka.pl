@@ -40,34 +40,20 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 use OutboxKafka;
-use OutboxNode qw(outbox_node kafka_sink_sql);
-use OutboxFaults qw(new_load reconcile record_result wait_topic_drained table_complete backlog
-  wait_backlog_cleared reliability_file);
-
-my $T0 = time();
-my $seed = $ENV{OUTBOX_FAULT_SEED} // (int($T0) ^ $$);
-srand($seed);
-note("random seed $seed (set OUTBOX_FAULT_SEED to repeat)");
-my $today = `date -u +%F`;
+use OutboxNode qw(kafka_sink_sql);
+use OutboxFaults qw(fault_node new_load backlog wait_backlog_cleared);
 
 my @SCENARIOS = qw(down_up retriable non_retriable leaderless latency sigkill immediate long_xact long_outage);
 my $kafka = OutboxKafka->start(topics => [ map { "fk.$_:4" } @SCENARIOS, 'tail' ]);
-my $node = outbox_node('faults_kafka', <<'EOF');
-outbox.workers = 2
-outbox.batch_size = 200
-max_worker_processes = 16
-restart_after_crash = on
-EOF
-$node->safe_psql('postgres', 'CREATE EXTENSION outbox');
+my $node = fault_node('faults_kafka');
 $node->safe_psql('postgres', kafka_sink_sql('kafka', $kafka->bootstrap));
 $node->safe_psql('postgres', q{SELECT outbox.add_route('fk.*', 'kafka')});
 
 my $load = new_load(node => $node, sessions => 3, keys => 30, per_tx => 3, sleep_ms => 20,
 	topic => "fk.$SCENARIOS[0]");
 my $suite = OutboxFaults::new_suite(node => $node, load => $load, sink => 'kafka', prefix => 'fk',
-	publishers => 2, fetch => \&fetch);
-ok(defined OutboxFaults::wait_publishers($node, 2, [], 30), 'two publishers share the key slots');
-$load->start;
+	publishers => 2, scenarios => \@SCENARIOS, fetch => \&fetch);
+$suite->start;
 
 # What arrived on a topic, by outbox-id.
 sub fetch {
@@ -78,12 +64,6 @@ sub fetch {
 		my ($id) = map { $_->[1] } grep { $_->[0] eq 'outbox-id' } @{ $m->{headers} || [] };
 		{ id => $id, value => $m->{value}, lane => $m->{partition}, pos => $m->{offset} }
 	} @$msgs ];
-}
-
-sub log_count {
-	my ($re, $offset) = @_;
-	my $n = () = slurp_file($node->logfile, $offset) =~ /$re/g;
-	return $n;
 }
 
 # The largest backlog seen while $secs seconds pass.
@@ -98,13 +78,7 @@ sub max_backlog_for {
 	return $max;
 }
 
-my %next;
-@next{ @SCENARIOS[ 0 .. $#SCENARIOS - 1 ] } = @SCENARIOS[ 1 .. $#SCENARIOS ];
-sub run { my ($name, %o) = @_; return $suite->scenario(name => $name, next => $next{$name}, %o) }
-
-usleep(1_000_000);    # the load is steady
-
-run('down_up',
+$suite->run('down_up',
 	fault => 'brokers down 3 s and up, 3 times',
 	lose_nothing => 'nothing is lost when the brokers go down and up 3 times',
 	inject => sub {
@@ -116,12 +90,12 @@ run('down_up',
 			$kafka->command_ok('up all');
 		}
 		my $end = time();
-		my $down = log_count(qr/sink "kafka" is unavailable/, $offset);
+		my $down = $suite->log_count(qr/sink "kafka" is unavailable/, $offset);
 		return { injections => 3, end => $end,
 			detail => "the publishers logged the sink unavailable $down times" };
 	});
 
-run('retriable',
+$suite->run('retriable',
 	fault => 'Produce fails with retriable errors',
 	lose_nothing => 'nothing is lost when Produce requests fail with retriable errors',
 	inject => sub {
@@ -140,7 +114,7 @@ run('retriable',
 			detail => "$queued NOT_ENOUGH_REPLICAS/REQUEST_TIMED_OUT responses queued over 4 s; $attempts" };
 	});
 
-run('non_retriable',
+$suite->run('non_retriable',
 	fault => 'Produce refused (non-retriable), dead events retried',
 	lose_nothing => 'nothing is lost when Produce requests are refused: the dead events are delivered after retry_dead()',
 	inject => sub {
@@ -185,7 +159,7 @@ run('non_retriable',
 			  . "after retry_dead() (exempt from the order check); recovery from retry_dead()" };
 	});
 
-run('leaderless',
+$suite->run('leaderless',
 	fault => 'a partition without a leader',
 	lose_nothing => 'nothing is lost when a partition has no leader for a while',
 	inject => sub {
@@ -200,7 +174,7 @@ run('leaderless',
 			detail => "partition 0 leaderless 4 s; $attempts events counted a failed attempt" };
 	});
 
-run('latency',
+$suite->run('latency',
 	fault => 'broker latency 300 ms',
 	lose_nothing => 'nothing is lost when every broker answers 300 ms late',
 	inject => sub {
@@ -210,7 +184,7 @@ run('latency',
 		return { injections => 1, end => time(), detail => "rtt 300 ms for 4 s; max backlog $max" };
 	});
 
-run('sigkill',
+$suite->run('sigkill',
 	fault => 'publisher killed with SIGKILL',
 	lose_nothing => 'nothing is lost when a publisher is killed with SIGKILL 10 times at random moments',
 	recovery_timeout => 120,
@@ -222,7 +196,7 @@ run('sigkill',
 		return $f;
 	});
 
-run('immediate',
+$suite->run('immediate',
 	fault => 'server crash (pg_ctl stop -m immediate) mid-batch',
 	lose_nothing => 'nothing is lost when the server stops with -m immediate while a batch is at the broker',
 	inject => sub {
@@ -231,12 +205,12 @@ run('immediate',
 			slow => sub { $kafka->command_ok('rtt all ' . ($_[0] ? 200 : 0)) });
 	});
 
-run('long_xact',
+$suite->run('long_xact',
 	fault => 'long transaction holding the xmin horizon',
 	lose_nothing => 'nothing is lost while a long transaction holds the xmin horizon',
 	inject => sub { return $suite->long_transaction($_[0], hold => 6) });
 
-run('long_outage',
+$suite->run('long_outage',
 	fault => 'sink down for a long time (20 s)',
 	lose_nothing => 'nothing is lost when the brokers are down for 20 s while emit() goes on',
 	inject => sub {
@@ -245,31 +219,7 @@ run('long_outage',
 			up => sub { $kafka->command_ok('up all') });
 	});
 
-# The load stops; what it emitted last (no fault) is reconciled too.
-my @failed = $load->stop;
-is(scalar @failed, 0, 'the emitting sessions stop cleanly') or diag("failed sessions: @failed");
-ok(defined wait_topic_drained($node, 'fk.tail', 60), 'the last events are published');
-my $tail = reconcile(node => $node, topic => 'fk.tail', fetch => sub { fetch('fk.tail', $_[0]) });
-record_result(sink => 'kafka', fault => 'none (after the faults)', injections => 0, result => $tail,
-	detail => 'the load between the last fault and its stop');
-is($tail->{lost} + $tail->{stray} + $tail->{rolled_back_delivered}, 0, 'without a fault, every committed event arrives');
-
-# outbox.events itself lost nothing: every sequence number the load committed
-# is there (retention could only have taken a whole earlier day, hence the date check).
-if (`date -u +%F` eq $today) {
-	my ($keyed, $keyless) = table_complete($node);
-	is("$keyed/$keyless", '0/0', 'outbox.events holds every event the load committed');
-}
-else {
-	note('the UTC day changed during the test: the completeness of outbox.events is not checked');
-}
-is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.events WHERE status <> 'published'}), '0',
-	'nothing is left pending or dead');
-my $log = slurp_file($node->logfile);
-my $crashes = () = $log =~ /was terminated by signal (?!9:)\d+/g;
-is($crashes, 0, 'no server process crashed on its own (only the SIGKILLs we sent)');
-note(sprintf('load: %d transactions committed; total %.1f s; results in %s',
-	$node->safe_psql('postgres', 'SELECT sum(tx) FROM fault_load_progress'), time() - $T0, reliability_file()));
+$suite->finish;
 
 $node->stop;
 $kafka->stop;

@@ -44,26 +44,12 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
-use OutboxNode qw(outbox_node);
 use OutboxRedis;
-use OutboxFaults qw(new_load reconcile record_result wait_topic_drained table_complete backlog
-  reliability_file);
-
-my $T0 = time();
-my $seed = $ENV{OUTBOX_FAULT_SEED} // (int($T0) ^ $$);
-srand($seed);
-note("random seed $seed (set OUTBOX_FAULT_SEED to repeat)");
-my $today = `date -u +%F`;
+use OutboxFaults qw(fault_node new_load backlog);
 
 my @SCENARIOS = qw(down_up restart latency sigkill immediate long_xact long_outage);
 my $redis = OutboxRedis->start();
-my $node = outbox_node('faults_redis', <<'EOF');
-outbox.workers = 2
-outbox.batch_size = 200
-max_worker_processes = 16
-restart_after_crash = on
-EOF
-$node->safe_psql('postgres', 'CREATE EXTENSION outbox');
+my $node = fault_node('faults_redis');
 $node->safe_psql('postgres',
 	"SELECT outbox.create_sink('redis', 'redis', '{\"port\": " . $redis->port . ", \"mode\": \"stream\"}')");
 $node->safe_psql('postgres', q{SELECT outbox.add_route('fr.*', 'redis')});
@@ -71,9 +57,8 @@ $node->safe_psql('postgres', q{SELECT outbox.add_route('fr.*', 'redis')});
 my $load = new_load(node => $node, sessions => 3, keys => 30, per_tx => 3, sleep_ms => 20,
 	topic => "fr.$SCENARIOS[0]");
 my $suite = OutboxFaults::new_suite(node => $node, load => $load, sink => 'redis', prefix => 'fr',
-	publishers => 2, fetch => \&fetch);
-ok(defined OutboxFaults::wait_publishers($node, 2, [], 30), 'two publishers share the key slots');
-$load->start;
+	publishers => 2, scenarios => \@SCENARIOS, fetch => \&fetch);
+$suite->start;
 
 # The stream's entries: XADD <topic> * id <id> topic <topic> key <key> payload <json> headers <json>.
 sub fetch {
@@ -88,19 +73,7 @@ sub fetch {
 	return \@out;
 }
 
-sub log_count {
-	my ($re, $offset) = @_;
-	my $n = () = slurp_file($node->logfile, $offset) =~ /$re/g;
-	return $n;
-}
-
-my %next;
-@next{ @SCENARIOS[ 0 .. $#SCENARIOS - 1 ] } = @SCENARIOS[ 1 .. $#SCENARIOS ];
-sub run { my ($name, %o) = @_; return $suite->scenario(name => $name, next => $next{$name}, %o) }
-
-usleep(1_000_000);    # the load is steady
-
-run('down_up',
+$suite->run('down_up',
 	fault => 'Redis down 3 s and up, 3 times',
 	lose_nothing => 'nothing is lost when Redis goes down and comes back 3 times',
 	inject => sub {
@@ -112,12 +85,12 @@ run('down_up',
 			$redis->restart;
 		}
 		my $end = time();
-		my $down = log_count(qr/sink "redis" is unavailable/, $offset);
+		my $down = $suite->log_count(qr/sink "redis" is unavailable/, $offset);
 		return { injections => 3, end => $end,
 			detail => "redis-server killed and started 3 s later; the publishers logged the sink unavailable $down times" };
 	});
 
-run('restart',
+$suite->run('restart',
 	fault => 'Redis restarted (SIGKILL, start at once)',
 	lose_nothing => 'nothing is lost when Redis is killed and restarted 3 times (entries it acknowledged survive)',
 	inject => sub {
@@ -135,7 +108,7 @@ run('restart',
 			detail => 'stream length before->after each restart: ' . join(', ', @kept) };
 	});
 
-run('latency',
+$suite->run('latency',
 	fault => 'Redis stalling writes (CLIENT PAUSE)',
 	lose_nothing => 'nothing is lost when Redis answers slowly, even beyond the sink timeout',
 	inject => sub {
@@ -158,13 +131,13 @@ run('latency',
 			  . $max };
 	});
 
-run('sigkill',
+$suite->run('sigkill',
 	fault => 'publisher killed with SIGKILL',
 	lose_nothing => 'nothing is lost when a publisher is killed with SIGKILL 10 times at random moments',
 	recovery_timeout => 120,
 	inject => sub { return $suite->sigkill_publishers($_[0], times => 10) });
 
-run('immediate',
+$suite->run('immediate',
 	fault => 'server crash (pg_ctl stop -m immediate) mid-batch',
 	lose_nothing => 'nothing is lost when the server stops with -m immediate while a pipeline waits for Redis',
 	inject => sub {
@@ -173,12 +146,12 @@ run('immediate',
 			slow => sub { $_[0] ? $redis->cli('CLIENT', 'PAUSE', 1500, 'WRITE') : $redis->cli('CLIENT', 'UNPAUSE') });
 	});
 
-run('long_xact',
+$suite->run('long_xact',
 	fault => 'long transaction holding the xmin horizon',
 	lose_nothing => 'nothing is lost while a long transaction holds the xmin horizon',
 	inject => sub { return $suite->long_transaction($_[0], hold => 6) });
 
-run('long_outage',
+$suite->run('long_outage',
 	fault => 'sink down for a long time (20 s)',
 	lose_nothing => 'nothing is lost when Redis is down for 20 s while emit() goes on',
 	inject => sub {
@@ -187,31 +160,7 @@ run('long_outage',
 			up => sub { $redis->restart });
 	});
 
-# The load stops; what it emitted last (no fault) is reconciled too.
-my @failed = $load->stop;
-is(scalar @failed, 0, 'the emitting sessions stop cleanly') or diag("failed sessions: @failed");
-ok(defined wait_topic_drained($node, 'fr.tail', 60), 'the last events are published');
-my $tail = reconcile(node => $node, topic => 'fr.tail', fetch => sub { fetch('fr.tail') });
-record_result(sink => 'redis', fault => 'none (after the faults)', injections => 0, result => $tail,
-	detail => 'the load between the last fault and its stop');
-is($tail->{lost} + $tail->{stray} + $tail->{rolled_back_delivered}, 0, 'without a fault, every committed event arrives');
-
-# outbox.events itself lost nothing: every sequence number the load committed
-# is there (retention could only have taken a whole earlier day, hence the date check).
-if (`date -u +%F` eq $today) {
-	my ($keyed, $keyless) = table_complete($node);
-	is("$keyed/$keyless", '0/0', 'outbox.events holds every event the load committed');
-}
-else {
-	note('the UTC day changed during the test: the completeness of outbox.events is not checked');
-}
-is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.events WHERE status <> 'published'}), '0',
-	'nothing is left pending or dead');
-my $log = slurp_file($node->logfile);
-my $crashes = () = $log =~ /was terminated by signal (?!9:)\d+/g;
-is($crashes, 0, 'no server process crashed on its own (only the SIGKILLs we sent)');
-note(sprintf('load: %d transactions committed; total %.1f s; results in %s',
-	$node->safe_psql('postgres', 'SELECT sum(tx) FROM fault_load_progress'), time() - $T0, reliability_file()));
+$suite->finish;
 
 $node->stop;
 $redis->stop;
