@@ -176,9 +176,11 @@ extern "C" Datum outbox_emit(PG_FUNCTION_ARGS) {
 
   // Not now: at commit, and only if the transaction commits; and only the
   // publisher that handles this key (key_slots.hpp: the same hash the claims
-  // use on the key column, whose collation is the default one).
+  // use on the key column, whose collation is the default one). With one
+  // publisher there is no choice to make: it is woken as for a keyless event,
+  // and the hash is not computed.
   int key_slot = -1;
-  if (has_key && Shared() != nullptr) {
+  if (has_key && Shared() != nullptr && guc::workers > 1) {
     key_slot = DatumGetInt32(
                    DirectFunctionCall1Coll(hashtext, DEFAULT_COLLATION_OID, PG_GETARG_DATUM(2))) &
                (kKeySlots - 1);
