@@ -46,7 +46,10 @@ use OutboxFaults qw(fault_node new_load backlog wait_backlog_cleared);
 my @SCENARIOS = qw(down_up retriable non_retriable leaderless latency sigkill immediate long_xact long_outage);
 my $kafka = OutboxKafka->start(topics => [ map { "fk.$_:4" } @SCENARIOS, 'tail' ]);
 my $node = fault_node('faults_kafka');
-$node->safe_psql('postgres', kafka_sink_sql('kafka', $kafka->bootstrap));
+# One Produce request in flight per connection, because scenarios inject Produce
+# errors: see test/kafka/kafka_broker.cpp on the test broker's unchecked sequence numbers.
+$node->safe_psql('postgres', kafka_sink_sql('kafka', $kafka->bootstrap,
+	'max.in.flight.requests.per.connection' => '1'));
 $node->safe_psql('postgres', q{SELECT outbox.add_route('fk.*', 'kafka')});
 
 my $load = new_load(node => $node, sessions => 3, keys => 30, per_tx => 3, sleep_ms => 20,
