@@ -33,7 +33,14 @@ std::optional<int64_t> ParseInteger(const SinkOption &opt) {
   errno = 0;
   char *end = nullptr;
   const long long v = std::strtoll(opt.text.c_str(), &end, 10);
-  if (errno != 0 || end == nullptr || *end != '\0') return std::nullopt;
+  if (errno != 0 || end == nullptr) return std::nullopt;
+  // A JSON number keeps the scale it was written with (6379.0): an integral
+  // one is that integer. A string must be plain decimal digits.
+  if (opt.kind == SinkOption::Kind::kNumber && *end == '.' && end[1] != '\0') {
+    ++end;
+    while (*end == '0') ++end;
+  }
+  if (*end != '\0') return std::nullopt;
   // strtoll skips leading white space and accepts '+': keep the text strict.
   const char first = opt.text[0];
   if (!(first == '-' || (first >= '0' && first <= '9'))) return std::nullopt;

@@ -179,6 +179,18 @@ TEST(RedisSinkOptions, PortDbAndMaxlenAcceptJsonNumbers) {
   EXPECT_EQ(r.maxlen, 500);
 }
 
+TEST(RedisSinkOptions, IntegralJsonNumbersWithAFractionAreIntegers) {
+  const RedisOptions r =
+      Parsed({Num("port", "6379.0"), Num("db", "2.00"), Num("maxlen", "1000.000")});
+  EXPECT_EQ(r.port, 6379);
+  EXPECT_EQ(r.db, 2);
+  EXPECT_EQ(r.maxlen, 1000);
+  for (const char *text : {"6379.5", "6379.01", "6379.", "6379.0x"}) {
+    EXPECT_TRUE(Contains(RedisError({Num("port", text)}), "integer")) << text;
+  }
+  EXPECT_TRUE(Contains(RedisError({Opt("port", "6379.0")}), "integer"));  // strings stay strict
+}
+
 TEST(RedisSinkOptions, PortRangeIs1To65535) {
   EXPECT_EQ(Parsed({Opt("port", "1")}).port, 1);
   EXPECT_EQ(Parsed({Num("port", "65535")}).port, 65535);
