@@ -9,7 +9,7 @@ DATA = $(wildcard sql/outbox--*.sql)
 
 # PostgreSQL-facing code first, PostgreSQL-free code (also built by CMake for
 # the unit tests) after it.
-PG_SRCS = src/pg_bridge.cpp src/outbox.cpp src/guc.cpp src/emit.cpp src/partition.cpp \
+PG_SRCS = src/pg_bridge.cpp src/outbox.cpp src/guc.cpp src/emit.cpp src/event_insert.cpp src/partition.cpp \
           src/sink_catalog.cpp src/shmem.cpp src/launcher.cpp src/worker.cpp src/claim.cpp \
           src/payload_json.cpp src/database_guard.cpp src/workers_view.cpp src/key_ownership.cpp
 FREE_SRCS = src/uuid7.cpp src/names.cpp src/route_match.cpp src/partition_calendar.cpp \
@@ -18,9 +18,9 @@ FREE_SRCS = src/uuid7.cpp src/names.cpp src/route_match.cpp src/partition_calend
             src/message_format.cpp src/key_slots.cpp
 OBJS = $(PG_SRCS:.cpp=.o) $(FREE_SRCS:.cpp=.o)
 
-REGRESS = setup emit tracing sinks routes controls stats partitions privileges extension
+REGRESS = setup emit tracing sinks routes controls stats partitions privileges emit_writes_like_insert extension
 REGRESS_OPTS = --inputdir=. --outputdir=test/results
-ISOLATION = maintain_never_blocks_emit concurrent_claims_never_overlap
+ISOLATION = maintain_never_blocks_emit concurrent_claims_never_overlap emit_follows_concurrent_ddl
 ISOLATION_OPTS = --inputdir=test/isolation --outputdir=test/results/isolation
 
 PG_CONFIG ?= pg_config

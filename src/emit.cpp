@@ -1,14 +1,15 @@
 // outbox.emit(topic, payload, key, headers): the SQL entry point applications
 // call inside their own transaction. It validates, generates a UUIDv7 and
-// inserts one row through a plan prepared once per backend. It never talks to
-// a broker: the row becomes visible to the publisher when the caller commits,
-// and vanishes with the caller's transaction or subtransaction if they roll
-// back.
+// inserts one row (event_insert.hpp: straight into the day's partition). It
+// never talks to a broker: the row becomes visible to the publisher when the
+// caller commits, and vanishes with the caller's transaction or
+// subtransaction if they roll back.
 //
 // This is the hot path of every business transaction: no catalog lookups, no
 // SQL text built per call, no C++ objects (so every ereport below is safe).
 #include "pg_bridge.hpp"
 
+#include "event_insert.hpp"
 #include "guc.hpp"
 #include "names.hpp"
 #include "partition_calendar.hpp"
@@ -19,7 +20,6 @@
 extern "C" {
 #include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
-#include "executor/spi.h"
 #include "port.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
@@ -29,11 +29,6 @@ extern "C" {
 
 namespace outbox {
 namespace {
-
-// Prepared on first use in this backend and kept for its life. The text is
-// schema-qualified, so the plan means the same whatever the caller's
-// search_path; the plan cache re-plans it if the table is recreated.
-SPIPlanPtr insert_plan = nullptr;
 
 Uuid7Generator id_generator;  // per backend: keeps this backend's ids ordered
 
@@ -100,20 +95,6 @@ Datum HeadersWithTraceContext(bool has_headers, Datum headers) {
   return DirectFunctionCall2(jsonb_concat, JsonbPGetDatum(trace), headers);
 }
 
-void PrepareInsert() {
-  Oid types[6] = {UUIDOID, TEXTOID, TEXTOID, JSONBOID, JSONBOID, TIMESTAMPTZOID};
-  SPIPlanPtr plan = SPI_prepare(
-      "INSERT INTO outbox.events (id, topic, key, payload, headers, created_at) "
-      "VALUES ($1, $2, $3, $4, $5, $6)",
-      6, types);
-  if (plan == nullptr) {
-    elog(ERROR, "outbox: could not prepare the event insert: %s",
-         SPI_result_code_string(SPI_result));
-  }
-  if (SPI_keepplan(plan) != 0) elog(ERROR, "outbox: could not keep the event insert plan");
-  insert_plan = plan;
-}
-
 }  // namespace
 }  // namespace outbox
 
@@ -158,21 +139,17 @@ extern "C" Datum outbox_emit(PG_FUNCTION_ARGS) {
   pg_uuid_t *uuid = static_cast<pg_uuid_t *>(palloc(sizeof(pg_uuid_t)));
   memcpy(uuid->data, id.data(), UUID_LEN);
 
-  Datum values[6] = {UUIDPGetDatum(uuid),
-                     PointerGetDatum(topic),
-                     has_key ? PG_GETARG_DATUM(2) : (Datum)0,
-                     PointerGetDatum(payload),
-                     headers,
-                     TimestampTzGetDatum(now)};
-  const char nulls[6] = {' ', ' ', has_key ? ' ' : 'n', ' ', has_headers ? ' ' : 'n', ' '};
-
-  if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "outbox: SPI_connect failed");
-  if (insert_plan == nullptr) PrepareInsert();
-  const int rc = SPI_execute_plan(insert_plan, values, nulls, false, 0);
-  if (rc != SPI_OK_INSERT) {
-    elog(ERROR, "outbox: event insert failed: %s", SPI_result_code_string(rc));
-  }
-  SPI_finish();
+  Datum values[kEmitColumns] = {};
+  bool isnull[kEmitColumns] = {};
+  values[kColId] = UUIDPGetDatum(uuid);
+  values[kColTopic] = PointerGetDatum(topic);
+  values[kColKey] = has_key ? PG_GETARG_DATUM(2) : (Datum)0;
+  isnull[kColKey] = !has_key;
+  values[kColPayload] = PointerGetDatum(payload);
+  values[kColHeaders] = headers;
+  isnull[kColHeaders] = !has_headers;
+  values[kColCreatedAt] = TimestampTzGetDatum(now);
+  InsertEvent(values, isnull);
 
   // Not now: at commit, and only if the transaction commits; and only the
   // publisher that handles this key (key_slots.hpp: the same hash the claims

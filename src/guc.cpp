@@ -29,6 +29,7 @@ int poll_interval_ms = 1000;
 int workers = 1;
 int max_payload_bytes = 1024 * 1024;
 int maintenance_lock_timeout_ms = 100;
+bool emit_direct_insert = true;
 char *traceparent = nullptr;
 char *cloudevents_source = nullptr;
 char *tracestate = nullptr;
@@ -159,6 +160,14 @@ void Define() {
       "Valid range is 1 ms .. 1 minute. Bounds how long outbox.maintain() can delay emit().",
       &maintenance_lock_timeout_ms, 100, 1, 60000, PGC_SUSET, GUC_UNIT_MS, nullptr, nullptr,
       nullptr);
+
+  // The escape hatch for event_insert.cpp's direct path (and the benchmark's
+  // way to compare it with the SPI INSERT side by side).
+  DefineCustomBoolVariable(
+      "outbox.emit_direct_insert",
+      "emit() writes its row straight into the day's partition instead of through an INSERT.",
+      "Both write the same row; off runs a prepared INSERT for every event, which costs more.",
+      &emit_direct_insert, true, PGC_SUSET, 0, nullptr, nullptr, nullptr);
 
   DefineCustomStringVariable(
       "outbox.traceparent", "W3C traceparent that emit() copies into the event's headers.",

@@ -24,6 +24,7 @@ extern int poll_interval_ms;
 extern int workers;
 extern int max_payload_bytes;
 extern int maintenance_lock_timeout_ms;
+extern bool emit_direct_insert;
 // W3C trace context of the current session/transaction ("" when unset):
 // emit() copies them into the event's headers.
 extern char *traceparent;
