@@ -75,7 +75,15 @@ std::optional<std::string> RefParse(const SinkOptions &options, RedisOptions *ou
         return o.key;
       }
     } else {
-      const std::optional<int64_t> v = RefInteger(o.text);
+      // A JSON number may carry a zero fraction (6379.0): its integer part
+      // is the value. A string must be plain digits.
+      std::string digits = o.text;
+      const size_t dot = digits.find('.');
+      if (o.kind == Kind::kNumber && dot != std::string::npos && dot + 1 < digits.size() &&
+          digits.find_first_not_of('0', dot + 1) == std::string::npos) {
+        digits.resize(dot);
+      }
+      const std::optional<int64_t> v = RefInteger(digits);
       if (!v) return o.key;
       if (o.key == "port") {
         if (*v < 1 || *v > 65535) return o.key;
