@@ -53,8 +53,8 @@ enum Column { kTableOid = 1, kCtid, kId, kTopic, kKey, kPayload, kHeaders, kAtte
 #define OWNED_KEYS(param) \
   " (key IS NULL OR pg_catalog.get_byte(" param ", " OUTBOX_KEY_SLOT_SQL ") = 1)"
 
-SPIPlanPtr Prepare(const char *sql, int nargs, Oid *types) {
-  SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
+SPIPlanPtr Prepare(const char *sql, int nargs, Oid *types, int cursor_options = 0) {
+  SPIPlanPtr plan = SPI_prepare_cursor(sql, nargs, types, cursor_options);
   if (plan == nullptr) elog(ERROR, "outbox: could not prepare: %s", sql);
   if (SPI_keepplan(plan) != 0) elog(ERROR, "outbox: could not keep plan: %s", sql);
   return plan;
@@ -205,9 +205,59 @@ int CompareEventIds(const void *a, const void *b) {
 
 const char *OutcomeStatus(Outcome o) { return o == Outcome::kDead ? "dead" : "pending"; }
 
+// The two statements that write outcomes into one partition, prepared once
+// per partition (a cycle that sends a single event would otherwise spend
+// most of its time parsing and planning them). A few partitions are live at
+// a time (today's, and the days retries or a backlog reach back to); the
+// oldest entry gives way when all are taken. Keyed by OID and name: the SQL
+// names the partition, so a renamed one is prepared again.
+struct OutcomePlans {
+  Oid partition = InvalidOid;
+  NameData name;
+  SPIPlanPtr published = nullptr;
+  SPIPlanPtr failed = nullptr;
+};
+constexpr int kOutcomePlanSlots = 8;
+OutcomePlans outcome_plans[kOutcomePlanSlots];
+int next_outcome_slot = 0;
+
+const OutcomePlans &PlansFor(Oid partition) {
+  const char *name = get_rel_name(partition);
+  if (name == nullptr) elog(ERROR, "outbox: partition %u vanished under a claim", partition);
+  for (const OutcomePlans &p : outcome_plans) {
+    if (p.partition == partition && strcmp(NameStr(p.name), name) == 0) return p;
+  }
+  OutcomePlans &slot = outcome_plans[next_outcome_slot];
+  next_outcome_slot = (next_outcome_slot + 1) % kOutcomePlanSlots;
+  if (slot.published != nullptr) SPI_freeplan(slot.published);
+  if (slot.failed != nullptr) SPI_freeplan(slot.failed);
+  slot = OutcomePlans();
+  const char *qname = quote_identifier(name);
+  Oid published_types[1] = {TIDARRAYOID};
+  slot.published = Prepare(
+      psprintf("UPDATE outbox.%s SET status = 'published', published_at = clock_timestamp(),"
+               " last_error = NULL WHERE ctid = ANY($1)",
+               qname),
+      1, published_types);
+  Oid failed_types[5] = {TIDARRAYOID, TEXTARRAYOID, INT4ARRAYOID, TIMESTAMPTZARRAYOID,
+                         TEXTARRAYOID};
+  // Planned for each call's arrays (a custom plan): a generic plan cannot
+  // know how many rows unnest() yields and hash-joins a scan of the whole
+  // partition, where a handful of failures wants a nested loop.
+  slot.failed = Prepare(psprintf("UPDATE outbox.%s e SET status = u.status, attempts = u.attempts,"
+                                 " next_attempt_at = u.next, last_error = u.error"
+                                 " FROM unnest($1, $2, $3, $4, $5) AS u(t, status, attempts, next,"
+                                 " error) WHERE e.ctid = u.t",
+                                 qname),
+                        5, failed_types, CURSOR_OPT_CUSTOM_PLAN);
+  slot.partition = partition;
+  namestrcpy(&slot.name, name);
+  return slot;
+}
+
 // Write the outcomes of the rows claimed from one partition.
 void WriteOutcomes(Oid partition, const Claimed *claimed, const RowOutcome *outcomes, int n) {
-  const char *qname = quote_identifier(get_rel_name(partition));
+  const OutcomePlans &plans = PlansFor(partition);
   Datum *published = static_cast<Datum *>(palloc(sizeof(Datum) * n));
   Datum *failed = static_cast<Datum *>(palloc(sizeof(Datum) * n));
   Datum *statuses = static_cast<Datum *>(palloc(sizeof(Datum) * n));
@@ -233,20 +283,14 @@ void WriteOutcomes(Oid partition, const Claimed *claimed, const RowOutcome *outc
     }
   }
   if (npublished > 0) {
-    Oid types[1] = {TIDARRAYOID};
     Datum args[1] = {PointerGetDatum(construct_array(
         published, npublished, TIDOID, sizeof(ItemPointerData), false, TYPALIGN_SHORT))};
-    const int rc = SPI_execute_with_args(
-        psprintf("UPDATE outbox.%s SET status = 'published', published_at = clock_timestamp(),"
-                 " last_error = NULL WHERE ctid = ANY($1)",
-                 qname),
-        1, types, args, nullptr, false, 0);
+    const int rc = SPI_execute_plan(plans.published, args, nullptr, false, 0);
     if (rc != SPI_OK_UPDATE) elog(ERROR, "outbox: marking events published failed");
   }
   if (nfailed > 0) {
     int dims[1] = {nfailed};
     int lbs[1] = {1};
-    Oid types[5] = {TIDARRAYOID, TEXTARRAYOID, INT4ARRAYOID, TIMESTAMPTZARRAYOID, TEXTARRAYOID};
     Datum args[5] = {
         PointerGetDatum(construct_array(failed, nfailed, TIDOID, sizeof(ItemPointerData), false,
                                         TYPALIGN_SHORT)),
@@ -255,13 +299,7 @@ void WriteOutcomes(Oid partition, const Claimed *claimed, const RowOutcome *outc
         PointerGetDatum(construct_md_array(next, next_null, 1, dims, lbs, TIMESTAMPTZOID, 8,
                                            FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
         PointerGetDatum(construct_array(errors, nfailed, TEXTOID, -1, false, TYPALIGN_INT))};
-    const int rc = SPI_execute_with_args(
-        psprintf("UPDATE outbox.%s e SET status = u.status, attempts = u.attempts,"
-                 " next_attempt_at = u.next, last_error = u.error"
-                 " FROM unnest($1, $2, $3, $4, $5) AS u(t, status, attempts, next, error)"
-                 " WHERE e.ctid = u.t",
-                 qname),
-        5, types, args, nullptr, false, 0);
+    const int rc = SPI_execute_plan(plans.failed, args, nullptr, false, 0);
     if (rc != SPI_OK_UPDATE) elog(ERROR, "outbox: recording failed deliveries failed");
   }
 }
@@ -592,13 +630,20 @@ void LoadConfiguration(Dispatcher *dispatcher) {
 }
 
 TimestampTz NextRetryAt() {
-  Oid types[1] = {BYTEAOID};
+  // Runs before every sleep, so after nearly every wake-up when commits come
+  // one by one: prepared once, as planning a min() over every partition
+  // cost more than the rest of such a cycle.
+  static SPIPlanPtr plan = nullptr;
+  if (plan == nullptr) {
+    Oid types[1] = {BYTEAOID};
+    plan = Prepare(
+        "SELECT min(next_attempt_at) FROM outbox.events"
+        " WHERE status = 'pending' AND next_attempt_at IS NOT NULL"
+        " AND next_attempt_at < 'infinity' AND" OWNED_KEYS("$1"),
+        1, types);
+  }
   Datum args[1] = {OwnedBitmap()};
-  if (SPI_execute_with_args("SELECT min(next_attempt_at) FROM outbox.events"
-                            " WHERE status = 'pending' AND next_attempt_at IS NOT NULL"
-                            " AND next_attempt_at < 'infinity' AND" OWNED_KEYS("$1"),
-                            1, types, args, nullptr, true, 1) != SPI_OK_SELECT ||
-      SPI_processed != 1) {
+  if (SPI_execute_plan(plan, args, nullptr, true, 1) != SPI_OK_SELECT || SPI_processed != 1) {
     return 0;
   }
   bool isnull = false;
