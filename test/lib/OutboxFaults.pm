@@ -744,6 +744,25 @@ sub long_transaction {
 		  . "$published published of $emitted emitted meanwhile" };
 }
 
+# The sink down 3 s and up again, 3 times (1.5 s up before each outage):
+# $down->() and $up->() switch it; $what (optional) opens the detail. The
+# publishers' "unavailable" log lines for the suite's sink are counted.
+sub down_up {
+	my ($self, %o) = @_;
+	my $offset = -s $self->{node}->logfile;
+	for (1 .. 3) {
+		usleep(1_500_000);
+		$o{down}->();
+		usleep(3_000_000);
+		$o{up}->();
+	}
+	my $end = time();
+	my $down = $self->log_count(qr/sink "\Q$self->{sink}\E" is unavailable/, $offset);
+	my $what = defined $o{what} ? "$o{what}; " : '';
+	return { injections => 3, end => $end,
+		detail => "${what}the publishers logged the sink unavailable $down times" };
+}
+
 # The sink down for $secs seconds while the load goes on: emit() keeps
 # working, the events' partitions grow (measured per 1000 events), and
 # maintenance with outbox.retention = 0 as if 3 days later keeps every

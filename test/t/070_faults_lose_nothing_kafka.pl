@@ -85,17 +85,8 @@ $suite->run('down_up',
 	fault => 'brokers down 3 s and up, 3 times',
 	lose_nothing => 'nothing is lost when the brokers go down and up 3 times',
 	inject => sub {
-		my $offset = -s $node->logfile;
-		for (1 .. 3) {
-			usleep(1_500_000);
-			$kafka->command_ok('down all');
-			usleep(3_000_000);
-			$kafka->command_ok('up all');
-		}
-		my $end = time();
-		my $down = $suite->log_count(qr/sink "kafka" is unavailable/, $offset);
-		return { injections => 3, end => $end,
-			detail => "the publishers logged the sink unavailable $down times" };
+		return $suite->down_up(down => sub { $kafka->command_ok('down all') },
+			up => sub { $kafka->command_ok('up all') });
 	});
 
 $suite->run('retriable',

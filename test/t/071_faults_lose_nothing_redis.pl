@@ -77,17 +77,8 @@ $suite->run('down_up',
 	fault => 'Redis down 3 s and up, 3 times',
 	lose_nothing => 'nothing is lost when Redis goes down and comes back 3 times',
 	inject => sub {
-		my $offset = -s $node->logfile;
-		for (1 .. 3) {
-			usleep(1_500_000);
-			$redis->stop;
-			usleep(3_000_000);
-			$redis->restart;
-		}
-		my $end = time();
-		my $down = $suite->log_count(qr/sink "redis" is unavailable/, $offset);
-		return { injections => 3, end => $end,
-			detail => "redis-server killed and started 3 s later; the publishers logged the sink unavailable $down times" };
+		return $suite->down_up(down => sub { $redis->stop }, up => sub { $redis->restart },
+			what => 'redis-server killed and started 3 s later');
 	});
 
 $suite->run('restart',
