@@ -5,8 +5,9 @@
 // caller commits, and vanishes with the caller's transaction or
 // subtransaction if they roll back.
 //
-// This is the hot path of every business transaction: no catalog lookups, no
-// SQL text built per call, no C++ objects (so every ereport below is safe).
+// This is the hot path of every business transaction: no SQL text built or
+// planned per call (what the insert needs is worked out once per session,
+// see event_insert.hpp), no C++ objects (so every ereport below is safe).
 #include "pg_bridge.hpp"
 
 #include "event_insert.hpp"
