@@ -44,3 +44,48 @@ SELECT count(*) AS outbox_relations_left
 CREATE EXTENSION outbox;
 SELECT count(*) AS partitions FROM outbox.partitions;
 SELECT count(*) AS events FROM outbox.events;
+
+-- An installation updated from each earlier release is the same as a fresh
+-- install of the current one: members, definitions, comments, privileges.
+CREATE FUNCTION pg_temp.outbox_shape() RETURNS TABLE (object text, definition text)
+LANGUAGE sql AS $$
+  SELECT pg_describe_object(d.classid, d.objid, d.objsubid),
+         concat_ws(' | ',
+           CASE WHEN d.classid = 'pg_proc'::regclass
+                THEN pg_get_functiondef(d.objid) || ' acl=' || coalesce(
+                       (SELECT proacl::text FROM pg_proc WHERE oid = d.objid), '') END,
+           CASE WHEN d.classid = 'pg_class'::regclass THEN (
+             SELECT concat_ws(' ; ', c.relkind::text, c.relacl::text,
+                      (SELECT string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+                                         || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
+                                         || coalesce(' default ' || pg_get_expr(ad.adbin, ad.adrelid), ''),
+                                         ', ' ORDER BY a.attnum)
+                         FROM pg_attribute a
+                         LEFT JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
+                        WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped),
+                      (SELECT string_agg(conname || ' ' || pg_get_constraintdef(oid), ', ' ORDER BY conname)
+                         FROM pg_constraint WHERE conrelid = c.oid),
+                      (SELECT string_agg(pg_get_indexdef(indexrelid), ', ' ORDER BY indexrelid::regclass::text)
+                         FROM pg_index WHERE indrelid = c.oid),
+                      (SELECT string_agg(pg_get_triggerdef(t.oid), ', ' ORDER BY t.tgname)
+                         FROM pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal),
+                      CASE WHEN c.relkind = 'v' THEN pg_get_viewdef(c.oid) END)
+               FROM pg_class c WHERE c.oid = d.objid) END,
+           obj_description(d.objid, d.classid::regclass::name))
+    FROM pg_depend d
+   WHERE d.refclassid = 'pg_extension'::regclass
+     AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'outbox')
+     AND d.deptype = 'e'
+$$;
+CREATE TEMP TABLE fresh_shape AS SELECT * FROM pg_temp.outbox_shape();
+SELECT count(*) > 0 AS has_members FROM fresh_shape;
+DROP EXTENSION outbox;
+CREATE EXTENSION outbox VERSION '0.1.0';
+ALTER EXTENSION outbox UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'outbox';
+CREATE TEMP TABLE updated_shape AS SELECT * FROM pg_temp.outbox_shape();
+SELECT 'only after the update' AS side, * FROM (TABLE updated_shape EXCEPT TABLE fresh_shape) u
+UNION ALL
+SELECT 'only in a fresh install', * FROM (TABLE fresh_shape EXCEPT TABLE updated_shape) f;
+DROP EXTENSION outbox;
+CREATE EXTENSION outbox;

@@ -17,6 +17,8 @@
 
 #include <new>
 
+#include "emit_horizon.hpp"
+#include "fault_injection.hpp"
 #include "guc.hpp"
 #include "key_ownership.hpp"
 #include "partition_calendar.hpp"
@@ -24,7 +26,9 @@
 #include "sink_catalog.hpp"
 
 extern "C" {
+#include "access/twophase.h"
 #include "catalog/pg_type.h"
+#include "miscadmin.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
 #include "utils/wait_event.h"
@@ -40,7 +44,7 @@ namespace {
 
 SPIPlanPtr claim_retry_plan = nullptr;
 SPIPlanPtr claim_ready_plan = nullptr;
-SPIPlanPtr bound_plan = nullptr;
+SPIPlanPtr prepared_plan = nullptr;
 
 // Columns of both claim queries.
 enum Column { kTableOid = 1, kCtid, kId, kTopic, kKey, kPayload, kHeaders, kAttempts, kCreatedAt };
@@ -53,39 +57,33 @@ enum Column { kTableOid = 1, kCtid, kId, kTopic, kKey, kPayload, kHeaders, kAtte
 #define OWNED_KEYS(param) \
   " (key IS NULL OR pg_catalog.get_byte(" param ", " OUTBOX_KEY_SLOT_SQL ") = 1)"
 
-SPIPlanPtr Prepare(const char *sql, int nargs, Oid *types, int cursor_options = 0) {
-  SPIPlanPtr plan = SPI_prepare_cursor(sql, nargs, types, cursor_options);
+// $1 limit, $2 owned key slots, $3 topics waiting for a sink that is down
+// (Dispatcher::TopicsBehindDownSinks), left alone until it is due.
+constexpr const char kClaimRetrySql[] =
+    "SELECT " CLAIM_COLUMNS
+    " FROM outbox.events WHERE status = 'pending' AND next_attempt_at IS NOT NULL"
+    " AND next_attempt_at <= now() AND topic <> ALL($3) AND" OWNED_KEYS(
+        "$2") " ORDER BY next_attempt_at, id LIMIT $1 FOR UPDATE SKIP LOCKED";
+// $1 limit, $2 floor (inclusive), $3 owned key slots, $4 ceiling
+// (exclusive), $5 topics left alone.
+constexpr const char kClaimReadySql[] =
+    "SELECT " CLAIM_COLUMNS
+    " FROM outbox.events WHERE status = 'pending' AND next_attempt_at IS NULL"
+    " AND id >= $2 AND id < $4 AND topic <> ALL($5) AND" OWNED_KEYS(
+        "$3") " ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED";
+constexpr Oid kClaimRetryTypes[] = {INT4OID, BYTEAOID, TEXTARRAYOID};
+constexpr Oid kClaimReadyTypes[] = {INT4OID, UUIDOID, BYTEAOID, UUIDOID, TEXTARRAYOID};
+
+SPIPlanPtr Prepare(const char *sql, int nargs, const Oid *types, int cursor_options = 0) {
+  SPIPlanPtr plan = SPI_prepare_cursor(sql, nargs, const_cast<Oid *>(types), cursor_options);
   if (plan == nullptr) elog(ERROR, "outbox: could not prepare: %s", sql);
   if (SPI_keepplan(plan) != 0) elog(ERROR, "outbox: could not keep plan: %s", sql);
   return plan;
 }
 
 void PreparePlans() {
-  if (claim_retry_plan != nullptr) return;
-  // $2 / $3: owned key slots; $3 / $5: topics waiting for a sink that is
-  // down (Dispatcher::TopicsBehindDownSinks), left alone until it is due.
-  Oid types[3] = {INT4OID, BYTEAOID, TEXTARRAYOID};
-  claim_retry_plan =
-      Prepare("SELECT " CLAIM_COLUMNS
-              " FROM outbox.events WHERE status = 'pending' AND next_attempt_at IS NOT NULL"
-              " AND next_attempt_at <= now() AND topic <> ALL($3) AND" OWNED_KEYS(
-                  "$2") " ORDER BY next_attempt_at, id LIMIT $1 FOR UPDATE SKIP LOCKED",
-              3, types);
-  Oid ready_types[5] = {INT4OID, UUIDOID, BYTEAOID, UUIDOID, TEXTARRAYOID};
-  claim_ready_plan =
-      Prepare("SELECT " CLAIM_COLUMNS
-              " FROM outbox.events WHERE status = 'pending' AND next_attempt_at IS NULL"
-              " AND id >= $2 AND id < $4 AND topic <> ALL($5) AND" OWNED_KEYS(
-                  "$3") " ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
-              5, ready_types);
-  bound_plan = Prepare(
-      "SELECT (SELECT min(xact_start) FROM pg_catalog.pg_stat_activity"
-      "         WHERE datid = (SELECT oid FROM pg_catalog.pg_database"
-      "                         WHERE datname = current_database())"
-      "           AND backend_xid IS NOT NULL AND pid <> pg_catalog.pg_backend_pid()),"
-      "       (SELECT count(*) FROM pg_catalog.pg_prepared_xacts"
-      "         WHERE database = current_database())",
-      0, nullptr);
+  if (claim_retry_plan == nullptr) claim_retry_plan = Prepare(kClaimRetrySql, 3, kClaimRetryTypes);
+  if (claim_ready_plan == nullptr) claim_ready_plan = Prepare(kClaimReadySql, 5, kClaimReadyTypes);
 }
 
 // The ready claim's starting point.
@@ -97,38 +95,64 @@ void PreparePlans() {
 // ready event can exist:
 // - the ready index only receives new events (retries, revived and unrouted
 //   events go through the retry index);
-// - an event not yet committed has an id (its emit time) no earlier than the
-//   start of its transaction, which has a transaction id once it emitted:
-//   the floor never exceeds the oldest start among this database's writing
-//   transactions, nor now minus a second (clock margin);
-// - a claim covers everything visible from the floor up to its last row.
-// Prepared transactions hide their start time: while any exists here, claims
-// start at the beginning. Rows another session held locked when we skipped
-// them (SKIP LOCKED), and rows partition maintenance moved out of the default
-// partition, can sit below the floor: a full scan every few seconds picks
-// them up.
+// - an event not yet committed has an id (its emit time) no earlier than
+//   the time its transaction published in the emit horizon before taking
+//   it (emit_horizon.hpp): the floor never exceeds the oldest such time in
+//   this database, nor now minus a second (a margin for clock steps);
+// - a claim covers everything visible from the floor up to its last row;
+// - the floor moves only once the cycle that claimed up to it committed (an
+//   aborted cycle leaves its rows as they were, possibly below it).
+// Prepared transactions that were prepared before the server started are of
+// unknown content: while any exists here, claims start at the beginning.
+// Rows moved out of the default partition by maintenance reset the floor
+// (DatabaseSlot::floor_resets). Rows another session held locked when we
+// skipped them (SKIP LOCKED), and rows INSERTed into outbox.events without
+// emit(), can sit below the floor: a full scan every few seconds picks them
+// up.
 constexpr int64 kFullScanIntervalUs = 10 * USECS_PER_SEC;
 pg_uuid_t ready_floor;  // all zero: from the beginning
+// Where the floor goes once this cycle commits (CommitClaimFloor).
+pg_uuid_t pending_floor;
+bool floor_pending = false;
 TimestampTz last_full_scan = 0;
+uint64 seen_floor_resets = 0;
 // The owned key slots the floor was computed for: slots gained since may
 // hold ready events below it.
 uint64 floor_generation = 0;
 
-// The highest floor that is safe now (see above).
+// The database's prepared transactions, when there can be any.
+int PreparedXids(TransactionId **xids) {
+  *xids = nullptr;
+  if (max_prepared_xacts == 0) return 0;
+  if (prepared_plan == nullptr) {
+    prepared_plan = Prepare(
+        "SELECT transaction FROM pg_catalog.pg_prepared_xacts"
+        " WHERE database OPERATOR(pg_catalog.=) pg_catalog.current_database()",
+        0, nullptr);
+  }
+  if (SPI_execute_plan(prepared_plan, nullptr, nullptr, true, 0) != SPI_OK_SELECT) {
+    elog(ERROR, "outbox: cannot list prepared transactions");
+  }
+  const int n = static_cast<int>(SPI_processed);
+  *xids = static_cast<TransactionId *>(palloc(sizeof(TransactionId) * (n + 1)));
+  for (int i = 0; i < n; ++i) {
+    bool isnull = false;
+    (*xids)[i] = DatumGetTransactionId(
+        SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+  }
+  return n;
+}
+
+// The highest floor that is safe now (see above). `now` was read before.
 pg_uuid_t SafeBound(TimestampTz now) {
   pg_uuid_t bound;
   memset(&bound, 0, sizeof bound);
-  if (SPI_execute_plan(bound_plan, nullptr, nullptr, false, 1) != SPI_OK_SELECT ||
-      SPI_processed != 1) {
-    return bound;
-  }
-  bool start_null = false, prepared_null = false;
-  Datum start = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &start_null);
-  const int64 prepared =
-      DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &prepared_null));
-  if (prepared > 0) return bound;
+  TransactionId *prepared = nullptr;
+  const int nprepared = PreparedXids(&prepared);
+  const EmitHorizon horizon = ReadEmitHorizon(MyDatabaseId, prepared, nprepared);
+  if (horizon.unknown_prepared) return bound;
   TimestampTz t = now - USECS_PER_SEC;
-  if (!start_null && DatumGetTimestampTz(start) < t) t = DatumGetTimestampTz(start);
+  if (horizon.oldest != 0 && horizon.oldest < t) t = horizon.oldest;
   const int64 unix_ms = t / 1000 + kPgEpochUnixSeconds * 1000;
   if (unix_ms <= 0) return bound;
   for (int i = 0; i < 6; ++i) bound.data[i] = static_cast<uint8>(unix_ms >> (40 - 8 * i));
@@ -396,6 +420,7 @@ pg_uuid_t After(const pg_uuid_t &id) {
 
 // One claimed batch of a window, in id order.
 struct Batch {
+  Dispatcher::Ticket ticket = 0;  // Dispatcher::Begin's
   int n = 0;
   EventRow *rows = nullptr;
   Claimed *claimed = nullptr;
@@ -432,16 +457,22 @@ Batch ReadBatch(SPITupleTable *retry_rows, int nretry, SPITupleTable *ready_rows
 // Wait for a batch's answers, count them, and write its outcomes.
 void FinishBatch(Dispatcher *dispatcher, const Batch &b, Sink::InterruptCheck interrupted,
                  CycleStats *stats) {
+  OUTBOX_FAULT("publisher.before_finish");
   // While the brokers answer, pg_stat_activity shows the publisher waiting
   // (wait_event_type Extension) rather than active on the CPU. Finish runs
   // no PostgreSQL code and never throws, so the wait always ends here.
   pgstat_report_wait_start(PG_WAIT_EXTENSION);
-  dispatcher->Finish(b.outcomes, interrupted);
+  dispatcher->Finish(b.ticket, interrupted);
   pgstat_report_wait_end();
+  OUTBOX_FAULT("publisher.after_finish");
   for (int i = 0; i < b.n; ++i) {
     const RowOutcome &o = b.outcomes[i];
-    // An event left as it was may be a ready one below the new floor.
-    if (o.outcome == Outcome::kUntouched) memset(&ready_floor, 0, sizeof ready_floor);
+    // An event left as it was may be a ready one below the new floor: the
+    // next claim starts from the beginning.
+    if (o.outcome == Outcome::kUntouched) {
+      memset(&ready_floor, 0, sizeof ready_floor);
+      floor_pending = false;
+    }
     if (o.outcome == Outcome::kPublished) stats->published++;
     if (o.outcome == Outcome::kRetry || o.outcome == Outcome::kDead) {
       stats->failed++;
@@ -454,6 +485,7 @@ void FinishBatch(Dispatcher *dispatcher, const Batch &b, Sink::InterruptCheck in
     for (int j = 0; j < i && !seen; ++j) seen = b.claimed[j].tableoid == b.claimed[i].tableoid;
     if (!seen) WriteOutcomes(b.claimed[i].tableoid, b.claimed, b.outcomes, b.n);
   }
+  OUTBOX_FAULT("publisher.after_outcomes");
 }
 
 }  // namespace
@@ -479,6 +511,10 @@ int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted, Cy
   if (OwnedSlots().generation != floor_generation) {
     memset(&ready_floor, 0, sizeof ready_floor);  // slots gained: their events
     floor_generation = OwnedSlots().generation;
+  }
+  if (const uint64 resets = ClaimFloorResets(); resets != seen_floor_resets) {
+    memset(&ready_floor, 0, sizeof ready_floor);  // maintenance moved events below it
+    seen_floor_resets = resets;
   }
   if (now - last_full_scan >= kFullScanIntervalUs) {
     memset(&ready_floor, 0, sizeof ready_floor);
@@ -511,7 +547,9 @@ int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted, Cy
   bool ready_claimed = false;
   pg_uuid_t ceiling;  // exclusive; none for the first claim
   memset(ceiling.data, 0xff, UUID_LEN);
+  floor_pending = false;
   for (int w = 0; w < guc::batches_in_flight; ++w) {
+    OUTBOX_FAULT("publisher.before_claim");
     const int nretry = w == 0 ? RunClaim(claim_retry_plan, batch) : 0;
     SPITupleTable *retry_rows = nretry > 0 ? SPI_tuptable : nullptr;
     const int ready_limit = batch - nretry;
@@ -534,18 +572,39 @@ int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted, Cy
       }
     }
     if (nretry + nready == 0) break;
+    OUTBOX_FAULT("publisher.after_claim");
     window[nbatches] = ReadBatch(retry_rows, nretry, ready_rows, nready);
-    const Batch &b = window[nbatches++];
+    Batch &b = window[nbatches++];
     stats->claimed += b.n;
     pgstat_report_wait_start(PG_WAIT_EXTENSION);
-    dispatcher->Begin(b.rows, static_cast<size_t>(b.n), settings, b.outcomes, interrupted);
+    b.ticket =
+        dispatcher->Begin(b.rows, static_cast<size_t>(b.n), settings, b.outcomes, interrupted);
     pgstat_report_wait_end();
+    OUTBOX_FAULT("publisher.after_begin");
     if (!full || (interrupted != nullptr && interrupted())) break;
   }
-  if (ready_claimed) ready_floor = next_floor;
+  // The floor moves when this transaction has committed (CommitClaimFloor):
+  // if it aborts, the rows claimed here are pending again below next_floor.
+  if (ready_claimed) {
+    pending_floor = next_floor;
+    floor_pending = true;
+  }
 
   for (int w = 0; w < nbatches; ++w) FinishBatch(dispatcher, window[w], interrupted, stats);
   return stats->claimed;
+}
+
+void CommitClaimFloor() {
+  if (floor_pending) ready_floor = pending_floor;
+  floor_pending = false;
+}
+
+void ForgetClaimFloor() { floor_pending = false; }
+
+const char *PublisherStatement(const char *name) {
+  if (strcmp(name, "claim_retry") == 0) return kClaimRetrySql;
+  if (strcmp(name, "claim_ready") == 0) return kClaimReadySql;
+  return nullptr;
 }
 
 void LoadConfiguration(Dispatcher *dispatcher) {

@@ -40,4 +40,19 @@ void LoadConfiguration(Dispatcher *dispatcher);
 // When the earliest waiting event is due (0 if none waits for a time).
 TimestampTz NextRetryAt();
 
+// After the cycle's transaction committed: the ready claims' starting point
+// moves to where that cycle's claims left it. After an abort, call
+// ForgetClaimFloor instead: the point stays where the last committed cycle
+// put it (the aborted cycle's rows are pending again, perhaps above it).
+void CommitClaimFloor();
+void ForgetClaimFloor();
+
+// How many times this database's claim floors were reset (shmem.hpp's
+// DatabaseSlot::floor_resets); provided by the publisher.
+uint64 ClaimFloorResets();
+
+// The SQL text of a statement the publisher runs ("claim_retry",
+// "claim_ready"), for outbox.publisher_statements(); nullptr if unknown.
+const char *PublisherStatement(const char *name);
+
 }  // namespace outbox

@@ -6,6 +6,11 @@
 // pending) and waits for them to be gone; the launcher does not restart them
 // until the pause lapses, by which time the statement has finished (and for
 // DROP DATABASE, the database is gone).
+//
+// The same hook wakes the database's publishers when a COMMIT PREPARED
+// commits: the transaction that emitted is not this session's, so no
+// emit() here asked for a wake-up, and its events would otherwise wait for
+// the publisher's safety poll.
 #include "database_guard.hpp"
 
 #include "pg_bridge.hpp"
@@ -28,13 +33,6 @@ constexpr long kPauseMs = 15000;     // longer than DROP DATABASE's own 5 s wait
 constexpr long kWaitExitMs = 10000;  // publishers stop within a few seconds
 
 ProcessUtility_hook_type prev_process_utility = nullptr;
-
-bool AnyPublisher(DatabaseSlot *slot) {
-  for (int i = 0; i < kMaxWorkersPerDatabase; ++i) {
-    if (pg_atomic_read_u32(&slot->worker_procno[i]) != kNoProc) return true;
-  }
-  return false;
-}
 
 void PauseDatabase(const char *datname) {
   if (datname == nullptr) return;
@@ -74,6 +72,11 @@ void GuardedProcessUtility(PlannedStmt *pstmt, const char *query_string, bool re
     case T_RenameStmt:
       if (castNode(RenameStmt, stmt)->renameType == OBJECT_DATABASE) {
         PauseDatabase(castNode(RenameStmt, stmt)->subname);
+      }
+      break;
+    case T_TransactionStmt:
+      if (castNode(TransactionStmt, stmt)->kind == TRANS_STMT_COMMIT_PREPARED) {
+        WakePublishersAtCommit();  // at commit only: a refused one wakes nobody
       }
       break;
     case T_AlterDatabaseStmt: {

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "backoff.hpp"
+#include "fault_points.hpp"
 #include "route_match.hpp"
 
 namespace outbox {
@@ -35,21 +36,52 @@ Dispatcher::Dispatcher(SinkFactory factory) : factory_(factory), rng_(std::rando
 
 Dispatcher::~Dispatcher() = default;
 
+Dispatcher *Dispatcher::Create(SinkFactory factory) noexcept {
+  try {
+    return new Dispatcher(factory);
+  } catch (...) {
+    return nullptr;  // std::bad_alloc, or std::random_device without a source
+  }
+}
+
+namespace {
+// Copy `text` into buf[0..size), cut to fit, NUL-terminated.
+void CopyOut(std::string_view text, char *buf, size_t size) noexcept {
+  if (size == 0) return;
+  const size_t n = std::min(text.size(), size - 1);
+  std::memcpy(buf, text.data(), n);
+  buf[n] = '\0';
+}
+}  // namespace
+
+void Dispatcher::LogFailure(const char *what, const char *why) noexcept {
+  try {
+    Log(LogLevel::kError, std::string(what) + ": " + why);
+  } catch (...) {
+    // Out of memory while saying so: the outcomes already tell.
+  }
+}
+
 double Dispatcher::Random() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
 
 void Dispatcher::Log(LogLevel level, std::string text) {
   logs_.emplace_back(level, std::move(text));
 }
 
-bool Dispatcher::NextLog(LogLevel *level, std::string *text) {
-  DrainSinkLogs();
+bool Dispatcher::NextLog(LogLevel *level, char *text, size_t size) noexcept {
+  try {
+    DrainSinkLogs();
+  } catch (...) {
+    // Out of memory: the sinks' lines wait for the next call.
+  }
   if (next_log_ >= logs_.size()) {
     logs_.clear();
     next_log_ = 0;
     return false;
   }
   *level = logs_[next_log_].first;
-  *text = std::move(logs_[next_log_].second);
+  CopyOut(logs_[next_log_].second, text, size);
+  logs_[next_log_].second.clear();
   ++next_log_;
   return true;
 }
@@ -64,8 +96,14 @@ void Dispatcher::DrainSinkLogs() {
 }
 
 void Dispatcher::Configure(const RouteRow *routes, size_t nroutes, const SinkRow *sinks,
-                           size_t nsinks) {
+                           size_t nsinks) noexcept {
+  // Sinks may be replaced below: no batch may still point at them.
+  if (!flights_.empty()) {
+    LogFailure("configuration reloaded with batches in flight", "they are abandoned");
+    AbandonAll();
+  }
   try {
+    OUTBOX_FAULT_CPP("dispatch.configure");
     std::vector<Route> fresh;
     for (size_t i = 0; i < nroutes; ++i) {
       fresh.push_back(Route{std::string(routes[i].pattern), std::string(routes[i].sink),
@@ -119,7 +157,9 @@ void Dispatcher::Configure(const RouteRow *routes, size_t nroutes, const SinkRow
     guard_.Clear();
     behind_down_sinks_.clear();
   } catch (const std::exception &e) {
-    Log(LogLevel::kError, std::string("could not load sinks and routes: ") + e.what());
+    LogFailure("could not load sinks and routes", e.what());
+  } catch (...) {
+    LogFailure("could not load sinks and routes", "unexpected error");
   }
 }
 
@@ -127,12 +167,12 @@ int Dispatcher::RouteIndex(std::string_view topic) const {
   return BestPatternIndex(patterns_.data(), patterns_.size(), topic);
 }
 
-void Dispatcher::NoteWaiting(const EventRow &event, int64_t until_us) {
+void Dispatcher::NoteWaiting(const EventRow &event, int64_t until_us) noexcept {
   if (!event.has_key || until_us == kInfinityUs) return;
   try {
     const int r = RouteIndex(event.topic);
     if (r >= 0) guard_.Block(routes_[r].pattern, event.key, event.id, until_us);
-  } catch (const std::exception &) {
+  } catch (...) {
     // Out of memory: order state incomplete; the next Configure rebuilds it.
   }
 }
@@ -155,18 +195,80 @@ Sink *Dispatcher::SinkFor(const std::string &name, SinkState *state, bool may_re
 }
 
 void Dispatcher::Dispatch(const EventRow *rows, size_t n, const DispatchSettings &settings,
-                          RowOutcome *out, Sink::InterruptCheck interrupted) {
-  Begin(rows, n, settings, out, interrupted);
-  Finish(out, interrupted);
+                          RowOutcome *out, Sink::InterruptCheck interrupted) noexcept {
+  Finish(Begin(rows, n, settings, out, interrupted), interrupted);
 }
 
-void Dispatcher::Begin(const EventRow *rows, size_t n, const DispatchSettings &settings,
-                       RowOutcome *out, Sink::InterruptCheck interrupted) {
-  for (size_t i = 0; i < n; ++i) out[i] = RowOutcome{};
-  Flight *flight = nullptr;
+void Dispatcher::Decide(Flight *flight, size_t i, std::set<std::string> *admitted,
+                        std::map<std::string, std::vector<size_t>> *groups) {
+  const EventRow &row = flight->rows[i];
+  const DispatchSettings &settings = flight->settings;
+  RowOutcome *out = flight->out;
+  const int r = flight->route_of[i];
+  if (r < 0) {
+    out[i].outcome = Outcome::kParkNoRoute;
+    out[i].next_attempt_us = kInfinityUs;
+    SetError(&out[i], "no route matches topic \"" + std::string(row.topic) + "\"");
+    return;
+  }
+  const Route &route = routes_[r];
+  if (route.paused) {
+    out[i].outcome = Outcome::kParkNoRoute;
+    out[i].next_attempt_us = kInfinityUs;
+    SetError(&out[i], "route \"" + route.pattern + "\" is paused");
+    return;
+  }
+  auto sink_it = sinks_.find(route.sink);
+  if (sink_it == sinks_.end()) {  // routes reference sinks; only a race gets here
+    out[i].outcome = Outcome::kPark;
+    out[i].next_attempt_us = settings.now_us + settings.backoff_max_ms * kUsecPerMs;
+    SetError(&out[i], "sink \"" + route.sink + "\" does not exist");
+    return;
+  }
+  SinkState &state = sink_it->second;
+  if (state.down && settings.now_us < state.retry_at_us) {
+    out[i].outcome = Outcome::kPark;
+    out[i].next_attempt_us = state.retry_at_us;
+    SetError(&out[i], "sink \"" + route.sink + "\" is unavailable: " + state.last_error);
+    if (row.has_key) guard_.Block(route.pattern, row.key, row.id, out[i].next_attempt_us);
+    NoteBehindDownSink(row.topic, route.sink);
+    return;
+  }
+  if (ParkBehindEarlier(row, route, admitted, settings.now_us, kWaitingForKey, &out[i])) return;
+  admitted->emplace(row.id);
+  (*groups)[route.sink].push_back(i);
+}
+
+void Dispatcher::SendGroups(Flight *flight, std::map<std::string, std::vector<size_t>> *groups,
+                            Sink::InterruptCheck interrupted) {
+  flight->groups.reserve(flight->groups.size() + groups->size());  // no Group moves once sent
+  for (auto &[name, members] : *groups) {
+    flight->groups.emplace_back();
+    Group &group = flight->groups.back();
+    group.sink_name = name;
+    group.members = std::move(members);
+    SendGroup(*flight, &group, interrupted);
+  }
+}
+
+Dispatcher::Ticket Dispatcher::Begin(const EventRow *rows, size_t n,
+                                     const DispatchSettings &settings, RowOutcome *out,
+                                     Sink::InterruptCheck interrupted) noexcept {
+  const Ticket ticket = ++last_ticket_;
+  for (size_t i = 0; i < n; ++i) {
+    out[i] = RowOutcome{};
+    out[i].attempts = rows[i].attempts;
+  }
   try {
     flights_.emplace_back();
-    flight = &flights_.back();
+  } catch (...) {
+    LogFailure("batch abandoned", "out of memory");
+    return ticket;  // Finish will not know it: every row stays as it was
+  }
+  Flight *flight = &flights_.back();
+  try {
+    OUTBOX_FAULT_CPP("dispatch.begin");
+    flight->ticket = ticket;
     flight->rows = rows;
     flight->n = n;
     flight->settings = settings;
@@ -176,85 +278,124 @@ void Dispatcher::Begin(const EventRow *rows, size_t n, const DispatchSettings &s
     std::set<std::string> admitted;
     for (size_t i = 0; i < n; ++i) {
       const EventRow &row = rows[i];
-      out[i].attempts = row.attempts;
       const int r = RouteIndex(row.topic);
       flight->route_of[i] = r;
-      if (r < 0) {
-        out[i].outcome = Outcome::kParkNoRoute;
-        out[i].next_attempt_us = kInfinityUs;
-        SetError(&out[i], "no route matches topic \"" + std::string(row.topic) + "\"");
-        continue;
+      if (r >= 0 && row.has_key) {
+        // One batch in flight per route and key: an event of a key that an
+        // earlier batch still carries waits for that batch's outcome.
+        auto [it, fresh] = keys_in_flight_.try_emplace(
+            RouteKey(routes_[r].pattern, std::string(row.key)), KeyInFlight{ticket, false});
+        if (!fresh && it->second.ticket != ticket) it->second = KeyInFlight{ticket, true};
+        if (it->second.deferred) {  // and so is every later event of it in this batch
+          flight->deferred.push_back(i);
+          continue;
+        }
       }
-      const Route &route = routes_[r];
-      if (route.paused) {
-        out[i].outcome = Outcome::kParkNoRoute;
-        out[i].next_attempt_us = kInfinityUs;
-        SetError(&out[i], "route \"" + route.pattern + "\" is paused");
-        continue;
-      }
-      auto sink_it = sinks_.find(route.sink);
-      if (sink_it == sinks_.end()) {  // routes reference sinks; only a race gets here
-        out[i].outcome = Outcome::kPark;
-        out[i].next_attempt_us = settings.now_us + settings.backoff_max_ms * kUsecPerMs;
-        SetError(&out[i], "sink \"" + route.sink + "\" does not exist");
-        continue;
-      }
-      SinkState &state = sink_it->second;
-      if (state.down && settings.now_us < state.retry_at_us) {
-        out[i].outcome = Outcome::kPark;
-        out[i].next_attempt_us = state.retry_at_us;
-        SetError(&out[i], "sink \"" + route.sink + "\" is unavailable: " + state.last_error);
-        if (row.has_key) guard_.Block(route.pattern, row.key, row.id, out[i].next_attempt_us);
-        NoteBehindDownSink(row.topic, route.sink);
-        continue;
-      }
-      if (ParkBehindEarlier(row, route, &admitted, settings.now_us, kWaitingForKey, &out[i])) {
-        continue;
-      }
-      admitted.emplace(row.id);
-      groups[route.sink].push_back(i);
+      Decide(flight, i, &admitted, &groups);
     }
-    flight->groups.reserve(groups.size());  // no Group moves once sent
-    for (auto &[name, members] : groups) {
-      flight->groups.emplace_back();
-      Group &group = flight->groups.back();
-      group.sink_name = name;
-      group.members = std::move(members);
-      SendGroup(*flight, &group, interrupted);
-    }
+    SendGroups(flight, &groups, interrupted);
   } catch (const std::exception &e) {
     // Out of memory half-way: collect what was sent, and whatever has no
     // outcome stays as it was.
-    if (flight != nullptr) {
-      for (Group &group : flight->groups) {
-        if (group.sink != nullptr) group.sink->Collect(group.results.data(), interrupted);
-      }
-      flights_.pop_back();
+    for (Group &group : flight->groups) {
+      if (group.sink != nullptr) group.sink->Collect(group.sink_ticket, interrupted);
     }
+    flights_.pop_back();
+    ForgetKeysOf(ticket);
     for (size_t i = 0; i < n; ++i) {
       out[i] = RowOutcome{};
       out[i].attempts = rows[i].attempts;
     }
-    Log(LogLevel::kError, std::string("batch abandoned: ") + e.what());
+    LogFailure("batch abandoned", e.what());
+  }
+  return ticket;
+}
+
+void Dispatcher::ForgetKeysOf(Ticket ticket) noexcept {
+  for (auto it = keys_in_flight_.begin(); it != keys_in_flight_.end();) {
+    it = it->second.ticket == ticket ? keys_in_flight_.erase(it) : std::next(it);
   }
 }
 
-void Dispatcher::Finish(RowOutcome *out, Sink::InterruptCheck interrupted) {
-  auto it = std::find_if(flights_.begin(), flights_.end(),
-                         [out](const Flight &f) { return f.out == out; });
-  if (it == flights_.end()) return;  // Begin gave up on it
-  Flight &flight = *it;
+void Dispatcher::Finish(Ticket ticket, Sink::InterruptCheck interrupted) noexcept {
+  const bool known = std::any_of(flights_.begin(), flights_.end(),
+                                 [ticket](const Flight &f) { return f.ticket == ticket; });
+  if (!known) return;  // Begin gave up on it, or it was abandoned or finished
+  // Batches are finished in the order begun: any earlier one goes first.
+  while (!flights_.empty()) {
+    const Ticket front = flights_.front().ticket;
+    FinishFront(interrupted);
+    if (front == ticket) break;
+  }
+}
+
+// Settle the oldest batch in flight, then decide and deliver its deferred
+// rows, whose earlier events' outcomes are all known now.
+void Dispatcher::FinishFront(Sink::InterruptCheck interrupted) {
+  Flight &flight = flights_.front();
+  const Ticket ticket = flight.ticket;
+  RowOutcome *out = flight.out;
   try {
     for (Group &group : flight.groups) SettleGroup(flight, &group, interrupted);
+    OUTBOX_FAULT_CPP("dispatch.finish");
+    if (!flight.deferred.empty()) {
+      if (interrupted != nullptr && interrupted()) {
+        // Shutting down: the deferred rows get no verdict (kUntouched).
+      } else {
+        const size_t settled = flight.groups.size();
+        std::map<std::string, std::vector<size_t>> groups;
+        std::set<std::string> admitted;
+        for (size_t i : flight.deferred) {
+          // An earlier event of its key left as it was (pending, never
+          // tried) must go out first: this one waits with it.
+          const EventRow &row = flight.rows[i];
+          const int r = flight.route_of[i];
+          if (untouched_keys_.count(RouteKey(routes_[r].pattern, std::string(row.key))) != 0) {
+            continue;
+          }
+          Decide(&flight, i, &admitted, &groups);
+        }
+        SendGroups(&flight, &groups, interrupted);
+        for (size_t g = settled; g < flight.groups.size(); ++g) {
+          SettleGroup(flight, &flight.groups[g], interrupted);
+        }
+      }
+    }
   } catch (const std::exception &e) {
+    // Out of memory: keep what was acknowledged; everything else stays as
+    // it was (pending), and the order state is rebuilt by the next
+    // Configure. Sends still open are given up.
+    for (auto &[name, state] : sinks_) {
+      if (state.sink) state.sink->AbandonAll("abandoned: out of memory");
+    }
     for (size_t i = 0; i < flight.n; ++i) {
       if (out[i].outcome == Outcome::kPublished) continue;
       out[i] = RowOutcome{};
       out[i].attempts = flight.rows[i].attempts;
     }
-    Log(LogLevel::kError, std::string("batch abandoned: ") + e.what());
+    LogFailure("batch abandoned", e.what());
   }
-  flights_.erase(it);
+  flights_.pop_front();
+  ForgetKeysOf(ticket);
+  if (flights_.empty()) untouched_keys_.clear();
+}
+
+void Dispatcher::NoteUntouched(const Route &route, const EventRow &row) {
+  if (row.has_key) untouched_keys_.emplace(route.pattern, std::string(row.key));
+}
+
+void Dispatcher::AbandonAll() noexcept {
+  if (!flights_.empty()) {
+    // First the sinks, while the Delivery arrays they write into still
+    // exist (they belong to our Groups); then the flights, whose rows and
+    // outcome arrays are the caller's and are never touched here.
+    for (auto &[name, state] : sinks_) {
+      if (state.sink) state.sink->AbandonAll("abandoned: the publisher's transaction failed");
+    }
+    flights_.clear();
+  }
+  keys_in_flight_.clear();
+  untouched_keys_.clear();
 }
 
 OutMessage Dispatcher::MessageFor(const Flight &flight, size_t i) const {
@@ -289,12 +430,13 @@ void Dispatcher::SendGroup(const Flight &flight, Group *group, Sink::InterruptCh
   group->messages.reserve(group->members.size());
   for (size_t i : group->members) group->messages.push_back(MessageFor(flight, i));
   group->sink = sink;
-  sink->Send(group->messages.data(), group->messages.size(), group->results.data(), interrupted);
+  group->sink_ticket = sink->Send(group->messages.data(), group->messages.size(),
+                                  group->results.data(), interrupted);
 }
 
 void Dispatcher::SettleGroup(const Flight &flight, Group *group, Sink::InterruptCheck interrupted) {
   Sink *sink = group->sink;
-  if (sink != nullptr) sink->Collect(group->results.data(), interrupted);
+  if (sink != nullptr) sink->Collect(group->sink_ticket, interrupted);
   const std::string &sink_name = group->sink_name;
   SinkState *state = &sinks_[sink_name];
   const std::vector<size_t> &members = group->members;
@@ -359,6 +501,7 @@ void Dispatcher::SettleGroup(const Flight &flight, Group *group, Sink::Interrupt
     Delivery result = results[k];
     if (result.status == DeliveryStatus::kRetriable && interrupted_now) {
       out[i].outcome = Outcome::kUntouched;  // shutting down: no verdict
+      NoteUntouched(route, rows[i]);
       continue;
     }
     if (result.status == DeliveryStatus::kNotSent) {
@@ -382,6 +525,7 @@ void Dispatcher::SettleGroup(const Flight &flight, Group *group, Sink::Interrupt
       // waits behind it instead.
       if (interrupted_now || stopping()) {
         out[i].outcome = Outcome::kUntouched;
+        NoteUntouched(route, rows[i]);
         continue;
       }
       if (ParkBehindEarlier(rows[i], route, nullptr, settings.now_us, kWaitingForKey, &out[i])) {
@@ -392,6 +536,7 @@ void Dispatcher::SettleGroup(const Flight &flight, Group *group, Sink::Interrupt
       sink->Publish(&alone, 1, &solo, interrupted);
       if (solo.status == DeliveryStatus::kRetriable && stopping()) {
         out[i].outcome = Outcome::kUntouched;  // interrupted while alone: no verdict
+        NoteUntouched(route, rows[i]);
         continue;
       }
       result = solo;
@@ -441,9 +586,9 @@ void Dispatcher::Attempted(const EventRow &row, const Route &route, const Delive
   if (row.has_key) guard_.Block(route.pattern, row.key, row.id, out->next_attempt_us);
 }
 
-void Dispatcher::Poll() {
+void Dispatcher::Poll() noexcept {
   for (auto &[name, state] : sinks_) {
-    if (state.sink) state.sink->Poll();
+    if (state.sink) state.sink->Poll();  // never throws (sink.hpp)
   }
 }
 
@@ -468,7 +613,7 @@ std::vector<std::string> Dispatcher::TopicsBehindDownSinks(int64_t now_us) const
   return topics;
 }
 
-int64_t Dispatcher::NextSinkRetryUs() const {
+int64_t Dispatcher::NextSinkRetryUs() const noexcept {
   int64_t next = 0;
   for (const auto &[name, state] : sinks_) {
     if (state.down && (next == 0 || state.retry_at_us < next)) next = state.retry_at_us;
@@ -476,16 +621,20 @@ int64_t Dispatcher::NextSinkRetryUs() const {
   return next;
 }
 
-std::string Dispatcher::SinkStates() const {
-  std::string s;
-  for (const auto &[name, state] : sinks_) {
-    if (!s.empty()) s += ", ";
-    s += name + "=" +
-         (state.down   ? std::string("down")
-          : state.sink ? state.sink->State()
-                       : std::string("idle"));
+void Dispatcher::SinkStates(char *text, size_t size) const noexcept {
+  try {
+    std::string s;
+    for (const auto &[name, state] : sinks_) {
+      if (!s.empty()) s += ", ";
+      s += name + "=" +
+           (state.down   ? std::string("down")
+            : state.sink ? state.sink->State()
+                         : std::string("idle"));
+    }
+    CopyOut(s, text, size);
+  } catch (...) {
+    CopyOut("", text, size);
   }
-  return s;
 }
 
 }  // namespace outbox

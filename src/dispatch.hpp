@@ -19,8 +19,23 @@
 // - After outbox.max_attempts failed attempts an event is dead, and stops
 //   holding back its key.
 //
-// Threading and errors: used by the publisher's main thread only; no method
-// throws (failures are reported through outcomes and logs).
+// - Pipelining: a batch begun while earlier batches are in flight never
+//   sends an event whose route and key has an event in one of them. Such
+//   events are deferred: decided and sent when their batch is finished,
+//   after the earlier batches' outcomes are known (a failure there parks
+//   them behind it). So per key at most one batch is in flight, and a later
+//   event of a key never reaches a broker before an earlier one's fate is
+//   settled.
+//
+// Threading and errors: used by the publisher's main thread only. No method
+// but the constructor throws (use Create): failures are reported through
+// outcomes and logs, so every call is its own exception boundary.
+//
+// Lifetime of a batch: Begin returns a ticket that no later batch reuses;
+// the rows and the outcome array stay the caller's and must stay valid until
+// Finish(ticket) or AbandonAll(). The caller's memory for them is short-lived
+// (a transaction's): when the caller gives up (an ERROR), it calls AbandonAll
+// before that memory goes, and nothing of the batch is touched again.
 #pragma once
 
 #include <cstdint>
@@ -101,40 +116,60 @@ std::unique_ptr<Sink> MakeSink(std::string_view name, std::string_view kind,
 
 class Dispatcher {
  public:
+  using Ticket = uint64_t;
+
   explicit Dispatcher(SinkFactory factory = MakeSink);
   ~Dispatcher();
+  // A new Dispatcher, or nullptr when it cannot be built (out of memory, no
+  // random source). Never throws.
+  static Dispatcher *Create(SinkFactory factory = MakeSink) noexcept;
 
   // Install the routing table and the sink definitions. Sinks whose kind or
   // options changed, or that disappeared, are closed; new ones are created
   // on first use. Clears the order state (the caller re-notes waiting events
   // with NoteWaiting, since routes decide which events share an order).
-  void Configure(const RouteRow *routes, size_t nroutes, const SinkRow *sinks, size_t nsinks);
+  // Batches still in flight are abandoned first (see AbandonAll).
+  void Configure(const RouteRow *routes, size_t nroutes, const SinkRow *sinks,
+                 size_t nsinks) noexcept;
 
   // An event found waiting for a retry when (re)building the order state.
-  void NoteWaiting(const EventRow &event, int64_t until_us);
+  void NoteWaiting(const EventRow &event, int64_t until_us) noexcept;
 
   // Decide and deliver a claimed batch; rows must be in id order. Fills
   // out[0..n). `interrupted` is checked while waiting for brokers.
   void Dispatch(const EventRow *rows, size_t n, const DispatchSettings &settings, RowOutcome *out,
-                Sink::InterruptCheck interrupted);
+                Sink::InterruptCheck interrupted) noexcept;
 
   // Dispatch in two halves, so that several batches can be in flight at
-  // once: Begin decides and sends a batch without waiting for the brokers;
-  // Finish(out) waits for that batch's answers and fills out[0..n). Batches
-  // are begun in id order (a later batch holds only later events) and
-  // finished in the order begun. To the brokers, the batches in flight are
-  // one longer stream: per key, they keep the order of one batch. rows,
-  // settings' strings and out must stay valid until Finish; Configure only
-  // while no batch is in flight.
-  void Begin(const EventRow *rows, size_t n, const DispatchSettings &settings, RowOutcome *out,
-             Sink::InterruptCheck interrupted);
-  void Finish(RowOutcome *out, Sink::InterruptCheck interrupted);
+  // once: Begin decides and sends a batch without waiting for the brokers
+  // (except for events deferred behind an earlier batch, see above) and
+  // returns its ticket; Finish(ticket) waits for that batch's answers and
+  // fills its out[0..n). Batches are begun in id order (a later batch holds
+  // only later events) and finished in the order begun: finishing a batch
+  // first finishes any batch begun before it. A ticket Finish does not know
+  // (given up by Begin, abandoned, already finished) is ignored. rows,
+  // settings' strings and out must stay valid until Finish or AbandonAll.
+  Ticket Begin(const EventRow *rows, size_t n, const DispatchSettings &settings, RowOutcome *out,
+               Sink::InterruptCheck interrupted) noexcept;
+  void Finish(Ticket ticket, Sink::InterruptCheck interrupted) noexcept;
+
+  // Give up every batch in flight: the sinks stop waiting for them and
+  // forget them, and neither their rows nor their outcome arrays are read or
+  // written again (the caller may already have freed them). Their events
+  // stay as the caller's database has them (pending); what the brokers
+  // already got may arrive anyway (at least once). The order state may now
+  // disagree with the database: the caller reloads (Configure, NoteWaiting)
+  // before its next batch.
+  void AbandonAll() noexcept;
+
+  // Batches begun and not yet finished or abandoned.
+  size_t InFlight() const noexcept { return flights_.size(); }
 
   // Serve the sinks' background work while idle.
-  void Poll();
+  void Poll() noexcept;
 
   // The earliest time a sink that is down should be tried again, or 0.
-  int64_t NextSinkRetryUs() const;
+  int64_t NextSinkRetryUs() const noexcept;
 
   // Topics whose events were parked because their sink is down, while that
   // sink is still down and not due for another try at now_us. The claims
@@ -145,14 +180,16 @@ class Dispatcher {
   // are not written at all until the sink is back. At most
   // kMaxTopicsBehindDownSinks topics are tracked; beyond that the others are
   // claimed and parked as before.
-  std::vector<std::string> TopicsBehindDownSinks(int64_t now_us) const;
+  std::vector<std::string> TopicsBehindDownSinks(int64_t now_us) const;  // may throw bad_alloc
   static constexpr size_t kMaxTopicsBehindDownSinks = 64;
 
-  // The next log line, oldest first; false when there is none.
-  bool NextLog(LogLevel *level, std::string *text);
+  // The next log line, oldest first, copied into text[0..size) (cut on a
+  // byte boundary, NUL-terminated); false when there is none.
+  bool NextLog(LogLevel *level, char *text, size_t size) noexcept;
 
-  // For monitoring: "name=state" for each sink, comma-separated.
-  std::string SinkStates() const;
+  // For monitoring: "name=state" for each sink, comma-separated, copied into
+  // text[0..size) (cut, NUL-terminated; empty when out of memory).
+  void SinkStates(char *text, size_t size) const noexcept;
 
  private:
   struct SinkState {
@@ -180,22 +217,40 @@ class Dispatcher {
     std::vector<OutMessage> messages;
     std::vector<Delivery> results;  // what the sink fills, member by member
     Sink *sink = nullptr;           // null: never sent (no producer)
+    uint64_t sink_ticket = 0;       // the sink's Send ticket (0: nothing to collect)
   };
   // A batch between Begin and Finish.
   struct Flight {
+    Ticket ticket = 0;
     const EventRow *rows = nullptr;
     size_t n = 0;
     DispatchSettings settings;
     RowOutcome *out = nullptr;
     std::vector<int> route_of;  // per row: index in routes_, or -1
     std::vector<Group> groups;
+    // Rows whose route and key had an event in an earlier batch in flight
+    // when this one began: decided and sent by Finish, in id order.
+    std::vector<size_t> deferred;
   };
+  using RouteKey = std::pair<std::string, std::string>;  // route pattern, key
 
   void NoteBehindDownSink(std::string_view topic, const std::string &sink);
   int RouteIndex(std::string_view topic) const;
   Sink *SinkFor(const std::string &name, SinkState *state, bool may_recreate = true);
   void Log(LogLevel level, std::string text);
+  void LogFailure(const char *what, const char *why) noexcept;
   void DrainSinkLogs();
+  void FinishFront(Sink::InterruptCheck interrupted);
+  void ForgetKeysOf(Ticket ticket) noexcept;
+  void NoteUntouched(const Route &route, const EventRow &row);
+  // Decide row i of the flight: an outcome now (no route, paused, sink down,
+  // behind an earlier event of its key) or a place in `groups` (sink name ->
+  // rows to send, in id order). `admitted` holds the ids already sent in
+  // this batch ahead of it.
+  void Decide(Flight *flight, size_t i, std::set<std::string> *admitted,
+              std::map<std::string, std::vector<size_t>> *groups);
+  void SendGroups(Flight *flight, std::map<std::string, std::vector<size_t>> *groups,
+                  Sink::InterruptCheck interrupted);
   double Random();
   OutMessage MessageFor(const Flight &flight, size_t i) const;
   void SendGroup(const Flight &flight, Group *group, Sink::InterruptCheck interrupted);
@@ -213,6 +268,19 @@ class Dispatcher {
   std::map<std::string, SinkState> sinks_;
   OrderGuard guard_;
   std::deque<Flight> flights_;  // begun, not finished; oldest first
+  Ticket last_ticket_ = 0;      // never reused: a 64-bit counter
+  // (route, key) -> the last batch in flight that carries an event of it,
+  // and whether that batch defers its events of the key. Empty when nothing
+  // is in flight.
+  struct KeyInFlight {
+    Ticket ticket;
+    bool deferred;
+  };
+  std::map<RouteKey, KeyInFlight> keys_in_flight_;
+  // (route, key) of events left as they were (interrupted) in the batches
+  // finished so far while others are in flight: their deferred successors
+  // wait too.
+  std::set<RouteKey> untouched_keys_;
   // Topic -> its sink, for topics with events parked while the sink is down.
   std::map<std::string, std::string, std::less<>> behind_down_sinks_;
   std::vector<std::pair<LogLevel, std::string>> logs_;

@@ -10,6 +10,7 @@
 // see event_insert.hpp), no C++ objects (so every ereport below is safe).
 #include "pg_bridge.hpp"
 
+#include "emit_horizon.hpp"
 #include "event_insert.hpp"
 #include "guc.hpp"
 #include "names.hpp"
@@ -128,6 +129,10 @@ extern "C" Datum outbox_emit(PG_FUNCTION_ARGS) {
     has_headers = true;
   }
 
+  // Before the id is taken: publish that this transaction holds events from
+  // now on (emit_horizon.hpp), so no claim's starting point passes them
+  // however long the insert below waits for a lock or the commit comes.
+  NoteEmitting();
   // The id's millisecond and created_at come from the same clock reading, so
   // an event's id tells which daily partition holds it.
   const TimestampTz now = GetCurrentTimestamp();

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "fault_injection.hpp"
 #include "trace_context.hpp"
 
 extern "C" {
@@ -185,6 +186,7 @@ void Define() {
       "per database with ALTER DATABASE ... SET (the publisher reads it when it starts).",
       &cloudevents_source, "", PGC_SUSET, 0, nullptr, nullptr, nullptr);
 
+  fault::DefineSetting();  // test builds only
   MarkGUCPrefixReserved("outbox");
 }
 

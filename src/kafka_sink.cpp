@@ -134,9 +134,10 @@ class KafkaSink final : public Sink {
 
   void Publish(const OutMessage *messages, size_t n, Delivery *out,
                InterruptCheck interrupted) override;
-  void Send(const OutMessage *messages, size_t n, Delivery *out,
-            InterruptCheck interrupted) override;
-  void Collect(const Delivery *out, InterruptCheck interrupted) override;
+  uint64_t Send(const OutMessage *messages, size_t n, Delivery *out,
+                InterruptCheck interrupted) override;
+  void Collect(uint64_t ticket, InterruptCheck interrupted) override;
+  void AbandonAll(const char *reason) noexcept override;
   void Poll() override;
   std::vector<LogLine> TakeLogs() override;
   bool NeedsRecreate() const override;
@@ -152,6 +153,7 @@ class KafkaSink final : public Sink {
 
   // A Send whose outcomes are not all collected yet.
   struct Batch {
+    uint64_t ticket = 0;       // what Send returned for it; never reused
     uintptr_t generation = 0;  // masked to kSlotMask
     Delivery *out = nullptr;
     std::vector<unsigned char> settled;  // per slot: has an outcome
@@ -189,7 +191,7 @@ class KafkaSink final : public Sink {
 
   // Open batches, oldest first; empty between Collect and the next Send.
   std::deque<Batch> open_;
-  uintptr_t generation_ = 0;
+  uint64_t generation_ = 0;             // the last batch's ticket
   const char *purge_reason_ = nullptr;  // while purging: what purged reports say
 };
 
@@ -366,25 +368,26 @@ void KafkaSink::Settle(Batch *batch, size_t slot, DeliveryStatus status,
 
 void KafkaSink::Publish(const OutMessage *messages, size_t n, Delivery *out,
                         InterruptCheck interrupted) {
-  Send(messages, n, out, interrupted);
-  Collect(out, interrupted);
+  Collect(Send(messages, n, out, interrupted), interrupted);
 }
 
-void KafkaSink::Send(const OutMessage *messages, size_t n, Delivery *out,
-                     InterruptCheck interrupted) {
-  if (n == 0) return;
+uint64_t KafkaSink::Send(const OutMessage *messages, size_t n, Delivery *out,
+                         InterruptCheck interrupted) {
+  if (n == 0) return 0;
   if (n > kMaxChunk) {  // more than a slot can number (32-bit pointers only)
     FailAll(n, out, "batch too large");
-    return;
+    return 0;
   }
   try {
     open_.emplace_back();
   } catch (...) {
     FailAll(n, out, "out of memory");
-    return;
+    return 0;
   }
   Batch *batch = &open_.back();
   batch->out = out;
+  batch->ticket = ++generation_;
+  const uint64_t ticket = batch->ticket;
   try {
     SendBatch(batch, messages, n, interrupted);
   } catch (const std::bad_alloc &) {
@@ -394,12 +397,13 @@ void KafkaSink::Send(const OutMessage *messages, size_t n, Delivery *out,
     Abandon("unexpected error");  // only `interrupted` could throw anything else
     FailAll(n, out, "unexpected error");
   }
+  return ticket;
 }
 
 void KafkaSink::SendBatch(Batch *batch, const OutMessage *messages, size_t n,
                           InterruptCheck interrupted) {
   batch->settled.assign(n, 0);
-  batch->generation = ++generation_ & kSlotMask;
+  batch->generation = static_cast<uintptr_t>(batch->ticket) & kSlotMask;
   batch->deadline = Clock::now() + Millis(wait_limit_ms_);
   const uintptr_t generation_bits = batch->generation << kSlotBits;
   purge_reason_ = nullptr;
@@ -450,10 +454,10 @@ void KafkaSink::SendBatch(Batch *batch, const OutMessage *messages, size_t n,
   }
 }
 
-void KafkaSink::Collect(const Delivery *out, InterruptCheck interrupted) {
-  auto it =
-      std::find_if(open_.begin(), open_.end(), [out](const Batch &b) { return b.out == out; });
-  if (it == open_.end()) return;  // settled within Send
+void KafkaSink::Collect(uint64_t ticket, InterruptCheck interrupted) {
+  auto it = std::find_if(open_.begin(), open_.end(),
+                         [ticket](const Batch &b) { return b.ticket == ticket; });
+  if (it == open_.end()) return;  // settled within Send, or abandoned
   Batch *batch = &*it;
   const char *reason = nullptr;
   while (batch->unsettled > 0) {
@@ -569,6 +573,12 @@ void KafkaSink::Abandon(const char *reason) noexcept {
     b.unsettled = 0;
   }
   purge_reason_ = nullptr;
+}
+
+void KafkaSink::AbandonAll(const char *reason) noexcept {
+  if (open_.empty()) return;
+  Abandon(reason);  // settles every open batch's missing outcomes
+  open_.clear();    // and no report can reach their arrays any more
 }
 
 void KafkaSink::FailAll(size_t n, Delivery *out, const char *reason) noexcept {

@@ -3,24 +3,46 @@
 // extension is installed.
 //
 // It cannot look into a database's catalogs (it connects to none), so it
-// learns where the extension is from the publishers: it starts publisher 0 in
-// every database whose state is unknown; the publisher reports present (and
-// stays) or absent (and exits). Publishers 1 .. outbox.workers-1 start once
-// the extension is known to be present. CREATE EXTENSION marks its database unknown at
-// commit and wakes the launcher, so publishing starts within a second.
+// learns where the extension is from the publishers: it probes a database
+// by starting its publisher 0, which reports present (and stays) or absent
+// (and exits). A database found without the extension gives its shared slot
+// back and is remembered here as such, so it is probed once per launcher
+// lifetime and holds no shared slot (issue 13, defect 7: slots went to every
+// connectable database). CREATE EXTENSION takes a slot and bumps its
+// generation at commit and wakes the launcher (shmem.hpp), so publishing
+// starts within a second; a database created from a template that has the
+// extension is a new OID, probed like any new database. Publishers 1 ..
+// outbox.workers-1 start once the extension is known to be present. At most
+// kMaxProbes probes run at once, so probing many databases never takes
+// every worker process.
 //
 // Starts only once recovery has finished (BgWorkerStart_RecoveryFinished):
 // a hot standby runs no launcher and publishes nothing; after promotion the
 // launcher starts and the new primary publishes what is pending.
 //
-// Invariants: `running` below is local to the launcher process. A publisher
-// that exits while its database still has the extension (an error the
-// publisher could not survive, or a crash) is restarted after a backoff that
-// doubles up to a minute, so nothing crash-loops.
+// Failures and restarts (issue 13, defects 5 and 6):
+// - What runs where lives in shared memory: a publisher holds its place
+//   (database, index) there from start to exit, so a launcher that restarts
+//   knows the publishers its predecessor started, and two publishers with
+//   the same database and index cannot exist (the second finds the place
+//   taken and exits).
+// - An ERROR in the launcher (a cancel included) is logged and the loop
+//   carries on after a short pause; any exit, SIGTERM included, has exit
+//   code 1, so the postmaster starts it again after bgw_restart_time (1 s).
+//   A SIGKILL makes the postmaster reinitialise every process, as for any
+//   backend.
+// - A publisher that exits while its database still has the extension is
+//   started again after a backoff that doubles from 1 s up to a minute.
+//
+// Invariants: `running`, `absent` and `warned` are local to the launcher
+// process, in TopMemoryContext; they hold no pointers into memory a
+// transaction owns.
 #include "worker.hpp"
 
+#include "fault_injection.hpp"
 #include "guc.hpp"
 #include "shmem.hpp"
+#include "worker_session.hpp"
 
 extern "C" {
 #include "access/heapam.h"
@@ -36,6 +58,7 @@ extern "C" {
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
+#include "tcop/tcopprot.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
@@ -46,9 +69,12 @@ namespace {
 
 constexpr long kScanIntervalMs = 5000;  // how often pg_database is re-read
 constexpr long kRestartBackoffMaxMs = 60000;
+constexpr long kErrorPauseMs = 1000;  // after an ERROR in the launcher itself
+constexpr int kMaxProbes = 2;         // databases probed at once
+constexpr long kWarnIntervalMs = 60000;
 
 struct Publisher {
-  BackgroundWorkerHandle *handle;
+  BackgroundWorkerHandle *handle;  // nullptr: none started by this launcher, or it exited
   TimestampTz started_at;
   TimestampTz next_start;  // not before this time
   int failures;            // exits while the extension was still there
@@ -61,6 +87,65 @@ struct Running {
 
 Running *running = nullptr;  // one per shared slot, in TopMemoryContext
 int nrunning = 0;
+
+// Databases found without the extension (their slot given back).
+struct OidSet {
+  Oid *oids = nullptr;  // TopMemoryContext
+  int count = 0;
+  int capacity = 0;
+};
+OidSet absent;
+uint32 seen_unslotted = 0;
+
+// When each database was last named in a "cannot start" WARNING.
+struct Warned {
+  Oid dboid;
+  TimestampTz at;
+};
+Warned *warned = nullptr;
+int nwarned = 0, warned_capacity = 0;
+
+bool Contains(const OidSet &set, Oid oid) {
+  for (int i = 0; i < set.count; ++i) {
+    if (set.oids[i] == oid) return true;
+  }
+  return false;
+}
+
+void Add(OidSet *set, Oid oid) {
+  if (Contains(*set, oid)) return;
+  if (set->count == set->capacity) {
+    set->capacity = set->capacity == 0 ? 16 : set->capacity * 2;
+    set->oids = static_cast<Oid *>(
+        set->oids == nullptr ? MemoryContextAlloc(TopMemoryContext, sizeof(Oid) * set->capacity)
+                             : repalloc(set->oids, sizeof(Oid) * set->capacity));
+  }
+  set->oids[set->count++] = oid;
+}
+
+void Remove(OidSet *set, Oid oid) {
+  for (int i = 0; i < set->count; ++i) {
+    if (set->oids[i] == oid) set->oids[i--] = set->oids[--set->count];
+  }
+}
+
+// Once a minute per database at most.
+bool ShouldWarn(Oid dboid, TimestampTz now) {
+  for (int i = 0; i < nwarned; ++i) {
+    if (warned[i].dboid != dboid) continue;
+    if (now - warned[i].at < kWarnIntervalMs * 1000L) return false;
+    warned[i].at = now;
+    return true;
+  }
+  if (nwarned == warned_capacity) {
+    warned_capacity = warned_capacity == 0 ? 16 : warned_capacity * 2;
+    warned = static_cast<Warned *>(
+        warned == nullptr ? MemoryContextAlloc(TopMemoryContext, sizeof(Warned) * warned_capacity)
+                          : repalloc(warned, sizeof(Warned) * warned_capacity));
+  }
+  warned[nwarned++] = Warned{dboid, now};
+  return true;
+}
 
 void ClearLauncher(int code, Datum arg) {
   if (Shared() != nullptr) pg_atomic_write_u32(&Shared()->launcher_procno, kNoProc);
@@ -105,10 +190,15 @@ DatabaseList ListDatabases(MemoryContext into) {
   return list;
 }
 
-Running *RunningFor(Oid dboid) {
+Running *FindRunning(Oid dboid) {
   for (int i = 0; i < nrunning; ++i) {
     if (running[i].dboid == dboid) return &running[i];
   }
+  return nullptr;
+}
+
+Running *RunningFor(Oid dboid) {
+  if (Running *r = FindRunning(dboid)) return r;
   for (int i = 0; i < nrunning; ++i) {
     if (!OidIsValid(running[i].dboid)) {
       memset(&running[i], 0, sizeof running[i]);
@@ -127,10 +217,14 @@ bool IsAlive(const Publisher &p) {
 }
 
 bool AnyAlive(const Running &r) {
-  for (int w = 0; w < guc::workers; ++w) {
+  for (int w = 0; w < kMaxWorkersPerDatabase; ++w) {
     if (IsAlive(r.publishers[w])) return true;
   }
   return false;
+}
+
+bool Holds(DatabaseSlot *slot, int w) {
+  return pg_atomic_read_u32(&slot->worker_procno[w]) != kNoProc;
 }
 
 bool StartPublisher(Oid dboid, int index, Publisher *p, const char *datname) {
@@ -151,68 +245,159 @@ bool StartPublisher(Oid dboid, int index, Publisher *p, const char *datname) {
   worker.bgw_extra[0] = static_cast<char>(index);  // publisher index within the database
   worker.bgw_notify_pid = MyProcPid;
   BackgroundWorkerHandle *handle = nullptr;
-  if (!RegisterDynamicBackgroundWorker(&worker, &handle)) {
-    ereport(WARNING, (errmsg("outbox: could not start a publisher for database \"%s\"", datname),
-                      errhint("Raise max_worker_processes.")));
-    return false;
-  }
+  OUTBOX_FAULT("launcher.before_start");
+  // The handle outlives this scan: TopMemoryContext (freed in NoteExit).
+  MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+  const bool registered = RegisterDynamicBackgroundWorker(&worker, &handle);
+  MemoryContextSwitchTo(old);
+  if (!registered) return false;
   p->handle = handle;
   p->started_at = GetCurrentTimestamp();
+  OUTBOX_FAULT("launcher.after_start");
   return true;
+}
+
+void WarnCannotStart(Oid dboid, const char *datname, TimestampTz now, const char *why) {
+  if (!ShouldWarn(dboid, now)) return;
+  ereport(WARNING,
+          (errmsg("outbox: cannot start a publisher for database \"%s\": %s", datname, why),
+           errdetail("Its events wait as pending; publishing starts once a "
+                     "background worker is free."),
+           errhint("Raise max_worker_processes (now %d); every database with "
+                   "the extension needs outbox.workers (%d) of them, plus one "
+                   "for the launcher.",
+                   max_worker_processes, guc::workers)));
+}
+
+// A publisher that was started here and is gone: note why.
+void NoteExit(Publisher *p, int w, const char *datname, ExtensionState state, bool paused,
+              TimestampTz now) {
+  pfree(p->handle);  // allocated by RegisterDynamicBackgroundWorker in TopMemoryContext
+  p->handle = nullptr;
+  // Fine if the extension is gone or the database is paused; otherwise it
+  // failed: back off before the next start.
+  if (state == ExtensionState::kAbsent || paused) return;
+  p->failures = now - p->started_at > kRestartBackoffMaxMs * 1000L ? 1 : p->failures + 1;
+  long wait = 1000L << (p->failures < 7 ? p->failures - 1 : 6);
+  if (wait > kRestartBackoffMaxMs) wait = kRestartBackoffMaxMs;
+  p->next_start = TimestampTzPlusMilliseconds(now, wait);
+  if (guc::workers > 1) {
+    ereport(LOG, (errmsg("outbox: publisher %d for database \"%s\" exited; restarting in %ld s", w,
+                         datname, wait / 1000)));
+  } else {
+    ereport(LOG, (errmsg("outbox: publisher for database \"%s\" exited; restarting in %ld s",
+                         datname, wait / 1000)));
+  }
 }
 
 // Returns how long the launcher may sleep: until the next scan, or until a
 // publisher's restart backoff ends, whichever comes first.
 long Reconcile(MemoryContext scratch) {
+  OUTBOX_FAULT("launcher.scan");
+  SharedState *shared = Shared();
+  // An announcement that found every slot taken: look at every database
+  // again, as at start-up.
+  const uint32 unslotted = pg_atomic_read_u32(&shared->unslotted_announcements);
+  if (unslotted != seen_unslotted) {
+    absent.count = 0;
+    seen_unslotted = unslotted;
+  }
+  // The slots' extension words before the database list is read: a slot is
+  // freed only if nothing was announced since (ReleaseSlotIf).
+  uint64 *seen =
+      static_cast<uint64 *>(MemoryContextAlloc(scratch, sizeof(uint64) * shared->nslots));
+  for (int i = 0; i < shared->nslots; ++i) seen[i] = ReadExtension(&shared->slots[i]);
+
   DatabaseList dbs = ListDatabases(scratch);
   const TimestampTz now = GetCurrentTimestamp();
 
-  // Forget databases that are gone.
-  for (int i = 0; i < nrunning; ++i) {
-    if (!OidIsValid(running[i].dboid)) continue;
+  // Databases that are gone: forget them once their publishers are.
+  for (int i = 0; i < shared->nslots; ++i) {
+    const Oid dboid = shared->slots[i].dboid;
+    if (!OidIsValid(dboid)) continue;
     bool exists = false;
-    for (int j = 0; j < dbs.count && !exists; ++j) exists = dbs.oids[j] == running[i].dboid;
-    if (!exists && !AnyAlive(running[i])) {
-      ReleaseSlot(running[i].dboid);
+    for (int j = 0; j < dbs.count && !exists; ++j) exists = dbs.oids[j] == dboid;
+    if (exists) continue;
+    Running *r = FindRunning(dboid);
+    if (r != nullptr && AnyAlive(*r)) continue;
+    if (ReleaseSlotIf(dboid, seen[i]) && r != nullptr) r->dboid = InvalidOid;
+  }
+  for (int i = 0; i < nrunning; ++i) {
+    if (OidIsValid(running[i].dboid) && FindSlot(running[i].dboid) == nullptr &&
+        !AnyAlive(running[i])) {
       running[i].dboid = InvalidOid;
     }
   }
+  for (int i = 0; i < absent.count; ++i) {
+    bool exists = false;
+    for (int j = 0; j < dbs.count && !exists; ++j) exists = dbs.oids[j] == absent.oids[i];
+    if (!exists) Remove(&absent, absent.oids[i--]);
+  }
 
-  for (int j = 0; j < dbs.count; ++j) {
-    DatabaseSlot *slot = SlotFor(dbs.oids[j]);
-    Running *r = RunningFor(dbs.oids[j]);
-    if (slot == nullptr || r == nullptr) continue;  // more databases than worker slots
+  // Probes under way: publisher 0 of a database whose state is unknown.
+  int probes = 0;
+  for (int i = 0; i < shared->nslots; ++i) {
+    DatabaseSlot *slot = &shared->slots[i];
+    if (!OidIsValid(slot->dboid) || StateOf(ReadExtension(slot)) != ExtensionState::kUnknown) {
+      continue;
+    }
+    const Running *r = FindRunning(slot->dboid);
+    if (Holds(slot, 0) || (r != nullptr && IsAlive(r->publishers[0]))) ++probes;
+  }
+
+  bool workers_left = true;
+  for (int j = 0; j < dbs.count && workers_left; ++j) {
+    const Oid dboid = dbs.oids[j];
+    const char *datname = dbs.names[j];
+    DatabaseSlot *slot = FindSlot(dboid);
+    if (slot == nullptr) {
+      if (Contains(absent, dboid) || probes >= kMaxProbes) continue;
+      slot = SlotFor(dboid);  // a fresh slot: state unknown, to be probed
+      if (slot == nullptr) {
+        WarnCannotStart(dboid, datname, now, "every shared slot is in use");
+        continue;
+      }
+    }
+    Running *r = RunningFor(dboid);
+    if (r == nullptr) continue;  // as many databases in play as shared slots
+    const uint64 word = ReadExtension(slot);
+    const ExtensionState state = StateOf(word);
+    const bool paused = static_cast<TimestampTz>(pg_atomic_read_u64(&slot->paused_until)) > now;
+    for (int w = 0; w < kMaxWorkersPerDatabase; ++w) {
+      Publisher *p = &r->publishers[w];
+      if (p->handle != nullptr && !IsAlive(*p) && !Holds(slot, w)) {
+        NoteExit(p, w, datname, state, paused, now);
+      }
+    }
+    if (state == ExtensionState::kAbsent) {
+      // Found without the extension: give the slot back, remember why.
+      if (!AnyAlive(*r) && ReleaseSlotIf(dboid, word)) {
+        Add(&absent, dboid);
+        r->dboid = InvalidOid;
+      }
+      continue;
+    }
+    Remove(&absent, dboid);
     for (int w = 0; w < guc::workers; ++w) {
       Publisher *p = &r->publishers[w];
-      if (IsAlive(*p)) continue;
-      const auto state = static_cast<ExtensionState>(pg_atomic_read_u32(&slot->extension_state));
-      const bool paused = static_cast<TimestampTz>(pg_atomic_read_u64(&slot->paused_until)) > now;
-      if (p->handle != nullptr) {
-        // It exited. Fine if the extension is gone or the database is
-        // paused; otherwise it failed: back off before the next start.
-        p->handle = nullptr;
-        if (state != ExtensionState::kAbsent && !paused) {
-          p->failures = now - p->started_at > kRestartBackoffMaxMs * 1000L ? 1 : p->failures + 1;
-          long wait = 1000L << (p->failures < 6 ? p->failures : 6);
-          if (wait > kRestartBackoffMaxMs) wait = kRestartBackoffMaxMs;
-          p->next_start = TimestampTzPlusMilliseconds(now, wait);
-          if (guc::workers > 1) {
-            ereport(LOG, (errmsg("outbox: publisher %d for database \"%s\" exited; restarting "
-                                 "in %ld s",
-                                 w, dbs.names[j], wait / 1000)));
-          } else {
-            ereport(LOG,
-                    (errmsg("outbox: publisher for database \"%s\" exited; restarting in %ld s",
-                            dbs.names[j], wait / 1000)));
-          }
-        }
-      }
-      if (state == ExtensionState::kAbsent || paused || now < p->next_start) continue;
+      // Alive if we started it and it runs, or if any publisher holds its
+      // place (one our predecessor started, say).
+      if (IsAlive(*p) || Holds(slot, w)) continue;
+      if (paused || now < p->next_start) continue;
       // Only publisher 0 finds out whether the extension is there.
       if (w > 0 && state != ExtensionState::kPresent) continue;
-      if (!StartPublisher(dbs.oids[j], w, p, dbs.names[j])) break;
+      if (w == 0 && state == ExtensionState::kUnknown) {
+        if (probes >= kMaxProbes) continue;
+        ++probes;
+      }
+      if (!StartPublisher(dboid, w, p, datname)) {
+        WarnCannotStart(dboid, datname, now, "no background worker slot is free");
+        workers_left = false;  // none for the databases after it either
+        break;
+      }
     }
   }
+
   long wait = kScanIntervalMs;
   for (int i = 0; i < nrunning; ++i) {
     if (!OidIsValid(running[i].dboid)) continue;
@@ -223,7 +408,67 @@ long Reconcile(MemoryContext scratch) {
       if (until < wait) wait = until;
     }
   }
+  if (!workers_left && wait > 1000) wait = 1000;  // a worker may be free soon
   return wait;
+}
+
+void LauncherMain() {
+  pqsignal(SIGHUP, SignalHandlerForConfigReload);
+  pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
+  BackgroundWorkerUnblockSignals();
+  BackgroundWorkerInitializeConnection(nullptr, nullptr, 0);
+  if (Shared() == nullptr) proc_exit(1);
+  PinWorkerSettings();
+  pg_atomic_write_u32(&Shared()->launcher_procno, MyProc->pgprocno);
+  on_shmem_exit(ClearLauncher, 0);
+
+  nrunning = Shared()->nslots;
+  running =
+      static_cast<Running *>(MemoryContextAllocZero(TopMemoryContext, sizeof(Running) * nrunning));
+  MemoryContext scratch =
+      AllocSetContextCreate(TopMemoryContext, "outbox launcher", ALLOCSET_DEFAULT_SIZES);
+  seen_unslotted = pg_atomic_read_u32(&Shared()->unslotted_announcements);
+  ereport(LOG, (errmsg("outbox: launcher started (%d publisher%s per database)", guc::workers,
+                       guc::workers == 1 ? "" : "s")));
+
+  // Error recovery, as in PostgreSQL's own background processes: log, abort
+  // whatever transaction was open, pause, carry on. Everything the loop
+  // keeps between iterations lives in TopMemoryContext.
+  sigjmp_buf local_sigjmp_buf;
+  if (sigsetjmp(local_sigjmp_buf, 1) != 0) {
+    HOLD_INTERRUPTS();
+    error_context_stack = nullptr;
+    EmitErrorReport();
+    AbortCurrentTransaction();
+    FlushErrorState();
+    MemoryContextSwitchTo(TopMemoryContext);
+    MemoryContextReset(scratch);
+    RESUME_INTERRUPTS();
+    (void)WaitLatch(MyLatch, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, kErrorPauseMs, PG_WAIT_EXTENSION);
+  }
+  PG_exception_stack = &local_sigjmp_buf;
+
+  while (!ShutdownRequestPending) {
+    if (ConfigReloadPending) {
+      ConfigReloadPending = false;
+      ProcessConfigFile(PGC_SIGHUP);
+    }
+    const long wait = Reconcile(scratch);
+    MemoryContextReset(scratch);
+    // Woken by CREATE EXTENSION, by publishers starting and exiting
+    // (bgw_notify_pid, and their own wake-up at exit for those a previous
+    // launcher started), by DROP DATABASE ending a pause, or by the timeout
+    // for new databases and for restarts waiting for their backoff.
+    (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, wait,
+                    PG_WAIT_EXTENSION);
+    ResetLatch(MyLatch);
+    CHECK_FOR_INTERRUPTS();
+  }
+  // Exit code 1 whatever the reason: the postmaster restarts the launcher
+  // (unless it is shutting down itself). Code 0 would unregister it for good.
+  ereport(LOG, (errmsg("outbox: launcher stopping; the postmaster restarts it unless the "
+                       "server is shutting down")));
+  proc_exit(1);
 }
 
 }  // namespace
@@ -233,7 +478,7 @@ void RegisterLauncher() {
   memset(&worker, 0, sizeof worker);
   worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
   worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-  worker.bgw_restart_time = 10;  // seconds, after a crash of the launcher itself
+  worker.bgw_restart_time = 1;  // seconds, after any exit of the launcher
   snprintf(worker.bgw_library_name, BGW_MAXLEN, "outbox");
   snprintf(worker.bgw_function_name, BGW_MAXLEN, "outbox_launcher_main");
   snprintf(worker.bgw_name, BGW_MAXLEN, "outbox launcher");
@@ -243,38 +488,14 @@ void RegisterLauncher() {
 
 }  // namespace outbox
 
+// The launcher's entry: one exception boundary around everything (nothing
+// in it is expected to throw; if something does, the launcher exits with an
+// error and the postmaster restarts it).
 void outbox_launcher_main(Datum main_arg) {
-  using namespace outbox;
-  pqsignal(SIGHUP, SignalHandlerForConfigReload);
-  pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
-  BackgroundWorkerUnblockSignals();
-  BackgroundWorkerInitializeConnection(nullptr, nullptr, 0);
-  if (Shared() == nullptr) proc_exit(0);
-  pg_atomic_write_u32(&Shared()->launcher_procno, MyProc->pgprocno);
-  on_shmem_exit(ClearLauncher, 0);
-
-  nrunning = Shared()->nslots;
-  running =
-      static_cast<Running *>(MemoryContextAllocZero(TopMemoryContext, sizeof(Running) * nrunning));
-  MemoryContext scratch =
-      AllocSetContextCreate(TopMemoryContext, "outbox launcher", ALLOCSET_DEFAULT_SIZES);
-  ereport(LOG, (errmsg("outbox: launcher started (%d publisher%s per database)", guc::workers,
-                       guc::workers == 1 ? "" : "s")));
-
-  while (!ShutdownRequestPending) {
-    if (ConfigReloadPending) {
-      ConfigReloadPending = false;
-      ProcessConfigFile(PGC_SIGHUP);
-    }
-    const long wait = Reconcile(scratch);
-    MemoryContextReset(scratch);
-    // Woken by CREATE EXTENSION, by publishers exiting (bgw_notify_pid), by
-    // DROP DATABASE ending a pause, or by the timeout for new databases and
-    // for restarts that were waiting for their backoff.
-    (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, wait,
-                    PG_WAIT_EXTENSION);
-    ResetLatch(MyLatch);
-    CHECK_FOR_INTERRUPTS();
-  }
-  proc_exit(0);
+  outbox::bridge::CaughtError error;
+  auto body = [] { outbox::LauncherMain(); };
+  (void)outbox::bridge::Guard(body, &error);
+  ereport(FATAL,
+          (errcode(error.sqlstate != 0 ? error.sqlstate : ERRCODE_INTERNAL_ERROR),
+           errmsg("outbox: launcher stopped by an unexpected exception: %s", error.message)));
 }

@@ -4,6 +4,7 @@
 #include "pg_bridge.hpp"
 
 #include "database_guard.hpp"
+#include "emit_horizon.hpp"
 #include "guc.hpp"
 #include "shmem.hpp"
 #include "worker.hpp"
@@ -32,6 +33,7 @@ void _PG_init(void) {
   outbox::RequestSharedMemory();
   outbox::InstallSharedMemoryHooks();
   outbox::InstallDatabaseGuard();
+  outbox::InstallEmitHorizon();
   outbox::RegisterLauncher();
 }
 

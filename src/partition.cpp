@@ -20,6 +20,7 @@
 
 #include "guc.hpp"
 #include "partition_calendar.hpp"
+#include "shmem.hpp"
 
 extern "C" {
 #include "access/xact.h"
@@ -31,6 +32,7 @@ extern "C" {
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 }
 
@@ -58,8 +60,27 @@ struct PartitionSet {
 // the subtransaction back (undo and release its locks) without an error.
 using StepFn = bool (*)(void *arg);
 
+// Every statement here runs with a snapshot taken when it starts, whatever
+// the caller's isolation level (issue 13, defect 3): under REPEATABLE READ a
+// plain SPI statement would reuse the transaction's snapshot, taken before
+// the locks below, and the re-count after LOCK TABLE would miss events that
+// turned pending meanwhile (replay(), retry_dead()), and drop them with
+// their partition. Rows counted or moved after a lock are then exactly those
+// committed before it, as under READ COMMITTED.
+int ExecFresh(const char *sql, long tcount) {
+  SPIPlanPtr plan = SPI_prepare(sql, 0, nullptr);
+  if (plan == nullptr) {
+    elog(ERROR, "outbox: could not prepare a maintenance statement (%s): %s",
+         SPI_result_code_string(SPI_result), sql);
+  }
+  const int rc = SPI_execute_snapshot(plan, nullptr, nullptr, GetLatestSnapshot(), InvalidSnapshot,
+                                      false, true, tcount);
+  SPI_freeplan(plan);
+  return rc;
+}
+
 int64_t ScalarInt8(const char *sql) {
-  if (SPI_execute(sql, false, 1) != SPI_OK_SELECT || SPI_processed != 1) {
+  if (ExecFresh(sql, 1) != SPI_OK_SELECT || SPI_processed != 1) {
     elog(ERROR, "outbox: maintenance query failed: %s", sql);
   }
   bool isnull = false;
@@ -68,13 +89,13 @@ int64_t ScalarInt8(const char *sql) {
 }
 
 void Exec(const char *sql) {
-  const int rc = SPI_execute(sql, false, 0);
+  const int rc = ExecFresh(sql, 0);
   if (rc < 0)
     elog(ERROR, "outbox: maintenance statement failed (%s): %s", SPI_result_code_string(rc), sql);
 }
 
-// Queries here run with read_only = false: that takes a fresh snapshot per
-// statement, so each one sees the DDL of the steps before it.
+// Each statement's fresh snapshot (ExecFresh) also sees the DDL of the
+// steps before it.
 
 // Run step(arg) in a subtransaction with lock_timeout set to
 // outbox.maintenance_lock_timeout. A lock timeout rolls the step back and
@@ -91,7 +112,9 @@ bool RunGuarded(const char *what, StepFn step, void *arg) {
     const int nest = NewGUCNestLevel();
     char timeout[32];
     snprintf(timeout, sizeof timeout, "%d", guc::maintenance_lock_timeout_ms);
-    (void)set_config_option("lock_timeout", timeout, PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+    // PGC_S_OVERRIDE: the workers pin lock_timeout to 0 at that priority
+    // (worker_session.hpp); a lower one would be ignored there.
+    (void)set_config_option("lock_timeout", timeout, PGC_SUSET, PGC_S_OVERRIDE, GUC_ACTION_SAVE,
                             true, 0, false);
     const bool keep = step(arg);
     AtEOXact_GUC(true, nest);
@@ -128,7 +151,7 @@ PartitionSet ListPartitions(Oid parent) {
            "SELECT c.relname::text FROM pg_catalog.pg_inherits i "
            "JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = %u",
            parent);
-  if (SPI_execute(sql, false, 0) != SPI_OK_SELECT) elog(ERROR, "outbox: cannot list partitions");
+  if (ExecFresh(sql, 0) != SPI_OK_SELECT) elog(ERROR, "outbox: cannot list partitions");
   PartitionSet set;
   set.count = static_cast<int>(SPI_processed);
   set.items = static_cast<Partition *>(palloc0(sizeof(Partition) * (set.count + 1)));
@@ -178,6 +201,9 @@ bool CreateStep(void *p) {
         psprintf("WITH moved AS (DELETE FROM outbox.events_default WHERE created_at >= '%s' "
                  "AND created_at < '%s' RETURNING *) INSERT INTO outbox.%s SELECT * FROM moved",
                  from, to, qname));
+    // Never-tried events moved get new index entries with their old ids,
+    // which a publisher's claims may have passed already.
+    if (SPI_processed > 0) ResetClaimFloorsAtCommit();
   }
   Exec(
       psprintf("ALTER TABLE outbox.events ATTACH PARTITION outbox.%s "
@@ -279,9 +305,9 @@ bool PurgeDefaultStep(void *p) {
 // Rows in the default partition: move those of days still within retention
 // into their own partition; delete the published ones of older days.
 void DrainDefault(const PartitionSet &set, TimestampTz cutoff) {
-  if (SPI_execute("SELECT DISTINCT floor(extract(epoch FROM created_at) / 86400)::int8 "
-                  "FROM outbox.events_default",
-                  false, 0) != SPI_OK_SELECT) {
+  if (ExecFresh("SELECT DISTINCT floor(extract(epoch FROM created_at) / 86400)::int8 "
+                "FROM outbox.events_default",
+                0) != SPI_OK_SELECT) {
     elog(ERROR, "outbox: cannot read the default partition");
   }
   const int ndays = static_cast<int>(SPI_processed);

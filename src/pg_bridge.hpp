@@ -73,7 +73,32 @@ void Capture(CaughtError *out) noexcept;
 // Raise the captured error as ereport(ERROR). Never returns.
 pg_attribute_noreturn() void Raise(const CaughtError &error);
 
+// Run f and report whether it returned normally; an exception it threw is
+// captured into *error (the catch block ends before this returns).
+template <typename F>
+bool Guard(F &f, CaughtError *error) noexcept {
+  try {
+    f();
+    return true;
+  } catch (...) {
+    Capture(error);
+    return false;
+  }
+}
+
 }  // namespace bridge
+
+// The exception boundary for a C++ call made from PostgreSQL-facing code
+// (the workers' loops): run f, which must call nothing that can ereport,
+// and turn an exception it throws into ereport(ERROR) once every object f
+// created is gone. The caller's error recovery then handles it like any
+// other ERROR.
+template <typename F>
+void CallCpp(F &&f) {
+  bridge::CaughtError error;
+  if (!bridge::Guard(f, &error)) bridge::Raise(error);
+}
+
 }  // namespace outbox
 
 // Define an SQL-callable function `name` (declared in the SQL script as

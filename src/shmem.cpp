@@ -7,6 +7,8 @@
 // run after the commit is visible, so the woken publisher finds the event.
 #include "shmem.hpp"
 
+#include "emit_horizon.hpp"
+
 extern "C" {
 #include "access/xact.h"
 #include "miscadmin.h"
@@ -34,6 +36,7 @@ bool wake_keyless = false;
 uint32 keyless_turn = 0;  // spreads keyless wake-ups over the publishers
 bool reload_at_commit = false;
 bool announce_at_commit = false;
+bool reset_floors_at_commit = false;
 bool callback_registered = false;
 
 int SlotCount() {
@@ -49,17 +52,19 @@ Size SharedSize() {
 void ShmemRequest() {
   if (prev_shmem_request_hook != nullptr) prev_shmem_request_hook();
   RequestAddinShmemSpace(SharedSize());
+  RequestAddinShmemSpace(EmitHorizonShmemSize());
 }
 
 void InitSlot(DatabaseSlot *slot) {
   slot->dboid = InvalidOid;
-  pg_atomic_init_u32(&slot->extension_state, static_cast<uint32>(ExtensionState::kUnknown));
+  pg_atomic_init_u64(&slot->extension, static_cast<uint64>(ExtensionState::kUnknown));
   for (int i = 0; i < kMaxWorkersPerDatabase; ++i) {
     pg_atomic_init_u32(&slot->worker_procno[i], kNoProc);
   }
   pg_atomic_init_u64(&slot->config_version, 0);
   pg_atomic_init_u64(&slot->paused_until, 0);
   pg_atomic_init_u32(&slot->membership, 0);
+  pg_atomic_init_u64(&slot->floor_resets, 0);
   for (int i = 0; i < kKeySlots; ++i) pg_atomic_init_u32(&slot->key_slot_owner[i], kNoOwner);
   for (int i = 0; i < kMaxWorkersPerDatabase; ++i) {
     PublisherStats *st = &slot->stats[i];
@@ -76,9 +81,11 @@ void ShmemStartup() {
   if (!found) {
     SpinLockInit(&shared->mutex);
     pg_atomic_init_u32(&shared->launcher_procno, kNoProc);
+    pg_atomic_init_u32(&shared->unslotted_announcements, 0);
     shared->nslots = SlotCount();
     for (int i = 0; i < shared->nslots; ++i) InitSlot(&shared->slots[i]);
   }
+  EmitHorizonShmemInit();
   LWLockRelease(AddinShmemInitLock);
 }
 
@@ -118,6 +125,44 @@ void WakeTargeted(Oid dboid) {
   }
 }
 
+// The database's slot, or a free one made its own (nullptr: none free).
+// Caller holds shared->mutex.
+DatabaseSlot *FindOrTakeLocked(Oid dboid) {
+  for (int i = 0; i < shared->nslots; ++i) {
+    if (shared->slots[i].dboid == dboid) return &shared->slots[i];
+  }
+  for (int i = 0; i < shared->nslots; ++i) {
+    if (shared->slots[i].dboid == InvalidOid) {
+      InitSlot(&shared->slots[i]);
+      shared->slots[i].dboid = dboid;
+      return &shared->slots[i];
+    }
+  }
+  return nullptr;
+}
+
+// CREATE EXTENSION committed here: find or take the database's slot and
+// bump its extension generation, under the mutex so that the launcher cannot
+// free the slot in between.
+void AnnounceExtension(Oid dboid) {
+  SpinLockAcquire(&shared->mutex);
+  DatabaseSlot *found = FindOrTakeLocked(dboid);
+  if (found != nullptr) {
+    const uint64 word = pg_atomic_read_u64(&found->extension);
+    pg_atomic_write_u64(&found->extension, ((GenerationOf(word) + 1) << 2) |
+                                               static_cast<uint64>(ExtensionState::kUnknown));
+  } else {
+    pg_atomic_fetch_add_u32(&shared->unslotted_announcements, 1);
+  }
+  SpinLockRelease(&shared->mutex);
+}
+
+void ClearFlags() {
+  wake_at_commit = reload_at_commit = announce_at_commit = wake_keyless = false;
+  reset_floors_at_commit = false;
+  nwake_slots = 0;
+}
+
 // Runs in every backend that emitted, after commit or abort. Must never
 // raise an error: at commit it is too late to abort.
 void OnXactEvent(XactEvent event, void *arg) {
@@ -125,30 +170,31 @@ void OnXactEvent(XactEvent event, void *arg) {
     case XACT_EVENT_COMMIT:
     case XACT_EVENT_PARALLEL_COMMIT:
       if (shared != nullptr && OidIsValid(MyDatabaseId)) {
-        if (announce_at_commit || reload_at_commit) {
-          DatabaseSlot *slot = announce_at_commit ? SlotFor(MyDatabaseId) : FindSlot(MyDatabaseId);
-          if (slot != nullptr) {
-            if (announce_at_commit) {
-              pg_atomic_write_u32(&slot->extension_state,
-                                  static_cast<uint32>(ExtensionState::kUnknown));
-            }
-            if (reload_at_commit) pg_atomic_fetch_add_u64(&slot->config_version, 1);
+        if (announce_at_commit) AnnounceExtension(MyDatabaseId);
+        if (reload_at_commit || reset_floors_at_commit) {
+          DatabaseSlot *slot = FindSlot(MyDatabaseId);
+          if (slot != nullptr && reload_at_commit) {
+            pg_atomic_fetch_add_u64(&slot->config_version, 1);
+          }
+          if (slot != nullptr && reset_floors_at_commit) {
+            pg_atomic_fetch_add_u64(&slot->floor_resets, 1);
           }
         }
-        if (wake_at_commit || reload_at_commit) {
+        if (wake_at_commit || reload_at_commit || reset_floors_at_commit) {
           WakePublishers(MyDatabaseId);
         } else if (nwake_slots > 0 || wake_keyless) {
           WakeTargeted(MyDatabaseId);
         }
         if (announce_at_commit) WakeLauncher();
       }
-      wake_at_commit = reload_at_commit = announce_at_commit = wake_keyless = false;
-      nwake_slots = 0;
+      ClearFlags();
       break;
     case XACT_EVENT_ABORT:
     case XACT_EVENT_PARALLEL_ABORT:
-      wake_at_commit = reload_at_commit = announce_at_commit = wake_keyless = false;
-      nwake_slots = 0;
+    case XACT_EVENT_PREPARE:
+      // A prepared transaction's events become visible at COMMIT PREPARED,
+      // which wakes the publishers itself (database_guard.cpp).
+      ClearFlags();
       break;
     default:
       break;
@@ -186,29 +232,75 @@ DatabaseSlot *FindSlot(Oid dboid) {
 
 DatabaseSlot *SlotFor(Oid dboid) {
   if (shared == nullptr || !OidIsValid(dboid)) return nullptr;
-  DatabaseSlot *found = nullptr;
   SpinLockAcquire(&shared->mutex);
-  for (int i = 0; i < shared->nslots && found == nullptr; ++i) {
-    if (shared->slots[i].dboid == dboid) found = &shared->slots[i];
-  }
-  for (int i = 0; i < shared->nslots && found == nullptr; ++i) {
-    if (shared->slots[i].dboid == InvalidOid) {
-      found = &shared->slots[i];
-      InitSlot(found);
-      found->dboid = dboid;
-    }
-  }
+  DatabaseSlot *found = FindOrTakeLocked(dboid);
   SpinLockRelease(&shared->mutex);
   return found;
 }
 
-void ReleaseSlot(Oid dboid) {
-  if (shared == nullptr) return;
+bool AnyPublisher(const DatabaseSlot *slot) {
+  for (int i = 0; i < kMaxWorkersPerDatabase; ++i) {
+    if (pg_atomic_read_u32(const_cast<pg_atomic_uint32 *>(&slot->worker_procno[i])) != kNoProc) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool ReleaseSlotIf(Oid dboid, uint64 seen) {
+  if (shared == nullptr) return false;
+  bool released = false;
   SpinLockAcquire(&shared->mutex);
   for (int i = 0; i < shared->nslots; ++i) {
-    if (shared->slots[i].dboid == dboid) shared->slots[i].dboid = InvalidOid;
+    DatabaseSlot *slot = &shared->slots[i];
+    if (slot->dboid != dboid) continue;
+    if (!AnyPublisher(slot) && pg_atomic_read_u64(&slot->extension) == seen) {
+      slot->dboid = InvalidOid;
+      released = true;
+    }
   }
   SpinLockRelease(&shared->mutex);
+  return released;
+}
+
+DatabaseSlot *TakePublisherPlace(Oid dboid, int index, uint32 procno) {
+  if (shared == nullptr || index < 0 || index >= kMaxWorkersPerDatabase) return nullptr;
+  DatabaseSlot *taken = nullptr;
+  SpinLockAcquire(&shared->mutex);
+  for (int i = 0; i < shared->nslots && taken == nullptr; ++i) {
+    DatabaseSlot *slot = &shared->slots[i];
+    if (slot->dboid != dboid) continue;
+    uint32 expected = kNoProc;
+    if (pg_atomic_compare_exchange_u32(&slot->worker_procno[index], &expected, procno)) {
+      taken = slot;
+    }
+    break;
+  }
+  SpinLockRelease(&shared->mutex);
+  return taken;
+}
+
+void GivePublisherPlaceBack(DatabaseSlot *slot, int index, uint32 procno) {
+  uint32 expected = procno;
+  (void)pg_atomic_compare_exchange_u32(&slot->worker_procno[index], &expected, kNoProc);
+}
+
+uint64 ReadExtension(DatabaseSlot *slot) { return pg_atomic_read_u64(&slot->extension); }
+
+bool MarkExtensionPresent(DatabaseSlot *slot) {
+  uint64 word = pg_atomic_read_u64(&slot->extension);
+  while (StateOf(word) != ExtensionState::kPresent) {
+    const uint64 present =
+        (GenerationOf(word) << 2) | static_cast<uint64>(ExtensionState::kPresent);
+    if (pg_atomic_compare_exchange_u64(&slot->extension, &word, present)) return true;
+  }
+  return false;
+}
+
+bool MarkExtensionAbsent(DatabaseSlot *slot, uint64 seen) {
+  const uint64 absent = (GenerationOf(seen) << 2) | static_cast<uint64>(ExtensionState::kAbsent);
+  uint64 expected = seen;
+  return pg_atomic_compare_exchange_u64(&slot->extension, &expected, absent);
 }
 
 void WakePublishers(Oid dboid) {
@@ -251,6 +343,12 @@ void ReloadConfigAtCommit() {
   if (shared == nullptr) return;
   EnsureCallback();
   reload_at_commit = true;
+}
+
+void ResetClaimFloorsAtCommit() {
+  if (shared == nullptr) return;
+  EnsureCallback();
+  reset_floors_at_commit = true;
 }
 
 void AnnounceExtensionAtCommit() {

@@ -25,6 +25,15 @@ enum class ExtensionState : uint32 {
   kAbsent = 2,   // a publisher found it missing and exited
 };
 
+// DatabaseSlot::extension packs a generation with the state:
+// (generation << 2) | state. CREATE EXTENSION bumps the generation at commit
+// (AnnounceExtension); a publisher that found the extension missing may set
+// kAbsent only with a compare-and-swap from the word it read before taking
+// its snapshot, so an announcement that came after that snapshot is never
+// overwritten (issue 13, defect 8).
+inline ExtensionState StateOf(uint64 word) { return static_cast<ExtensionState>(word & 3); }
+inline uint64 GenerationOf(uint64 word) { return word >> 2; }
+
 // What a publisher reports about itself for the outbox.workers view.
 // Written by that publisher only, under `mutex`; read by anyone under it.
 struct PublisherStats {
@@ -42,11 +51,18 @@ struct PublisherStats {
 };
 
 struct DatabaseSlot {
-  Oid dboid;                         // InvalidOid: free. Written under SharedState::mutex only.
-  pg_atomic_uint32 extension_state;  // ExtensionState
-  // pgprocno of each running publisher of this database, or -1. Read without
-  // the lock by committing backends to set latches: a stale value only wakes
-  // a process for nothing (SetLatch on an exited process is harmless).
+  // InvalidOid: free. Written under SharedState::mutex only; a slot is freed
+  // only while no publisher holds a place in it.
+  Oid dboid;
+  pg_atomic_uint64 extension;  // (generation << 2) | ExtensionState, see above
+  // pgprocno of the publisher holding each place (publisher index), or
+  // kNoProc. A publisher takes its place with a compare-and-swap under
+  // SharedState::mutex when it starts and gives it back when it exits, so
+  // there are never two publishers with the same database and index, whoever
+  // started them (a restarted launcher knows nothing of its predecessor's
+  // starts). Read without the lock by committing backends to set latches: a
+  // stale value only wakes a process for nothing (SetLatch on an exited
+  // process is harmless).
   pg_atomic_uint32 worker_procno[kMaxWorkersPerDatabase];
   // Bumped at commit by transactions that changed sinks or routes, so
   // publishers reload their routing table.
@@ -58,6 +74,11 @@ struct DatabaseSlot {
   // Bumped whenever a publisher registers, unregisters or gives key slots
   // up, so the others look at the key slot owners again.
   pg_atomic_uint32 membership;
+  // Bumped at commit by transactions that put never-tried events where the
+  // claims' remembered starting point may have passed them (maintenance
+  // moving rows out of the default partition): publishers seeing a new value
+  // start their next claim from the beginning.
+  pg_atomic_uint64 floor_resets;
   // Owner (publisher index) of each key slot, or kNoOwner. A publisher
   // writes only its own index into a free slot (compare-and-swap) and frees
   // only slots it owns, always between its transactions (key_ownership.hpp).
@@ -66,8 +87,14 @@ struct DatabaseSlot {
 };
 
 struct SharedState {
-  slock_t mutex;                     // protects slot allocation (DatabaseSlot::dboid)
-  pg_atomic_uint32 launcher_procno;  // -1 when no launcher runs
+  // Protects slot allocation and release (DatabaseSlot::dboid), publishers
+  // taking their places, and announcements (so none lands on a slot being
+  // freed).
+  slock_t mutex;
+  pg_atomic_uint32 launcher_procno;  // kNoProc when no launcher runs
+  // Bumped when an announcement found no free slot: the launcher then looks
+  // at every database again.
+  pg_atomic_uint32 unslotted_announcements;
   int nslots;
   DatabaseSlot slots[FLEXIBLE_ARRAY_MEMBER];
 };
@@ -86,11 +113,34 @@ SharedState *Shared();
 // allocates a free slot when needed (nullptr if all are taken).
 DatabaseSlot *FindSlot(Oid dboid);
 DatabaseSlot *SlotFor(Oid dboid);
-void ReleaseSlot(Oid dboid);
+// Free the database's slot if no publisher holds a place in it and its
+// extension word is still `seen` (nothing announced since the caller looked).
+// Returns whether it freed it.
+bool ReleaseSlotIf(Oid dboid, uint64 seen);
+
+// A publisher's place: take place `index` of the database's slot for this
+// process (nullptr: no slot, or another publisher holds that place), and
+// give it back at exit.
+DatabaseSlot *TakePublisherPlace(Oid dboid, int index, uint32 procno);
+void GivePublisherPlaceBack(DatabaseSlot *slot, int index, uint32 procno);
+bool AnyPublisher(const DatabaseSlot *slot);
+
+// The extension word (see DatabaseSlot::extension).
+uint64 ReadExtension(DatabaseSlot *slot);
+// A publisher found the extension: kPresent, keeping the generation. Returns
+// whether the state changed.
+bool MarkExtensionPresent(DatabaseSlot *slot);
+// A publisher found it missing, in a snapshot taken after it read `seen`:
+// kAbsent unless something was announced since. Returns whether it was set.
+bool MarkExtensionAbsent(DatabaseSlot *slot, uint64 seen);
 
 // Set the latch of every publisher of a database, and of the launcher.
 void WakePublishers(Oid dboid);
 void WakeLauncher();
+
+// Called by maintenance when it moved never-tried events: at commit, make
+// the publishers start their next claims from the beginning.
+void ResetClaimFloorsAtCommit();
 
 // Called by emit(), and by sink and route changes: at commit of the current
 // transaction, wake this database's publishers (and, for configuration

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -80,18 +81,30 @@ class Sink {
                        InterruptCheck interrupted) = 0;
 
   // Pipelined delivery: Send hands n messages to the broker and may return
-  // before they have outcomes; Collect(out, ...) waits until every message
-  // of the Send that was given `out` has its outcome there, with the same
-  // rules as Publish. Several Sends may be open at once (so requests stay in
-  // flight while the owner prepares the next batch); messages with the same
-  // target and key keep their order across them. `out` must stay valid until
-  // its Collect, and every Send must be collected. Sinks that cannot pipeline
-  // deliver within Send (this default).
-  virtual void Send(const OutMessage *messages, size_t n, Delivery *out,
-                    InterruptCheck interrupted) {
+  // before they have outcomes, and returns a ticket for them; Collect(ticket,
+  // ...) waits until every message of that Send has its outcome in the `out`
+  // it was given, with the same rules as Publish. Tickets are never reused by
+  // a sink (a 64-bit counter), so a stale ticket matches nothing; 0 means the
+  // Send settled everything itself and there is nothing to collect. Several
+  // Sends may be open at once (so requests stay in flight while the owner
+  // prepares the next batch); messages with the same target and key keep
+  // their order across them. `out` must stay valid until its Collect or
+  // AbandonAll, and every Send must be collected or abandoned. Sinks that
+  // cannot pipeline deliver within Send (this default).
+  virtual uint64_t Send(const OutMessage *messages, size_t n, Delivery *out,
+                        InterruptCheck interrupted) {
     Publish(messages, n, out, interrupted);
+    return 0;
   }
-  virtual void Collect(const Delivery *out, InterruptCheck interrupted) {}
+  virtual void Collect(uint64_t ticket, InterruptCheck interrupted) {}
+
+  // Give up every open Send at once: stop waiting, fill each open Send's
+  // missing outcomes as kRetriable with `reason` (their `out` arrays are
+  // still valid when this is called), and forget them, so nothing the sink
+  // does later writes into those arrays. Messages already handed to the
+  // broker may still arrive (at least once). The owner calls it when it
+  // abandons its batches (an error in its transaction). Never throws.
+  virtual void AbandonAll(const char *reason) noexcept {}
 
   // Serve background work (log queue, error events) while idle. Never blocks
   // for long; never throws.

@@ -12,6 +12,19 @@
 // is logged once, and the loop backs off and carries on: it never exits for
 // a broker or SQL error, so it never crash-loops the server.
 //
+// Errors (issue 13, defects 1 and 2): the transaction's memory holds the
+// claimed rows and the outcome arrays the dispatcher's batches in flight
+// point into. The error path abandons every batch in flight (their events
+// stay pending; what a broker already got may arrive again, at least once)
+// before that memory goes, rebuilds the routing and order state from the
+// database, and leaves the claims' starting point where the last committed
+// cycle put it. Every call into C++ is noexcept or goes through CallCpp
+// (pg_bridge.hpp), so a C++ exception becomes an ERROR handled the same
+// way; the entry point has one more boundary around everything.
+//
+// The session's settings are pinned (worker_session.hpp): READ COMMITTED
+// whatever the server's default isolation, no timeouts, a safe search_path.
+//
 // Signals: SIGHUP reloads settings; SIGTERM makes a delivery in flight stop
 // waiting (what was acknowledged is recorded, the rest stays pending) and the
 // process exit within a few seconds.
@@ -22,10 +35,12 @@
 #include "worker.hpp"
 
 #include "claim.hpp"
+#include "fault_injection.hpp"
 #include "guc.hpp"
 #include "key_ownership.hpp"
 #include "partition.hpp"
 #include "shmem.hpp"
+#include "worker_session.hpp"
 
 extern "C" {
 #include "access/xact.h"
@@ -52,6 +67,7 @@ namespace outbox {
 namespace {
 
 constexpr long kMaintenanceIntervalMs = 60 * 1000;
+constexpr long kErrorBackoffMinMs = 100;
 constexpr long kErrorBackoffMaxMs = 30 * 1000;
 
 Dispatcher *dispatcher = nullptr;
@@ -97,12 +113,7 @@ void ReportError(const char *error) {
 
 void ReportCycle(const CycleStats &cycle, double ms) {
   char sinks[sizeof(PublisherStats::sinks)];
-  // SinkStates builds a std::string: no PostgreSQL call while it lives.
-  try {
-    strlcpy(sinks, dispatcher->SinkStates().c_str(), sizeof sinks);
-  } catch (...) {
-    sinks[0] = '\0';
-  }
+  dispatcher->SinkStates(sinks, sizeof sinks);
   PublisherStats *st = MyStats();
   const TimestampTz now = GetCurrentTimestamp();
   SpinLockAcquire(&st->mutex);
@@ -120,40 +131,43 @@ void ReportCycle(const CycleStats &cycle, double ms) {
   SpinLockRelease(&st->mutex);
 }
 
-// Checked while a delivery waits for the brokers: stop waiting on SIGTERM,
+// Checked while a delivery waits for the brokers: stop waiting on SIGTERM, a
+// cancel (pg_cancel_backend: the ERROR follows at the next interrupt check),
 // postmaster death, or a pause (DROP DATABASE waits for us).
-bool Interrupted() { return ShutdownRequestPending || !PostmasterIsAlive() || PausedNow(); }
+bool Interrupted() {
+  return ShutdownRequestPending || QueryCancelPending || !PostmasterIsAlive() || PausedNow();
+}
 
 // Give up our key slots, unregister, then tell the others (key_ownership.hpp:
 // they take over our slots only once we no longer count as live).
 void Unregister(int code, Datum arg) {
   if (slot == nullptr) return;
   LeaveKeySlots(slot, worker_index);
-  pg_atomic_write_u32(&slot->worker_procno[worker_index], kNoProc);
-  AnnounceMembership(slot);
   PublisherStats *st = MyStats();
   SpinLockAcquire(&st->mutex);
   st->pid = 0;
   strlcpy(st->state, "stopped", sizeof st->state);
   SpinLockRelease(&st->mutex);
+  GivePublisherPlaceBack(slot, worker_index, static_cast<uint32>(MyProc->pgprocno));
+  AnnounceMembership(slot);
+  // The launcher that started us may not be the one running now (it would
+  // have been told through bgw_notify_pid): tell whoever runs.
+  WakeLauncher();
 }
 
-// Log what the dispatcher and its sinks had to say, once each.
+// Log what the dispatcher and its sinks had to say, once each. The text is
+// copied into a plain buffer, so no C++ object is alive across ereport.
 void FlushDispatcherLogs() {
   if (dispatcher == nullptr) return;
   LogLevel level;
-  std::string *text = new (std::nothrow) std::string();
-  if (text == nullptr) return;
-  // The string is heap memory owned here; ereport below copies it, and no
-  // ERROR can be raised by elevels below ERROR.
-  while (dispatcher->NextLog(&level, text)) {
+  char text[1024];
+  while (dispatcher->NextLog(&level, text, sizeof text)) {
     const int elevel = level == LogLevel::kError     ? LOG
                        : level == LogLevel::kWarning ? WARNING
                        : level == LogLevel::kInfo    ? LOG
                                                      : DEBUG1;
-    ereport(elevel, (errmsg("outbox: %s", text->c_str())));
+    ereport(elevel, (errmsg("outbox: %s", text)));
   }
-  delete text;
 }
 
 bool PausedNow() {
@@ -166,24 +180,25 @@ bool ExtensionInstalled() { return OidIsValid(get_extension_oid("outbox", true))
 
 // One transaction: check the extension, reload configuration if it changed,
 // run one publish cycle. Returns events claimed, or -1 when the extension is
-// gone.
+// gone (and the launcher has been told so).
 int RunCycle() {
+  // Read before the snapshot: an announcement after it must not be lost to
+  // our "absent" (MarkExtensionAbsent compares with this word).
+  const uint64 seen_extension = ReadExtension(slot);
   SetCurrentStatementStartTimestamp();
   StartTransactionCommand();
   PushActiveSnapshot(GetTransactionSnapshot());
+  OUTBOX_FAULT("publisher.cycle_start");
   if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "outbox: SPI_connect failed");
   if (!ExtensionInstalled()) {
     SPI_finish();
     PopActiveSnapshot();
     CommitTransactionCommand();
-    return -1;
+    // Not marked when something was announced since we looked: look again.
+    return MarkExtensionAbsent(slot, seen_extension) ? -1 : 0;
   }
   // The launcher starts the other publishers once it knows: tell it now.
-  if (pg_atomic_exchange_u32(&slot->extension_state,
-                             static_cast<uint32>(ExtensionState::kPresent)) !=
-      static_cast<uint32>(ExtensionState::kPresent)) {
-    WakeLauncher();
-  }
+  if (MarkExtensionPresent(slot)) WakeLauncher();
 
   const uint64 version = pg_atomic_read_u64(&slot->config_version);
   if (!config_loaded || version != loaded_config_version) {
@@ -193,6 +208,7 @@ int RunCycle() {
     }
     pgstat_report_activity(STATE_RUNNING, "outbox: loading sinks and routes");
     LoadConfiguration(dispatcher);
+    OUTBOX_FAULT("publisher.after_configure");
     loaded_config_version = version;
     config_loaded = true;
   }
@@ -203,7 +219,10 @@ int RunCycle() {
   const int claimed = ClaimAndPublish(dispatcher, Interrupted, &cycle);
   SPI_finish();
   PopActiveSnapshot();
+  OUTBOX_FAULT("publisher.before_commit");
   CommitTransactionCommand();
+  CommitClaimFloor();
+  OUTBOX_FAULT("publisher.after_commit");
   // Hand our table statistics (one UPDATE per published event) to the
   // cumulative statistics system, as backends do when they go idle: without
   // it autovacuum would not see the dead rows we leave until we exit. It
@@ -221,6 +240,7 @@ void RunMaintenance() {
   PushActiveSnapshot(GetTransactionSnapshot());
   pgstat_report_activity(STATE_RUNNING, "outbox: partition maintenance");
   ReportState("maintaining partitions");
+  OUTBOX_FAULT("publisher.maintenance");
   if (ExtensionInstalled()) MaintainPartitions(GetCurrentTimestamp());
   PopActiveSnapshot();
   CommitTransactionCommand();
@@ -236,6 +256,7 @@ long IdleWaitMs() {
   SetCurrentStatementStartTimestamp();
   StartTransactionCommand();
   PushActiveSnapshot(GetTransactionSnapshot());
+  OUTBOX_FAULT("publisher.idle");
   if (SPI_connect() == SPI_OK_CONNECT) {
     if (ExtensionInstalled()) next = NextRetryAt();
     SPI_finish();
@@ -260,6 +281,19 @@ void Sleep(long ms) {
   ResetLatch(MyLatch);
 }
 
+// The backoff after an error: commits setting our latch do not cut it
+// short (they would turn a failing cycle into a busy loop), SIGTERM does.
+void Backoff(long ms) {
+  const TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ms);
+  for (;;) {
+    const long left = static_cast<long>((until - GetCurrentTimestamp()) / 1000);
+    if (left <= 0 || ShutdownRequestPending) return;
+    (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, left,
+                    PG_WAIT_EXTENSION);
+    ResetLatch(MyLatch);
+  }
+}
+
 void HandleSignals() {
   CHECK_FOR_INTERRUPTS();
   if (ConfigReloadPending) {
@@ -268,11 +302,7 @@ void HandleSignals() {
   }
 }
 
-}  // namespace
-}  // namespace outbox
-
-void outbox_publisher_main(Datum main_arg) {
-  using namespace outbox;
+void PublisherMain(Datum main_arg) {
   const Oid dboid = DatumGetObjectId(main_arg);
   worker_index = static_cast<int>(MyBgworkerEntry->bgw_extra[0]);
 
@@ -280,12 +310,15 @@ void outbox_publisher_main(Datum main_arg) {
   pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
   BackgroundWorkerUnblockSignals();
 
-  slot = FindSlot(dboid);
-  if (slot == nullptr || worker_index < 0 || worker_index >= kMaxWorkersPerDatabase) {
+  // Our place first: if another publisher holds it (two launchers started
+  // one each), this one leaves before doing anything.
+  slot = TakePublisherPlace(dboid, worker_index, static_cast<uint32>(MyProc->pgprocno));
+  if (slot == nullptr) {
+    ereport(DEBUG1, (errmsg("outbox: publisher %d for database %u is running already, or the "
+                            "database is no longer tracked; exiting",
+                            worker_index, dboid)));
     proc_exit(0);
   }
-  BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
-  pg_atomic_write_u32(&slot->worker_procno[worker_index], MyProc->pgprocno);
   {
     PublisherStats *st = MyStats();
     SpinLockAcquire(&st->mutex);
@@ -296,15 +329,21 @@ void outbox_publisher_main(Datum main_arg) {
     SpinLockRelease(&st->mutex);
   }
   on_shmem_exit(Unregister, 0);
-  JoinKeySlots(slot, worker_index);
-  pgstat_report_appname("outbox publisher");
+  BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+  PinWorkerSettings();
   // The publisher's transactions only record what the brokers acknowledged.
   // Losing the last of them in a crash means those events are sent again
   // (at least once, same ids), never lost: so its commits need not wait for
   // the WAL flush, which otherwise took a third of its time under load.
   SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+  JoinKeySlots(slot, worker_index);
+  pgstat_report_appname("outbox publisher");
 
-  dispatcher = new Dispatcher();
+  dispatcher = Dispatcher::Create();
+  if (dispatcher == nullptr) {
+    ereport(FATAL, (errcode(ERRCODE_OUT_OF_MEMORY),
+                    errmsg("outbox: could not set up the publisher's dispatcher")));
+  }
   cycle_context =
       AllocSetContextCreate(TopMemoryContext, "outbox publish cycle", ALLOCSET_DEFAULT_SIZES);
   // Catalog lookups need a transaction.
@@ -313,8 +352,9 @@ void outbox_publisher_main(Datum main_arg) {
   strlcpy(database_name, name != nullptr ? name : "?", sizeof database_name);
   CommitTransactionCommand();
 
-  // Error recovery, as in PostgreSQL's own background processes: log, abort
-  // the transaction (its events stay pending), back off, carry on.
+  // Error recovery, as in PostgreSQL's own background processes: log, give
+  // up the batches in flight, abort the transaction (its events stay
+  // pending), back off, carry on.
   sigjmp_buf local_sigjmp_buf;
   if (sigsetjmp(local_sigjmp_buf, 1) != 0) {
     HOLD_INTERRUPTS();
@@ -327,18 +367,20 @@ void outbox_publisher_main(Datum main_arg) {
       FreeErrorData(edata);
       MemoryContextSwitchTo(error_cxt);
     }
+    // Before the transaction's memory goes: nothing may point into it.
+    dispatcher->AbandonAll();
+    ForgetClaimFloor();
     AbortCurrentTransaction();
-    SPI_finish();  // harmless when not connected
     FlushErrorState();
     MemoryContextSwitchTo(TopMemoryContext);
     MemoryContextReset(cycle_context);
     RESUME_INTERRUPTS();
     consecutive_errors++;
-    config_loaded = false;  // reload from scratch after an error
-    long wait = 1000L << (consecutive_errors < 5 ? consecutive_errors : 5);
+    config_loaded = false;  // reload routes and order state from the database
+    long wait = kErrorBackoffMinMs << (consecutive_errors < 10 ? consecutive_errors - 1 : 9);
     if (wait > kErrorBackoffMaxMs) wait = kErrorBackoffMaxMs;
     ReportState("backing off after an error");
-    Sleep(wait);
+    Backoff(wait);
   }
   PG_exception_stack = &local_sigjmp_buf;
 
@@ -366,13 +408,15 @@ void outbox_publisher_main(Datum main_arg) {
       ereport(config_loaded ? LOG : DEBUG1,
               (errmsg("outbox: extension not installed in database \"%s\"; publisher exits",
                       database_name)));
-      pg_atomic_write_u32(&slot->extension_state, static_cast<uint32>(ExtensionState::kAbsent));
       break;
     }
     consecutive_errors = 0;
     if (claimed >= guc::batch_size) continue;  // more may be waiting
 
-    dispatcher->Poll();
+    CallCpp([] {
+      OUTBOX_FAULT_CPP("publisher.poll");
+      dispatcher->Poll();
+    });
     FlushDispatcherLogs();
     old = MemoryContextSwitchTo(cycle_context);
     const long wait = IdleWaitMs();
@@ -383,4 +427,22 @@ void outbox_publisher_main(Datum main_arg) {
     Sleep(wait);
   }
   proc_exit(0);
+}
+
+}  // namespace
+
+uint64 ClaimFloorResets() { return slot != nullptr ? pg_atomic_read_u64(&slot->floor_resets) : 0; }
+
+}  // namespace outbox
+
+// The publisher's entry: one exception boundary around everything (every
+// C++ call inside has its own; this one catches what would otherwise reach
+// std::terminate and take every session of the server down with it).
+void outbox_publisher_main(Datum main_arg) {
+  outbox::bridge::CaughtError error;
+  auto body = [main_arg] { outbox::PublisherMain(main_arg); };
+  (void)outbox::bridge::Guard(body, &error);
+  ereport(FATAL,
+          (errcode(error.sqlstate != 0 ? error.sqlstate : ERRCODE_INTERNAL_ERROR),
+           errmsg("outbox: publisher stopped by an unexpected exception: %s", error.message)));
 }

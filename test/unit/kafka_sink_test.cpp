@@ -174,6 +174,7 @@ struct Batch {
   std::vector<std::vector<Header>> header_views;
   std::vector<OutMessage> messages;
   std::vector<Delivery> results;
+  uint64_t ticket = 0;  // SendTo's
 
   Batch &Add(std::string target, std::optional<std::string> key, std::string payload,
              std::vector<std::pair<std::string, std::string>> headers = {},
@@ -200,10 +201,10 @@ struct Batch {
   // The pipelined halves: Send returns before the outcomes are in.
   void SendTo(Sink &sink) {
     Build();
-    sink.Send(messages.data(), messages.size(), results.data(), nullptr);
+    ticket = sink.Send(messages.data(), messages.size(), results.data(), nullptr);
   }
   const std::vector<Delivery> &CollectFrom(Sink &sink, Sink::InterruptCheck interrupted = nullptr) {
-    sink.Collect(results.data(), interrupted);
+    sink.Collect(ticket, interrupted);
     return results;
   }
 
@@ -446,6 +447,35 @@ TEST(KafkaSink, InterruptWhileBatchesAreInFlightEndsThemAll) {
   Batch next;
   next.Add("stalled", std::string("k"), "c");
   ExpectAll(next.PublishTo(*sink), DeliveryStatus::kDelivered);
+}
+
+// The publisher abandons its batches when its transaction fails: their
+// outcome arrays are about to be freed, so after AbandonAll no report may
+// reach them, and an old ticket must not match a new batch.
+TEST(KafkaSink, AbandonAllSettlesOpenBatchesAndForgetsThem) {
+  MockCluster cluster;
+  cluster.CreateTopic("abandoned", 1);
+  auto sink = MakeSink(cluster);
+  ASSERT_NE(sink, nullptr);
+  WarmUp(*sink, "abandoned", std::string("k"), "w");
+  cluster.SetRtt(500);
+  Batch first, second;
+  for (int i = 0; i < 5; ++i) first.Add("abandoned", std::string("k"), "a" + std::to_string(i));
+  for (int i = 0; i < 5; ++i) second.Add("abandoned", std::string("j"), "b" + std::to_string(i));
+  first.SendTo(*sink);
+  second.SendTo(*sink);
+  const uint64_t stale = first.ticket;
+  sink->AbandonAll("abandoned: test");
+  ExpectAll(first.results, DeliveryStatus::kRetriable, "abandoned: test");
+  ExpectAll(second.results, DeliveryStatus::kRetriable, "abandoned: test");
+  cluster.SetRtt(0);
+  // The same outcome array, reused for the next batch.
+  first.results.assign(first.results.size(), Delivery{DeliveryStatus::kRejected, "not filled"});
+  sink->Collect(stale, nullptr);  // matches nothing: leaves the array alone
+  ExpectAll(first.results, DeliveryStatus::kRejected, "not filled");
+  first.SendTo(*sink);
+  EXPECT_NE(first.ticket, stale);
+  ExpectAll(first.CollectFrom(*sink), DeliveryStatus::kDelivered);
 }
 
 TEST(KafkaSink, KeysLandOnTheJavaClientsPartition) {

@@ -1,0 +1,203 @@
+// The emit horizon (see emit_horizon.hpp).
+//
+// Memory ordering, the argument the claims depend on: a backend writes its
+// time (a clock reading T0), then a full barrier, then reads the clock for
+// the event id (T1 >= T0). A publisher reads the clock (P), then a full
+// barrier, then reads every backend's time. If it misses a backend's write,
+// that write came after its reads, so after P, and the event's id T1 >= P.
+// The bound the publisher uses is min(P - margin, every time it saw): an id
+// below it was either seen or could not exist yet.
+#include "emit_horizon.hpp"
+
+extern "C" {
+#include "access/twophase.h"
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/ipc.h"
+#include "storage/proc.h"
+#include "storage/procarray.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+#include "utils/timestamp.h"
+}
+
+namespace outbox {
+namespace {
+
+// One per PGPROC, written only by the backend using that PGPROC.
+struct BackendEmit {
+  pg_atomic_uint64 since;  // TimestampTz of the transaction's first emit; 0: none
+  Oid dboid;               // the backend's database (written before `since`)
+};
+
+// A prepared transaction, recorded at PREPARE by the preparing backend.
+struct PreparedEmit {
+  TransactionId xid;  // InvalidTransactionId: free entry
+  Oid dboid;
+  TimestampTz since;  // its first emit; 0: it emitted nothing
+};
+
+struct HorizonState {
+  int nbackends;
+  int nprepared;
+  slock_t prepared_mutex;  // protects `prepared`
+  BackendEmit *backends;   // [nbackends]
+  PreparedEmit *prepared;  // [nprepared]
+};
+
+HorizonState *state = nullptr;
+bool emitting = false;  // this backend published a time for the current transaction
+
+int BackendCount() { return MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts; }
+
+BackendEmit *Mine() {
+  if (state == nullptr || MyProc == nullptr) return nullptr;
+  const int procno = MyProc->pgprocno;
+  return procno >= 0 && procno < state->nbackends ? &state->backends[procno] : nullptr;
+}
+
+void Clear() {
+  if (!emitting) return;
+  BackendEmit *mine = Mine();
+  if (mine != nullptr) pg_atomic_write_u64(&mine->since, 0);
+  emitting = false;
+}
+
+// Free the entries of prepared transactions that have ended (committed or
+// rolled back, or whose PREPARE failed). TransactionIdIsInProgress takes
+// LWLocks: called outside the spinlock.
+void ForgetEndedPrepared() {
+  for (int i = 0; i < state->nprepared; ++i) {
+    SpinLockAcquire(&state->prepared_mutex);
+    const TransactionId xid = state->prepared[i].xid;
+    SpinLockRelease(&state->prepared_mutex);
+    if (!TransactionIdIsValid(xid) || TransactionIdIsInProgress(xid)) continue;
+    SpinLockAcquire(&state->prepared_mutex);
+    if (TransactionIdEquals(state->prepared[i].xid, xid)) {
+      state->prepared[i].xid = InvalidTransactionId;
+    }
+    SpinLockRelease(&state->prepared_mutex);
+  }
+}
+
+// At PREPARE the transaction leaves this backend but stays open: record it
+// (emitting or not) so publishers know what a prepared transaction holds.
+// Never raises: a full table only makes publishers more careful.
+void RecordPrepared() {
+  const TransactionId xid = GetTopTransactionIdIfAny();
+  if (state == nullptr || state->nprepared == 0 || !TransactionIdIsValid(xid)) return;
+  BackendEmit *mine = Mine();
+  const TimestampTz since =
+      emitting && mine != nullptr ? static_cast<TimestampTz>(pg_atomic_read_u64(&mine->since)) : 0;
+  for (int round = 0; round < 2; ++round) {
+    SpinLockAcquire(&state->prepared_mutex);
+    PreparedEmit *free_entry = nullptr;
+    for (int i = 0; i < state->nprepared && free_entry == nullptr; ++i) {
+      if (!TransactionIdIsValid(state->prepared[i].xid)) free_entry = &state->prepared[i];
+    }
+    if (free_entry != nullptr) {
+      free_entry->xid = xid;
+      free_entry->dboid = MyDatabaseId;
+      free_entry->since = since;
+    }
+    SpinLockRelease(&state->prepared_mutex);
+    if (free_entry != nullptr) return;
+    ForgetEndedPrepared();  // full of transactions that may have ended: make room
+  }
+}
+
+void OnXactEvent(XactEvent event, void *arg) {
+  switch (event) {
+    case XACT_EVENT_PRE_PREPARE:
+      RecordPrepared();
+      break;
+    case XACT_EVENT_COMMIT:
+    case XACT_EVENT_PARALLEL_COMMIT:
+    case XACT_EVENT_ABORT:
+    case XACT_EVENT_PARALLEL_ABORT:
+    case XACT_EVENT_PREPARE:
+      Clear();
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace
+
+Size EmitHorizonShmemSize() {
+  Size size = MAXALIGN(sizeof(HorizonState));
+  size = add_size(size, MAXALIGN(mul_size(sizeof(BackendEmit), BackendCount())));
+  size = add_size(size, MAXALIGN(mul_size(sizeof(PreparedEmit), max_prepared_xacts)));
+  return size;
+}
+
+void EmitHorizonShmemInit() {
+  bool found = false;
+  char *base =
+      static_cast<char *>(ShmemInitStruct("outbox emit horizon", EmitHorizonShmemSize(), &found));
+  state = reinterpret_cast<HorizonState *>(base);
+  if (found) return;
+  state->nbackends = BackendCount();
+  state->nprepared = max_prepared_xacts;
+  SpinLockInit(&state->prepared_mutex);
+  state->backends = reinterpret_cast<BackendEmit *>(base + MAXALIGN(sizeof(HorizonState)));
+  state->prepared =
+      reinterpret_cast<PreparedEmit *>(base + MAXALIGN(sizeof(HorizonState)) +
+                                       MAXALIGN(mul_size(sizeof(BackendEmit), state->nbackends)));
+  for (int i = 0; i < state->nbackends; ++i) {
+    pg_atomic_init_u64(&state->backends[i].since, 0);
+    state->backends[i].dboid = InvalidOid;
+  }
+  for (int i = 0; i < state->nprepared; ++i)
+    state->prepared[i] = PreparedEmit{InvalidTransactionId, InvalidOid, 0};
+}
+
+void InstallEmitHorizon() {
+  // Inherited by every backend the postmaster forks. A backend that exits
+  // in a transaction aborts it first, which clears its entry; a crash
+  // resets shared memory.
+  RegisterXactCallback(OnXactEvent, nullptr);
+}
+
+void NoteEmitting() {
+  if (emitting) return;
+  BackendEmit *mine = Mine();
+  if (mine == nullptr) return;
+  mine->dboid = MyDatabaseId;
+  pg_write_barrier();
+  pg_atomic_write_u64(&mine->since, static_cast<uint64>(GetCurrentTimestamp()));
+  pg_memory_barrier();  // before the caller reads the clock for the id
+  emitting = true;
+}
+
+EmitHorizon ReadEmitHorizon(Oid dboid, const TransactionId *prepared_xids, int nprepared) {
+  EmitHorizon h{0, false};
+  if (state == nullptr) return h;
+  pg_memory_barrier();  // the caller's clock reading comes first
+  for (int i = 0; i < state->nbackends; ++i) {
+    const uint64 since = pg_atomic_read_u64(&state->backends[i].since);
+    pg_read_barrier();
+    if (since == 0 || state->backends[i].dboid != dboid) continue;
+    if (h.oldest == 0 || static_cast<TimestampTz>(since) < h.oldest) {
+      h.oldest = static_cast<TimestampTz>(since);
+    }
+  }
+  for (int p = 0; p < nprepared; ++p) {
+    bool known = false;
+    SpinLockAcquire(&state->prepared_mutex);
+    for (int i = 0; i < state->nprepared && !known; ++i) {
+      const PreparedEmit &e = state->prepared[i];
+      if (!TransactionIdEquals(e.xid, prepared_xids[p])) continue;
+      known = true;
+      if (e.since != 0 && (h.oldest == 0 || e.since < h.oldest)) h.oldest = e.since;
+    }
+    SpinLockRelease(&state->prepared_mutex);
+    if (!known) h.unknown_prepared = true;
+  }
+  ForgetEndedPrepared();
+  return h;
+}
+
+}  // namespace outbox

@@ -1,0 +1,52 @@
+// The emit horizon: how far back an event that is not committed yet may lie.
+//
+// The publisher's ready claim starts from a remembered position (claim.cpp)
+// and may only move it up to a bound below which no event can still appear.
+// An event appears when its transaction commits, with the id (the time) it
+// got when emit() ran, however long before. So every transaction that has
+// emitted and not ended publishes here, in shared memory, a time no later
+// than its first event's id; the bound is the oldest of them (and of the
+// prepared transactions that emitted) in the database.
+//
+// Why not pg_stat_activity (what the publisher used before): an emit() that
+// waited for a lock took its id before its transaction had an xid, so it was
+// invisible there and the bound passed it; track_activities = off hid every
+// transaction; and any writing transaction, emitting or not, held the bound
+// back (issue 13, defect 9).
+//
+// Exists only when outbox is preloaded; every function is a no-op (or
+// answers "no horizon") otherwise.
+#pragma once
+
+#include "pg_bridge.hpp"
+
+extern "C" {
+#include "datatype/timestamp.h"
+}
+
+namespace outbox {
+
+// Shared memory (called from shmem.cpp's hooks).
+Size EmitHorizonShmemSize();
+void EmitHorizonShmemInit();
+// Register the transaction callback (every backend, from _PG_init).
+void InstallEmitHorizon();
+
+// emit(): call before reading the clock for the event's id. The first call
+// in a transaction publishes "now" for it; later calls cost a flag test.
+void NoteEmitting();
+
+struct EmitHorizon {
+  TimestampTz oldest;     // oldest first-emit time of an open transaction; 0: none
+  bool unknown_prepared;  // a prepared transaction of unknown emits exists
+};
+
+// For the publisher of database `dboid`: the horizon, as seen after reading
+// the clock (the caller read `now` before calling). `prepared_xids` are the
+// database's prepared transactions (from pg_prepared_xacts; nullptr and 0
+// when max_prepared_transactions is 0): those that prepared while outbox was
+// loaded are known, with their first-emit time if they emitted; others
+// (prepared before the server restarted) may have emitted anything.
+EmitHorizon ReadEmitHorizon(Oid dboid, const TransactionId *prepared_xids, int nprepared);
+
+}  // namespace outbox
