@@ -74,6 +74,12 @@ void Hit(const char *point) {
       kill(MyProcPid, SIGKILL);
       pg_usleep(1000000L);  // not reached: the signal cannot be caught
       break;
+    case Action::kStall:
+      for (int i = 0; i < 20; ++i) {
+        pg_usleep(100 * 1000L);
+        CHECK_FOR_INTERRUPTS();
+      }
+      break;
     default:
       break;
   }

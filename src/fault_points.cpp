@@ -35,10 +35,10 @@ bool ParseAction(std::string_view name, Action *action) {
   static constexpr struct {
     const char *name;
     Action action;
-  } kActions[] = {{"none", Action::kNone},          {"error", Action::kError},
-                  {"cancel", Action::kCancel},      {"terminate", Action::kTerminate},
-                  {"sigkill", Action::kSigkill},    {"oom", Action::kOom},
-                  {"exception", Action::kException}};
+  } kActions[] = {{"none", Action::kNone},           {"error", Action::kError},
+                  {"cancel", Action::kCancel},       {"terminate", Action::kTerminate},
+                  {"sigkill", Action::kSigkill},     {"oom", Action::kOom},
+                  {"exception", Action::kException}, {"stall", Action::kStall}};
   for (const auto &a : kActions) {
     if (name == a.name) {
       *action = a.action;
@@ -87,7 +87,7 @@ const char *ParseRule(std::string_view text, Rule *rule) {
   }
   Action action;
   if (!ParseAction(rest, &action)) {
-    return "the action is none, error, cancel, terminate, sigkill, oom or exception";
+    return "the action is none, error, cancel, terminate, sigkill, oom, stall or exception";
   }
   if (rule != nullptr) {
     std::memcpy(rule->point, point.data(), point.size());
@@ -185,6 +185,8 @@ const char *ActionName(Action action) noexcept {
       return "oom";
     case Action::kException:
       return "exception";
+    case Action::kStall:
+      return "stall";
   }
   return "?";
 }

@@ -11,8 +11,10 @@
 //   publisher.after_begin=error
 //   publisher.*=cancel/20, dispatch.*=exception/50#3
 // - point: a point's name, or a prefix ending in '*' ("*" alone: every point);
-// - action: error, cancel, terminate, sigkill, oom (PostgreSQL points) or
-//   exception, oom (C++ points); an action a point cannot take is ignored;
+// - action: error, cancel, terminate, sigkill, oom, stall (PostgreSQL
+//   points: stall waits 2 s, for tests that change something at a chosen
+//   moment) or exception, oom (C++ points); an action a point cannot take is
+//   ignored;
 // - /N: fire at each hit with probability 1/N (default: every hit);
 // - #K: fire at most K times in this process (default: no limit).
 // The first rule whose point matches decides.
@@ -29,7 +31,7 @@
 namespace outbox {
 namespace fault {
 
-enum class Action { kNone, kError, kCancel, kTerminate, kSigkill, kOom, kException };
+enum class Action { kNone, kError, kCancel, kTerminate, kSigkill, kOom, kException, kStall };
 
 // Whether `spec` parses; on failure *error says why. Never throws but for
 // bad_alloc from *error.

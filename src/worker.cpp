@@ -375,6 +375,7 @@ void PublisherMain(Datum main_arg) {
     MemoryContextSwitchTo(TopMemoryContext);
     MemoryContextReset(cycle_context);
     RESUME_INTERRUPTS();
+    FlushDispatcherLogs();  // what the abandoned batches had to say
     consecutive_errors++;
     config_loaded = false;  // reload routes and order state from the database
     long wait = kErrorBackoffMinMs << (consecutive_errors < 10 ? consecutive_errors - 1 : 9);

@@ -35,7 +35,7 @@ unset PGDATABASE PGSERVICE PGOPTIONS PGPASSWORD
 # shellcheck source-path=SCRIPTDIR source=lib/cluster.sh
 source "$REPO/test/lib/cluster.sh"
 
-SUITES=(format unit regression isolation TAP sanitizers fuzz)
+SUITES=(format unit regression isolation TAP TAP_repeatable_read TAP_serializable sanitizers fuzz)
 declare -A RESULT=() NOTE=()
 RUN_START=$SECONDS
 
@@ -202,61 +202,113 @@ else
 fi
 
 # ---------------------------------------------------------------------------
-banner "TAP tests (prove test/t/*.pl)"
-if ((PGXS_OK)); then
-  shopt -s nullglob
-  TAP_TESTS=(test/t/*.pl)
-  shopt -u nullglob
+banner "Fault injection build (CMake, OUTBOX_FAULT_INJECTION=ON; test/t/09x load it)"
+# The release module (installed above) has no fault injection points; the TAP
+# tests that inject faults load this build from a private directory through
+# dynamic_library_path (OutboxNode's fault_injection option).
+FI_OK=0
+if [[ -f build-fi/CMakeCache.txt ]] &&
+  ! grep -qxF "CMAKE_HOME_DIRECTORY:INTERNAL=$REPO" build-fi/CMakeCache.txt; then
+  rm -rf build-fi
+fi
+if ((PGXS_OK)) &&
+  timeout -k 30 1200 cmake -S . -B build-fi -DOUTBOX_WERROR=ON -DOUTBOX_FAULT_INJECTION=ON \
+    -DPG_CONFIG="$PG_CONFIG" >/dev/null &&
+  timeout -k 30 1200 cmake --build build-fi -j2 --target outbox; then
+  FI_OK=1
+else
+  echo "the fault injection build failed: the fault injection TAP tests cannot run" >&2
+fi
+
+# run_tap SUITE DIR [VAR=value ...] -- TEST...: prove the TAP tests as the
+# server's OS user, their data and logs under DIR (private to this run), the
+# fault injection build beside them; records SUITE.
+run_tap() {
+  local suite=$1 dir=$2
+  shift 2
+  local -a envs=()
+  while [[ $1 != -- ]]; do envs+=("$1"); shift; done
+  shift
+  local -a tests=("$@")
+  rm -rf "$dir"
+  mkdir -p "$dir"
   # PostgreSQL::Test::Utils writes logs and data directories under
   # $TESTDIR/tmp_check, and the tests call initdb, so everything runs as the
-  # server's OS user and TESTDIR must be writable by it.
-  TAP_DIR=$REPO/test/results/tap
-  rm -rf "$TAP_DIR"
-  mkdir -p "$TAP_DIR"
-  ((EUID == 0)) && chown "$CLUSTER_OS_USER:" "$TAP_DIR"
-  TAP_SRC=$REPO/test
-  if ! as_server_user test -w "$TAP_DIR" -a -r "$REPO/test/t" -a -x "$REPO/test/t"; then
-    # The checkout is not readable by that user (e.g. under /root): run a copy.
-    TAP_DIR=$(mktemp -d "${CLUSTER_TMP_BASE}/outbox-tap.XXXXXX")
-    cp -r "$REPO/test/t" "$REPO/test/lib" "$REPO/test/kafka" "$TAP_DIR/"
-    chmod -R a+rX "$TAP_DIR"
-    ((EUID == 0)) && chown -R "$CLUSTER_OS_USER:" "$TAP_DIR"
-    TAP_SRC=$TAP_DIR
-    echo "checkout not readable by $CLUSTER_OS_USER: running a copy in $TAP_DIR"
+  # server's OS user, and a copy of the tests, readable by it, runs.
+  cp -r "$REPO/test/t" "$REPO/test/lib" "$REPO/test/kafka" "$dir/"
+  if ((FI_OK)); then
+    mkdir -p "$dir/fi-lib"
+    cp build-fi/outbox.so "$dir/fi-lib/"
+    envs+=("OUTBOX_FI_LIBDIR=$dir/fi-lib")
   fi
-  AS_SERVER_USER=()
-  ((EUID == 0)) && AS_SERVER_USER=(runuser -u "$CLUSTER_OS_USER" --)
-  if ((${#TAP_TESTS[@]} == 0)); then
-    record TAP fail "no test/t/*.pl"
+  chmod -R a+rX "$dir"
+  ((EUID == 0)) && chown -R "$CLUSTER_OS_USER:" "$dir"
+  local -a as_user=()
+  ((EUID == 0)) && as_user=(runuser -u "$CLUSTER_OS_USER" --)
   # The environment PGXS's prove_installcheck sets, plus PERL5LIB for the
   # PostgreSQL::Test modules (Debian installs them under pgxs, off Perl's path).
-  elif (cd "$TAP_SRC" && timeout -k 30 1500 "${AS_SERVER_USER[@]}" \
-    env -u PGHOST -u PGPORT -u PGUSER \
-    PATH="$PATH" HOME="$TAP_DIR" LC_ALL=C.UTF-8 LANG=C.UTF-8 \
-    PERL5LIB="$PGXS_TOP/src/test/perl:$TAP_SRC/lib${PERL5LIB:+:$PERL5LIB}" \
-    TESTDIR="$TAP_DIR" PG_REGRESS="$PG_REGRESS_BIN" OUTBOX_REPO="$REPO" \
-    prove --timer t/*.pl kafka/selftest.pl); then
-    record TAP pass "${#TAP_TESTS[@]} files"
-    # The fault suite's figures (docs/reliability.md shows a run of them).
-    if [[ -f "$TAP_DIR/tmp_check/reliability.tsv" ]]; then
-      cp "$TAP_DIR/tmp_check/reliability.tsv" "$REPO/test/results/reliability.tsv"
-      bash test/reliability_report.sh "$REPO/test/results/reliability.tsv" || true
+  if (cd "$dir" && timeout -k 30 1800 "${as_user[@]}" \
+    env -u PGHOST -u PGPORT -u PGUSER -u OUTBOX_TEST_ISOLATION \
+    PATH="$PATH" HOME="$dir" LC_ALL=C.UTF-8 LANG=C.UTF-8 \
+    PERL5LIB="$PGXS_TOP/src/test/perl:$dir/lib${PERL5LIB:+:$PERL5LIB}" \
+    TESTDIR="$dir" PG_REGRESS="$PG_REGRESS_BIN" OUTBOX_REPO="$REPO" "${envs[@]}" \
+    prove --timer "${tests[@]}"); then
+    if ((FI_OK)); then
+      record "$suite" pass "${#tests[@]} files"
+    else
+      record "$suite" fail "the fault injection build failed: its tests were skipped"
     fi
-    [[ "$TAP_SRC" == "$TAP_DIR" ]] && rm -rf "$TAP_DIR" # the copy is not needed any more
+    # The fault suites' figures (docs/reliability.md shows a run of them),
+    # from the run at the default isolation level.
+    if [[ $suite == TAP && -f "$dir/tmp_check/reliability.tsv" ]]; then
+      cat "$dir/tmp_check/reliability.tsv" >>"$REPO/test/results/reliability.tsv.parts"
+    fi
+    rm -rf "$dir"
   else
     # Each test's full log (server start-up, queries, failures) is in
     # tmp_check/log/regress_log_<test>; show the end of the failing ones.
-    for log in "$TAP_DIR"/tmp_check/log/regress_log_*; do
+    for log in "$dir"/tmp_check/log/regress_log_*; do
       [[ -f "$log" ]] || continue
       if grep -qE '^(not ok|Bail out!)|# Looks like|died|BAIL' "$log"; then
         echo "----- last 80 lines of $log -----"
         tail -n 80 "$log"
       fi
     done
-    record TAP fail "logs in $TAP_DIR/tmp_check/log"
+    record "$suite" fail "logs in $dir/tmp_check/log"
+  fi
+}
+
+# The publisher's suites, run again at the other isolation levels a server
+# may default to (issue 13: the publisher must not depend on the default).
+ISOLATION_TAP_TESTS=(t/020_*.pl t/021_*.pl t/023_*.pl t/025_*.pl t/026_*.pl t/027_*.pl
+  t/030_*.pl t/032_*.pl t/040_*.pl t/042_*.pl t/043_*.pl t/090_*.pl)
+
+if ((PGXS_OK)); then
+  rm -f test/results/reliability.tsv.parts
+  shopt -s nullglob
+  TAP_TESTS=(test/t/*.pl)
+  shopt -u nullglob
+  if ((${#TAP_TESTS[@]} == 0)); then
+    record TAP fail "no test/t/*.pl"
+  else
+    banner "TAP tests (prove test/t/*.pl)"
+    run_tap TAP "$REPO/test/results/tap" -- t/*.pl kafka/selftest.pl
+    for level in "repeatable read" "serializable"; do
+      suite="TAP_${level// /_}"
+      banner "TAP publisher suites at default_transaction_isolation = '$level'"
+      mapfile -t tests < <(cd test && for g in "${ISOLATION_TAP_TESTS[@]}"; do compgen -G "$g"; done)
+      run_tap "$suite" "$REPO/test/results/tap-${level// /-}" "OUTBOX_TEST_ISOLATION=$level" -- "${tests[@]}"
+    done
+  fi
+  if [[ -f test/results/reliability.tsv.parts ]]; then
+    # One header, then every row.
+    awk 'NR == 1 || $1 != "sink"' test/results/reliability.tsv.parts >test/results/reliability.tsv
+    rm -f test/results/reliability.tsv.parts
+    bash test/reliability_report.sh test/results/reliability.tsv || true
   fi
 else
   record TAP fail "PGXS build failed"
+  for level in repeatable_read serializable; do record "TAP_$level" fail "PGXS build failed"; done
 fi
 
 # ---------------------------------------------------------------------------

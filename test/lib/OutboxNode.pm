@@ -10,12 +10,29 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-our @EXPORT_OK = qw(outbox_node wait_until kafka_sink_sql pending_count);
+our @EXPORT_OK = qw(outbox_node wait_until kafka_sink_sql pending_count set_faults
+  fault_injection_available);
 
 # A started node with outbox preloaded and quick publisher settings.
-# Extra postgresql.conf lines may be passed as a string.
+# Extra postgresql.conf lines may be passed as a string. Options besides
+# PostgreSQL::Test::Cluster's init() options:
+#   fault_injection => 1   load the test build of outbox, which has the
+#                          fault injection points and outbox.fault_injection
+#                          (from $OUTBOX_FI_LIBDIR, which test/run_all.sh
+#                          sets; without it the test is skipped)
+# The environment can change every node's settings:
+#   OUTBOX_TEST_LIBDIR     load outbox.so from this directory (not for
+#                          fault_injection nodes)
+#   OUTBOX_TEST_ISOLATION  the server's default_transaction_isolation
+#                          ('repeatable read', 'serializable'): run_all.sh
+#                          runs the publisher suites at each level
 sub outbox_node {
 	my ($name, $extra_conf, %opts) = @_;
+	my $fault_injection = delete $opts{fault_injection};
+	if ($fault_injection && !fault_injection_available()) {
+		plan skip_all => 'needs the fault injection build of outbox: set OUTBOX_FI_LIBDIR '
+		  . '(test/run_all.sh builds it)';
+	}
 	my $node = PostgreSQL::Test::Cluster->new($name);
 	$node->init(%opts);
 	$node->append_conf('postgresql.conf', <<"EOF");
@@ -25,9 +42,36 @@ outbox.backoff_min = '50ms'
 outbox.backoff_max = '1s'
 log_min_messages = 'info'
 EOF
+	# The module the server loads: the fault injection build, or another
+	# build under test (OUTBOX_TEST_LIBDIR: a directory holding outbox.so,
+	# e.g. an older release's, to show a test fails there), else the
+	# installed one.
+	my $moddir = $fault_injection ? $ENV{OUTBOX_FI_LIBDIR} : $ENV{OUTBOX_TEST_LIBDIR};
+	if ($moddir) {
+		$node->append_conf('postgresql.conf', "dynamic_library_path = '$moddir:\$libdir'\n");
+	}
+	if (my $iso = $ENV{OUTBOX_TEST_ISOLATION}) {
+		$node->append_conf('postgresql.conf', "default_transaction_isolation = '$iso'\n");
+	}
 	$node->append_conf('postgresql.conf', $extra_conf) if defined $extra_conf;
 	$node->start;
 	return $node;
+}
+
+# Whether the fault injection build of outbox is at hand.
+sub fault_injection_available {
+	my $dir = $ENV{OUTBOX_FI_LIBDIR};
+	return defined $dir && -r "$dir/outbox.so";
+}
+
+# Set outbox.fault_injection server-wide (ALTER SYSTEM) and make every
+# process take it; '' clears it.
+sub set_faults {
+	my ($node, $rules) = @_;
+	$rules =~ s/'/''/g;
+	$node->safe_psql('postgres', "ALTER SYSTEM SET outbox.fault_injection = '$rules'");
+	$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+	return;
 }
 
 # Poll $check (a code ref) until it returns true or $timeout seconds pass.
