@@ -22,7 +22,7 @@ OBJS = $(PG_SRCS:.cpp=.o) $(FREE_SRCS:.cpp=.o)
 
 REGRESS = setup emit tracing sinks routes controls stats partitions privileges emit_writes_like_insert extension
 REGRESS_OPTS = --inputdir=. --outputdir=test/results
-ISOLATION = maintain_never_blocks_emit concurrent_claims_never_overlap emit_follows_concurrent_ddl
+ISOLATION = maintain_never_blocks_emit concurrent_claims_never_overlap emit_follows_concurrent_ddl maintain_keeps_pending_events_at_any_isolation
 ISOLATION_OPTS = --inputdir=test/isolation --outputdir=test/results/isolation
 
 PG_CONFIG ?= pg_config

@@ -235,7 +235,7 @@ run_tap() {
   # PostgreSQL::Test::Utils writes logs and data directories under
   # $TESTDIR/tmp_check, and the tests call initdb, so everything runs as the
   # server's OS user, and a copy of the tests, readable by it, runs.
-  cp -r "$REPO/test/t" "$REPO/test/lib" "$REPO/test/kafka" "$dir/"
+  cp -r "$REPO/test/t" "$REPO/test/lib" "$REPO/test/kafka" "$REPO/docs" "$dir/"
   if ((FI_OK)); then
     mkdir -p "$dir/fi-lib"
     cp build-fi/outbox.so "$dir/fi-lib/"

@@ -394,6 +394,7 @@ sub start {
 		my $h = IPC::Run::start(
 			[ $node->installed_command('psql'), '-X', '-q', '-v', 'ON_ERROR_STOP=1',
 			  '-d', $node->connstr('postgres') . " application_name=fault_load_$s",
+			  OutboxNode::app_session_args(),
 			  '-c', "CALL fault_load($s, $self->{keys}, $self->{per_tx}, $self->{sleep_ms})" ],
 			'<', \undef, '>', "$log_dir/fault_load_${s}_$self->{runs}.log", '2>&1', $timer);
 		$self->{h}{$s} = { h => $h, timer => $timer };
@@ -486,9 +487,11 @@ package OutboxFaults;
 # The node both fault suites run: preloaded (OutboxNode), two publishers,
 # small batches so a fault catches several, crash restarts on, the extension
 # created.
+# Options: fault_injection => 1 (the test build, see OutboxNode), extra
+# postgresql.conf lines in conf.
 sub fault_node {
-	my ($name) = @_;
-	my $node = OutboxNode::outbox_node($name, <<'EOF');
+	my ($name, %o) = @_;
+	my $node = OutboxNode::outbox_node($name, <<'EOF' . ($o{conf} // ''), fault_injection => $o{fault_injection});
 outbox.workers = 2
 outbox.batch_size = 200
 max_worker_processes = 16

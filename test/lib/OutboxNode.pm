@@ -11,7 +11,7 @@ use Test::More;
 use Time::HiRes qw(time usleep);
 
 our @EXPORT_OK = qw(outbox_node wait_until kafka_sink_sql pending_count set_faults
-  fault_injection_available);
+  fault_injection_available app_session_args);
 
 # A started node with outbox preloaded and quick publisher settings.
 # Extra postgresql.conf lines may be passed as a string. Options besides
@@ -56,6 +56,17 @@ EOF
 	$node->append_conf('postgresql.conf', $extra_conf) if defined $extra_conf;
 	$node->start;
 	return $node;
+}
+
+# psql arguments for a session that plays the application in a load test:
+# with OUTBOX_TEST_ISOLATION set it still runs at READ COMMITTED, as an
+# application that does not retry serialization failures must. What the
+# isolation runs test is the publisher, maintenance and the launcher (which
+# pin their own level) under that server default, and every other statement
+# of the test; emit() at other levels has tests of its own.
+sub app_session_args {
+	return () unless $ENV{OUTBOX_TEST_ISOLATION};
+	return ('-c', "SET default_transaction_isolation = 'read committed'");
 }
 
 # Whether the fault injection build of outbox is at hand.

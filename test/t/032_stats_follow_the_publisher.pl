@@ -12,7 +12,9 @@ use Test::More;
 use OutboxKafka;
 use OutboxNode qw(outbox_node wait_until kafka_sink_sql pending_count);
 
-my $docs = "$FindBin::RealBin/../../docs/monitoring";
+# In the repository (test/t/../../docs), or in the copy run_all.sh runs (t/../docs).
+my ($docs) = grep { -d } map { "$FindBin::RealBin/$_/docs/monitoring" } '..', '../..';
+die 'docs/monitoring not found beside the tests' unless defined $docs;
 my $kafka = OutboxKafka->start();
 $kafka->command_ok("create_topic $_ 1") for qw(ok.out small.out);
 my $node = outbox_node('stats', "outbox.max_attempts = 2");

@@ -159,6 +159,7 @@ sub start_emitters {
 		$emitters{$s} = IPC::Run::start(
 			[ $node->installed_command('psql'), '-X', '-q', '-v', 'ON_ERROR_STOP=1',
 			  '-d', $node->connstr('postgres'),
+			  OutboxNode::app_session_args(),
 			  '-c', "CALL emit_load('$topic', $s, $TX{$topic}, $sleep_ms)" ],
 			'<', \undef, '>', $out, '2>&1');
 	}
@@ -432,6 +433,7 @@ END $$});
 my $sampler_out = '';
 my $sampler = IPC::Run::start(
 	[ $node->installed_command('psql'), '-X', '-A', '-t', '-d', $node->connstr('postgres'),
+	  OutboxNode::app_session_args(),    # one statement that must see the drain
 	  '-c', 'SELECT largest_cycle_until_drained()' ],
 	'<', \undef, '>', \$sampler_out, '2>&1');
 $t = time();
