@@ -4,15 +4,42 @@
 // The per-backend cache (InsertCache) holds what an INSERT's executor would
 // otherwise derive on every call: which partition takes the current time and
 // the time range it covers, where each column sits in that partition's rows,
-// and each index's IndexInfo with its predicate compiled. It never holds a
-// Relation, a lock or a pinned tuple descriptor across calls: those belong to
-// transactions (resource owners), the cache outlives them. Every call takes
-// the same locks an INSERT would (RowExclusiveLock on outbox.events, the
-// partition and each index it writes), and taking a lock for the first time
-// in a transaction processes pending invalidations; the relcache callback
-// below then bumps `inval_generation`, and a cache built under an older
-// generation is rebuilt before use. So the cache is only trusted while the
-// locks that freeze what it describes are held.
+// the values outbox.events' defaults give the columns emit() does not supply,
+// the partition's CHECK constraints compiled, and each index's IndexInfo with
+// its predicate compiled. It never holds a Relation, a lock or a pinned tuple
+// descriptor across calls: those belong to transactions (resource owners),
+// the cache outlives them. Every call takes the same locks an INSERT would
+// (RowExclusiveLock on outbox.events, the partition and each index it
+// writes), and taking a lock for the first time in a transaction processes
+// pending invalidations; the relcache callback below then bumps
+// `inval_generation`, and a cache built under an older generation is rebuilt
+// before use. So the cache is only trusted while the locks that freeze what
+// it describes are held. (ALTER TABLE ... SET/DROP DEFAULT on outbox.events
+// and ADD/DROP CONSTRAINT on it or the partition invalidate their relcache
+// entries: pg_attribute and pg_class rows change.)
+//
+// What the INSERT does that the direct write must do the same way:
+// - Defaults. The INSERT names outbox.events, so the rewriter fills the
+//   columns emit() does not supply from outbox.events' defaults (the
+//   partition's own are never used). A constant default is the very Const
+//   the INSERT's plan writes, so the cache holds its value; any other default
+//   (now(), nextval(), an identity column, any expression) is left to the
+//   INSERT. A domain's default comes with a column of another type: SPI too.
+// - NOT NULL, then the CHECK constraints, in the partition's order, as
+//   ExecConstraints does after routing. A NULL for a NOT NULL column and a
+//   CHECK that refuses the row both take the SPI INSERT, which raises
+//   PostgreSQL's own error (and SQLSTATE, and DETAIL). A CHECK that refuses is
+//   thus evaluated twice, here and in the INSERT: only constraints for which
+//   that cannot be seen are evaluated here (built-in functions that are not
+//   volatile, no domain or other code of the user's; see
+//   UnsafeToEvaluateTwice), any other one takes the SPI INSERT for every row.
+//   Planning a CHECK can fail (1/0, folded): like ExecRelCheck, the direct
+//   write compiles them when the first row gets past NOT NULL, not when the
+//   cache is built, so that error comes where the INSERT raises it.
+// - Errors. An error the direct write raises where the INSERT would raise it
+//   too (a CHECK that fails to plan or to evaluate, a unique violation)
+//   carries the context line SPI adds to the INSERT's, so the two read the
+//   same.
 //
 // Invariants: no C++ object with a destructor anywhere in this file (every
 // function here may ereport); the cache's memory lives in `cache.context`, a
@@ -26,21 +53,27 @@ extern "C" {
 #include "access/heapam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
+#include "access/transam.h"
 #include "access/xact.h"
 #include "catalog/index.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_am_d.h"
+#include "catalog/pg_proc_d.h"
 #include "catalog/pg_type_d.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
 #include "executor/tuptable.h"
 #include "miscadmin.h"
 #include "nodes/execnodes.h"
+#include "nodes/nodeFuncs.h"
+#include "optimizer/optimizer.h"
 #include "partitioning/partbounds.h"
 #include "partitioning/partdesc.h"
+#include "rewrite/rewriteHandler.h"
 #include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/datum.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -55,7 +88,7 @@ namespace outbox {
 namespace {
 
 // Every column of outbox.events, by name and type: EventColumn's six, then
-// the ones emit() leaves to their defaults.
+// the ones emit() leaves to outbox.events' defaults.
 enum TableColumn {
   kStatus = kEmitColumns,
   kAttempts,
@@ -85,6 +118,22 @@ constexpr ColumnSpec kColumns[kTableColumns] = {{"id", UUIDOID},
 constexpr int kMaxIndexes = 16;
 constexpr int kMaxAttributes = 64;
 constexpr const char *kUnbounded = "a partition has an unbounded range";
+// The fallback, word for word: SPI names it in the context of its errors.
+constexpr const char *kInsertStatement =
+    "INSERT INTO outbox.events (id, topic, key, payload, headers, created_at) "
+    "VALUES ($1, $2, $3, $4, $5, $6)";
+
+// A CHECK constraint of the partition. `state`: `expr` compiled as
+// ExecRelCheck compiles it, when the first row gets to it (nullptr before).
+// `constant`: it reads only columns whose value is the same in every row the
+// cache writes (the defaulted ones, tableoid) and calls only immutable
+// functions, so once it has held for one row it holds for all (`held`).
+struct CheckPlan {
+  Expr *expr;
+  ExprState *state;
+  bool constant;
+  bool held;
+};
 
 struct IndexPlan {
   Oid oid;
@@ -102,12 +151,18 @@ struct InsertCache {
   TimestampTz lo = 0, hi = 0;      // the created_at range routed to `partition`
   bool direct = false;             // false: this partition takes the SPI path
   TupleDesc desc = nullptr;        // copy of the partition's row type (not refcounted)
-  TupleTableSlot *slot = nullptr;  // over `desc`, for index values and predicates
-  EState *estate = nullptr;        // for predicates and index expressions only
-  Datum pending = 0;               // 'pending'::text
+  TupleTableSlot *slot = nullptr;  // over `desc`: the row, for CHECKs and indexes
+  EState *estate = nullptr;        // for CHECKs, predicates and index expressions only
   int attnum[kTableColumns];       // 0-based position of each column in `desc`
-  bool key_not_null = false;       // NOT NULL on key / headers: a NULL one takes SPI
-  bool headers_not_null = false;
+  // The value outbox.events' default gives each column emit() does not
+  // supply (indexes kStatus and up; NULL when it has none).
+  Datum value[kTableColumns];
+  bool value_null[kTableColumns];
+  bool not_null[kEmitColumns];  // NOT NULL on a supplied column: a NULL one takes SPI
+  int nchecks = 0;
+  CheckPlan *checks = nullptr;  // in the partition's order (ExecRelCheck's)
+  bool checks_compiled = false;
+  bool checks_compiling = false;  // true and not compiled: compiling them failed
   int nindexes = 0;
   IndexPlan indexes[kMaxIndexes];
 };
@@ -189,26 +244,153 @@ const char *Route(Relation parent, TimestampTz at) {
   return nullptr;
 }
 
+// Whether a function call in a CHECK constraint could be told apart when the
+// constraint is evaluated twice (check_functions_in_node's callback: true
+// stops the walk). A function of the user's can do anything whatever
+// volatility it declares; a volatile built-in one can have effects that
+// outlive the transaction (nextval()) or results that differ (random()).
+// The built-in ones that make a tsquery (to_tsquery() and the like, a cast
+// to tsquery) send a NOTICE for a query of stop words only: the client would
+// get it once more than from the INSERT.
+bool NotBuiltInOrVolatile(Oid function, void *) {
+  return function >= FirstNormalObjectId || func_volatile(function) == PROVOLATILE_VOLATILE ||
+         get_func_rettype(function) == TSQUERYOID;
+}
+
+// Whether evaluating the CHECK expression `node` here, and once more in the
+// INSERT when it refuses the row, cannot be told from the INSERT evaluating
+// it once: only the node types listed, which run no code but the functions
+// check_functions_in_node names (no domain constraint, no subscripting or
+// comparison support of a user's type), and only built-in functions that
+// are not volatile. expression_tree_walker's callback: true means unsafe.
+bool UnsafeToEvaluateTwice(Node *node, void *context) {
+  if (node == nullptr) return false;
+  switch (nodeTag(node)) {
+    case T_Var:
+    case T_Const:
+    case T_List:
+    case T_BoolExpr:
+    case T_NullTest:
+    case T_BooleanTest:
+    case T_CaseExpr:
+    case T_CaseWhen:
+    case T_CaseTestExpr:
+    case T_CoalesceExpr:
+    case T_RelabelType:
+    case T_CollateExpr:
+    case T_ArrayExpr:
+    case T_SQLValueFunction:
+    case T_FuncExpr:
+    case T_OpExpr:
+    case T_DistinctExpr:
+    case T_NullIfExpr:
+    case T_ScalarArrayOpExpr:
+    case T_CoerceViaIO:
+      break;
+    default:
+      return true;
+  }
+  if (check_functions_in_node(node, NotBuiltInOrVolatile, nullptr)) return true;
+  // PostgreSQL 15 declares the walker as `bool (*)()` (C's unprototyped
+  // function) and calls it with (Node *, void *), our signature; the cast
+  // through void (*)() says so to the compiler (-Wcast-function-type).
+  using Walker = bool (*)();
+  return expression_tree_walker(
+      node, reinterpret_cast<Walker>(reinterpret_cast<void (*)()>(UnsafeToEvaluateTwice)), context);
+}
+
+// Pushed while the direct write does what the INSERT's executor would do, so
+// that an error raised there reads as the INSERT's: SPI's error callback
+// (_SPI_error_callback) adds this very line to every error of the statement.
+void InsertStatementContext(void *) { errcontext("SQL statement \"%s\"", kInsertStatement); }
+
+// The values outbox.events' defaults give the columns emit() does not
+// supply, as the INSERT's rewriter builds them (build_column_default: the
+// column's default, an identity column's nextval, a domain's default), or
+// why the direct write cannot use them (nullptr: cache.value filled in).
+// Requires a lock on `parent`; allocates in cache.context.
+const char *Defaults(Relation parent, TupleDesc part_desc) {
+  const TupleDesc desc = RelationGetDescr(parent);
+  for (int c = kStatus; c < kTableColumns; ++c) {
+    int attnum = 0;  // 1-based, in outbox.events (a partition's can differ)
+    for (int a = 0; a < desc->natts && attnum == 0; ++a) {
+      const Form_pg_attribute att = TupleDescAttr(desc, a);
+      if (!att->attisdropped && strcmp(NameStr(att->attname), kColumns[c].name) == 0) {
+        attnum = a + 1;
+      }
+    }
+    if (attnum == 0) return "a column is missing";
+    Node *expr = build_column_default(parent, attnum);
+    if (expr == nullptr) {
+      cache.value[c] = (Datum)0;
+      cache.value_null[c] = true;
+    } else if (IsA(expr, Const) && castNode(Const, expr)->consttype == kColumns[c].type) {
+      // Planning leaves a Const as it is and the executor stores its datum:
+      // the same bytes as heap_form_tuple gets here.
+      const Const *value = castNode(Const, expr);
+      cache.value[c] = value->constisnull
+                           ? (Datum)0
+                           : datumCopy(value->constvalue, value->constbyval, value->constlen);
+      cache.value_null[c] = value->constisnull;
+    } else {
+      return psprintf("the default of %s is not a constant", kColumns[c].name);
+    }
+    if (cache.value_null[c] && TupleDescAttr(part_desc, cache.attnum[c])->attnotnull) {
+      return psprintf("%s is NOT NULL and defaults to NULL", kColumns[c].name);
+    }
+  }
+  return nullptr;
+}
+
+// Read the partition's CHECK constraints into cache.checks, or say why the
+// direct write must not evaluate one (nullptr: read). They are compiled
+// later, by CompileChecks. Requires cache.attnum; allocates in cache.context.
+const char *PlanChecks(const TupleConstr *constr) {
+  if (constr == nullptr || constr->num_check == 0) return nullptr;
+  cache.checks = static_cast<CheckPlan *>(palloc(constr->num_check * sizeof(CheckPlan)));
+  for (int i = 0; i < constr->num_check; ++i) {
+    Expr *expr = static_cast<Expr *>(stringToNode(constr->check[i].ccbin));
+    if (UnsafeToEvaluateTwice(reinterpret_cast<Node *>(expr), nullptr)) {
+      return psprintf(
+          "CHECK constraint %s must run once per row (it calls a function of the user's, a "
+          "volatile one or one that can send a notice)",
+          constr->check[i].ccname);
+    }
+    // Constant: immutable, and every column it reads (pull_varattnos'
+    // numbers are offset by FirstLowInvalidHeapAttributeNumber; a whole-row
+    // reference is 0) is tableoid or one emit() leaves to its default.
+    Bitmapset *columns = nullptr;
+    pull_varattnos(reinterpret_cast<Node *>(expr), 1, &columns);
+    bool constant = !contain_mutable_functions(reinterpret_cast<Node *>(expr));
+    int member = -1;
+    while (constant && (member = bms_next_member(columns, member)) >= 0) {
+      const AttrNumber attnum = member + FirstLowInvalidHeapAttributeNumber;
+      bool fixed = attnum == TableOidAttributeNumber;
+      for (int c = kStatus; c < kTableColumns && !fixed; ++c) fixed = attnum == cache.attnum[c] + 1;
+      constant = fixed;
+    }
+    CheckPlan &plan = cache.checks[cache.nchecks];
+    plan.expr = expr;
+    plan.state = nullptr;
+    plan.constant = constant;
+    plan.held = false;
+    ++cache.nchecks;
+  }
+  return nullptr;
+}
+
 // Whether rows can be written straight into `part` (nullptr) or why not, and
-// if so fill in the column positions and index plans. Requires
-// RowExclusiveLock on `part`; allocates in cache.context (the current memory
-// context).
-const char *Inspect(Relation part) {
+// if so fill in the column positions, default values, CHECK constraints and
+// index plans. Requires RowExclusiveLock on `parent` and `part`; allocates in
+// cache.context (the current memory context).
+const char *Inspect(Relation parent, Relation part) {
   if (part->rd_rel->relkind != RELKIND_RELATION) return "its partition is not a table";
   if (part->rd_rel->relam != HEAP_TABLE_AM_OID) return "its partition is not a heap table";
   if (HasRowInsertTriggers(part)) return "its partition has row INSERT triggers";
   TupleDesc desc = RelationGetDescr(part);
   if (desc->natts > kMaxAttributes) return "its partition has too many columns";
-  if (desc->constr != nullptr) {
-    // The status CHECK is the only constraint the table has, and emit's
-    // constant 'pending' satisfies it.
-    const TupleConstr *constr = desc->constr;
-    if (constr->has_generated_stored) return "it has generated columns";
-    for (int i = 0; i < constr->num_check; ++i) {
-      if (strcmp(constr->check[i].ccname, "events_status_check") != 0) {
-        return "it has CHECK constraints of its own";
-      }
-    }
+  if (desc->constr != nullptr && desc->constr->has_generated_stored) {
+    return "it has generated columns";
   }
   for (int c = 0; c < kTableColumns; ++c) cache.attnum[c] = -1;
   for (int a = 0; a < desc->natts; ++a) {
@@ -222,20 +404,23 @@ const char *Inspect(Relation part) {
     if (column < 0) return "it has a column emit() does not fill";
     if (att->atttypid != kColumns[column].type) return "a column has another type";
     cache.attnum[column] = a;
-    if (att->attnotnull &&
-        (column == kPublishedAt || column == kLastError || column == kNextAttemptAt)) {
-      return "a column emit() leaves NULL is NOT NULL";
-    }
   }
   for (int c = 0; c < kTableColumns; ++c) {
     if (cache.attnum[c] < 0) return "a column is missing";
   }
-  cache.key_not_null = TupleDescAttr(desc, cache.attnum[kColKey])->attnotnull;
-  cache.headers_not_null = TupleDescAttr(desc, cache.attnum[kColHeaders])->attnotnull;
+  for (int c = 0; c < kEmitColumns; ++c) {
+    cache.not_null[c] = TupleDescAttr(desc, cache.attnum[c])->attnotnull;
+  }
+  const char *why_not = Defaults(parent, desc);
+  if (why_not != nullptr) return why_not;
+
+  why_not = PlanChecks(desc->constr);
+  if (why_not != nullptr) return why_not;
+
+  cache.estate = CreateExecutorState();
 
   List *index_oids = RelationGetIndexList(part);
   if (list_length(index_oids) > kMaxIndexes) return "its partition has too many indexes";
-  cache.estate = CreateExecutorState();
   ListCell *cell;
   foreach (cell, index_oids) {
     IndexPlan &plan = cache.indexes[cache.nindexes];
@@ -257,7 +442,6 @@ const char *Inspect(Relation part) {
   }
   cache.desc = CreateTupleDescCopy(desc);
   cache.slot = MakeSingleTupleTableSlot(cache.desc, &TTSOpsHeapTuple);
-  cache.pending = CStringGetTextDatum("pending");
   return nullptr;
 }
 
@@ -284,6 +468,10 @@ bool Prepare(TimestampTz at) {
     // half-built cache behind.
     cache.built = false;
     cache.direct = false;
+    cache.nchecks = 0;
+    cache.checks = nullptr;
+    cache.checks_compiled = false;
+    cache.checks_compiling = false;
     cache.nindexes = 0;
     cache.partition = InvalidOid;
     MemoryContextReset(cache.context);
@@ -296,14 +484,14 @@ bool Prepare(TimestampTz at) {
     LockRelationOid(cache.parent, RowExclusiveLock);
     Relation parent = table_open(cache.parent, NoLock);
     const char *unrouted = Route(parent, at);
-    table_close(parent, NoLock);
     const char *indirect = unrouted;
     if (unrouted == nullptr) {
       LockRelationOid(cache.partition, RowExclusiveLock);
       Relation part = table_open(cache.partition, NoLock);
-      indirect = Inspect(part);
+      indirect = Inspect(parent, part);
       table_close(part, NoLock);
     }
+    table_close(parent, NoLock);
     MemoryContextSwitchTo(caller);
     // Once per rebuild, for whoever wonders why emit() costs what it does.
     if (indirect == nullptr) {
@@ -329,7 +517,63 @@ bool Prepare(TimestampTz at) {
   return false;
 }
 
-void InsertDirect(const Datum *values, const bool *isnull) {
+// Compile the CHECK constraints, all of them, as ExecRelCheck does for the
+// first row that gets past NOT NULL: planning one can raise an error
+// (constant folding, 1/0), which must come where the INSERT raises it, not
+// when the cache is built. Returns false if an earlier attempt raised one:
+// then the INSERT raises its own error, in its own order, every time (and
+// this does not leak another partial compilation into cache.context).
+bool CompileChecks() {
+  if (cache.checks_compiled) return true;
+  if (cache.checks_compiling) return false;
+  cache.checks_compiling = true;
+  for (int i = 0; i < cache.nchecks; ++i) {
+    cache.checks[i].state = ExecPrepareExpr(cache.checks[i].expr, cache.estate);
+  }
+  cache.checks_compiled = true;
+  return true;
+}
+
+// Whether every CHECK constraint holds for the row in cache.slot, evaluated
+// in ExecRelCheck's order and way (NULL is a pass); stops at the first that
+// refuses it, as ExecRelCheck does, so an error from a later one is raised
+// only where the INSERT raises it too.
+bool ChecksHold(ExprContext *econtext) {
+  if (!CompileChecks()) return false;
+  for (int i = 0; i < cache.nchecks; ++i) {
+    CheckPlan &plan = cache.checks[i];
+    if (plan.held) continue;
+    if (!ExecCheck(plan.state, econtext)) return false;
+    plan.held = plan.constant;
+  }
+  return true;
+}
+
+// Index entries for the row in cache.slot, just written to `part` at `tid`,
+// as ExecInsertIndexTuples makes them, for the indexes whose predicate the
+// row satisfies (emit's row: the ready index only). An index is opened and
+// locked only when it gets an entry.
+void InsertIndexEntries(Relation part, ItemPointer tid, ExprContext *econtext) {
+  for (int i = 0; i < cache.nindexes; ++i) {
+    const IndexPlan &plan = cache.indexes[i];
+    if (!plan.info->ii_ReadyForInserts) continue;
+    if (plan.predicate != nullptr && !ExecQual(plan.predicate, econtext)) continue;
+    Relation index = index_open(plan.oid, RowExclusiveLock);
+    Datum key[INDEX_MAX_KEYS];
+    bool key_null[INDEX_MAX_KEYS];
+    FormIndexDatum(plan.info, cache.slot, cache.estate, key, key_null);
+    index_insert(index, key, key_null, tid, part, plan.unique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO,
+                 false, plan.info);
+    index_close(index, NoLock);
+  }
+}
+
+// Write the row straight into the partition, or return false, having
+// written nothing, when a CHECK constraint refuses it (the INSERT then
+// reports which one).
+bool InsertDirect(const Datum *values, const bool *isnull) {
+  ErrorContextCallback context = {error_context_stack, InsertStatementContext, nullptr};
+  error_context_stack = &context;
   Relation part = table_open(cache.partition, NoLock);  // locked by Prepare
   const int natts = cache.desc->natts;
   Datum row[kMaxAttributes];
@@ -339,36 +583,30 @@ void InsertDirect(const Datum *values, const bool *isnull) {
     row[cache.attnum[c]] = values[c];
     nulls[cache.attnum[c]] = isnull[c];
   }
-  row[cache.attnum[kStatus]] = cache.pending;
-  nulls[cache.attnum[kStatus]] = false;
-  row[cache.attnum[kAttempts]] = Int32GetDatum(0);
-  nulls[cache.attnum[kAttempts]] = false;
+  for (int c = kStatus; c < kTableColumns; ++c) {
+    row[cache.attnum[c]] = cache.value[c];
+    nulls[cache.attnum[c]] = cache.value_null[c];
+  }
 
   HeapTuple tuple = heap_form_tuple(cache.desc, row, nulls);
-  heap_insert(part, tuple, GetCurrentCommandId(true), 0, nullptr);
-
-  // Index entries, as ExecInsertIndexTuples makes them, for the indexes whose
-  // predicate the row satisfies (emit's row: the ready index only). An
-  // index is opened and locked only when it gets an entry.
+  // The slot shows the partition as the row's tableoid, which a CHECK may
+  // read, as the INSERT's slot does before ExecConstraints.
+  tuple->t_tableOid = cache.partition;
   ExecStoreHeapTuple(tuple, cache.slot, false);
   ExprContext *econtext = GetPerTupleExprContext(cache.estate);
   econtext->ecxt_scantuple = cache.slot;
-  for (int i = 0; i < cache.nindexes; ++i) {
-    const IndexPlan &plan = cache.indexes[i];
-    if (!plan.info->ii_ReadyForInserts) continue;
-    if (plan.predicate != nullptr && !ExecQual(plan.predicate, econtext)) continue;
-    Relation index = index_open(plan.oid, RowExclusiveLock);
-    Datum key[INDEX_MAX_KEYS];
-    bool key_null[INDEX_MAX_KEYS];
-    FormIndexDatum(plan.info, cache.slot, cache.estate, key, key_null);
-    index_insert(index, key, key_null, &tuple->t_self, part,
-                 plan.unique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO, false, plan.info);
-    index_close(index, NoLock);
+  const bool holds = ChecksHold(econtext);
+  if (holds) {
+    heap_insert(part, tuple, GetCurrentCommandId(true), 0, nullptr);
+    ExecStoreHeapTuple(tuple, cache.slot, false);  // again: with the t_self just set
+    InsertIndexEntries(part, &tuple->t_self, econtext);
   }
   ExecClearTuple(cache.slot);
   ResetExprContext(econtext);
   heap_freetuple(tuple);
   table_close(part, NoLock);
+  error_context_stack = context.previous;
+  return holds;
 }
 
 void InsertThroughSpi(const Datum *values, const bool *isnull) {
@@ -379,10 +617,7 @@ void InsertThroughSpi(const Datum *values, const bool *isnull) {
     // Schema-qualified, so the plan means the same whatever the caller's
     // search_path; the plan cache re-plans it if the table is recreated.
     Oid types[kEmitColumns] = {UUIDOID, TEXTOID, TEXTOID, JSONBOID, JSONBOID, TIMESTAMPTZOID};
-    SPIPlanPtr plan = SPI_prepare(
-        "INSERT INTO outbox.events (id, topic, key, payload, headers, created_at) "
-        "VALUES ($1, $2, $3, $4, $5, $6)",
-        kEmitColumns, types);
+    SPIPlanPtr plan = SPI_prepare(kInsertStatement, kEmitColumns, types);
     if (plan == nullptr) {
       elog(ERROR, "outbox: could not prepare the event insert: %s",
            SPI_result_code_string(SPI_result));
@@ -404,15 +639,16 @@ bool InsertEvent(const Datum *values, const bool *isnull) {
   PreventCommandIfReadOnly("INSERT");
   PreventCommandIfParallelMode("INSERT");
   const TimestampTz at = DatumGetTimestampTz(values[kColCreatedAt]);
-  if (!guc::emit_direct_insert || !Prepare(at) || (isnull[kColKey] && cache.key_not_null) ||
-      (isnull[kColHeaders] && cache.headers_not_null) ||
-      pg_class_aclcheck(cache.parent, GetUserId(), ACL_INSERT) != ACLCHECK_OK) {
-    // SPI checks column privileges, NOT NULL and everything else itself.
-    InsertThroughSpi(values, isnull);
-    return false;
-  }
-  InsertDirect(values, isnull);
-  return true;
+  bool direct = guc::emit_direct_insert && Prepare(at) &&
+                pg_class_aclcheck(cache.parent, GetUserId(), ACL_INSERT) == ACLCHECK_OK;
+  // A NULL in a NOT NULL column: the INSERT reports it (ExecConstraints
+  // checks NOT NULL before any CHECK constraint).
+  for (int c = 0; direct && c < kEmitColumns; ++c) direct = !(isnull[c] && cache.not_null[c]);
+  // A CHECK constraint refusing the row: the INSERT reports which one.
+  if (direct && InsertDirect(values, isnull)) return true;
+  // SPI checks column privileges, NOT NULL, CHECK and everything else itself.
+  InsertThroughSpi(values, isnull);
+  return false;
 }
 
 }  // namespace outbox

@@ -3,28 +3,42 @@
 // executor per call.
 //
 // Why: an INSERT through SPI sets up a whole executor for one row every time
-// (plan cache check, tuple routing, the status CHECK constraint read back and
-// compiled, every partial-index predicate compiled), which cost emit() about
-// 3x a plain INSERT (bench/README.md, "Observations"). Here that work is done
-// once per backend and kept until the tables it was derived from change (a
-// relcache invalidation of outbox.events, the partition or one of its indexes).
+// (plan cache check, tuple routing, the defaults and CHECK constraints read
+// back and compiled, every partial-index predicate compiled), which cost
+// emit() about 3x a plain INSERT (bench/README.md, "Observations"). Here that
+// work is done once per backend and kept until the tables it was derived
+// from change (a relcache invalidation of outbox.events, the partition or one
+// of its indexes).
 //
 // The direct path is taken only when it writes exactly what the INSERT would:
-// the table is the extension's own layout (no extra columns, CHECK
-// constraints, row triggers, rules or row security on it, generated columns),
-// every index is an immediate btree or hash index, and the row's values
-// satisfy the columns' NOT NULL constraints. Anything else, or
-// outbox.emit_direct_insert = off, takes the SPI INSERT, which is always
-// correct. Both paths check the INSERT privilege on outbox.events and refuse
-// read-only and parallel transactions the same way.
+// - the table is the extension's own layout (no extra columns, no columns of
+//   another type, no generated columns, no row triggers, rules or row
+//   security), and every index is an immediate btree or hash index;
+// - each column emit() does not supply (status, attempts, published_at,
+//   last_error, next_attempt_at) has, on outbox.events (whose defaults the
+//   INSERT takes, not the partition's), no default or a constant one, which
+//   is then written as is, NULL only where the partition allows NULL;
+// - the row's values satisfy the partition's NOT NULL constraints, and every
+//   CHECK constraint of the partition, whatever its name and NOT VALID or
+//   not, holds for the row: the constraints are compiled once per cache and
+//   evaluated here before the row is written, and only those made of
+//   built-in functions that are not volatile (a constraint that refuses the
+//   row is evaluated again by the INSERT, which must not be seen).
+// Anything else, or outbox.emit_direct_insert = off, takes the SPI INSERT,
+// which is always correct; a row a constraint refuses too, so the error is
+// PostgreSQL's own (message, SQLSTATE, DETAIL). An error both would raise
+// (a CHECK that fails to evaluate, a unique violation) reads the same both
+// ways, context line included. Both paths check the INSERT privilege on
+// outbox.events and refuse read-only and parallel transactions the same way.
 #pragma once
 
 #include "pg_bridge.hpp"
 
 namespace outbox {
 
-// The columns emit() supplies, in this order (the rest take their defaults:
-// status 'pending', attempts 0, the others NULL).
+// The columns emit() supplies, in this order (the rest take outbox.events'
+// defaults, as the extension makes it: status 'pending', attempts 0, the
+// others NULL).
 enum EventColumn {
   kColId,
   kColTopic,
