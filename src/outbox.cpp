@@ -33,6 +33,8 @@ void _PG_init(void) {
   outbox::RequestSharedMemory();
   outbox::InstallSharedMemoryHooks();
   outbox::InstallDatabaseGuard();
+  // In this order: the emit horizon's callback runs before the wake-up's.
+  outbox::InstallWakeCallback();
   outbox::InstallEmitHorizon();
   outbox::RegisterLauncher();
 }

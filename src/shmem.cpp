@@ -210,6 +210,8 @@ void EnsureCallback() {
 
 }  // namespace
 
+void InstallWakeCallback() { EnsureCallback(); }
+
 void RequestSharedMemory() {
   prev_shmem_request_hook = shmem_request_hook;
   shmem_request_hook = ShmemRequest;

@@ -105,6 +105,11 @@ constexpr uint32 kNoOwner = 0xFFFFFFFFu;
 // Hooks for _PG_init (preload only).
 void RequestSharedMemory();
 void InstallSharedMemoryHooks();
+// Register the commit-time wake-up callback (_PG_init, preload only, before
+// InstallEmitHorizon: PostgreSQL calls transaction callbacks newest first, and
+// a committing transaction must leave the emit horizon before it wakes a
+// publisher, or the woken cycle still counts it as open and claims less).
+void InstallWakeCallback();
 
 // nullptr unless preloaded and attached.
 SharedState *Shared();
