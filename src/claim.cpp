@@ -490,7 +490,8 @@ void FinishBatch(Dispatcher *dispatcher, const Batch &b, Sink::InterruptCheck in
 
 }  // namespace
 
-int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted, CycleStats *stats) {
+int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted,
+                    ConfigCheck config_current, CycleStats *stats) {
   PreparePlans();
   const int batch = guc::batch_size;
 
@@ -557,6 +558,12 @@ int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted, Cy
     const int nready =
         ready_limit > 0 ? RunClaim(claim_ready_plan, ready_limit, &floor, &ceiling) : 0;
     SPITupleTable *ready_rows = nready > 0 ? SPI_tuptable : nullptr;
+    if (nretry + nready > 0 && !config_current(nbatches == 0)) {
+      // Sinks or routes changed since the window began: this batch waits for
+      // the next cycle, which decides it with the new ones. The floor stays
+      // where the batches before it left it.
+      break;
+    }
     // Next floor: everything visible from `floor` up to the last row claimed
     // (or all of it, when the claim came back short) has been claimed.
     const bool full = ready_limit > 0 && nready == ready_limit;

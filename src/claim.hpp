@@ -30,7 +30,16 @@ struct CycleStats {
 // The row locks are held while the brokers answer: a crash or an abort at
 // any point leaves every unacknowledged event pending. Returns how many
 // events were claimed.
-int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted, CycleStats *stats);
+//
+// `config_current(may_reload)` is called after each claim, before the batch
+// is decided: it says whether the dispatcher's sinks and routes are still
+// those of the database; if not, it reloads them when may_reload (no batch
+// in flight yet) and says true, or says false, and the batch is left as it
+// is (its events stay pending, for the next cycle). A transaction that
+// changed routes and emitted in one go must be routed by its own routes.
+using ConfigCheck = bool (*)(bool may_reload);
+int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted,
+                    ConfigCheck config_current, CycleStats *stats);
 
 // Load outbox.sinks and outbox.routes into the dispatcher, let events that
 // waited for a route flow again, and rebuild the per-key order state from

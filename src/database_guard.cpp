@@ -7,14 +7,14 @@
 // until the pause lapses, by which time the statement has finished (and for
 // DROP DATABASE, the database is gone).
 //
-// The same hook wakes the database's publishers when a COMMIT PREPARED
-// commits: the transaction that emitted is not this session's, so no
-// emit() here asked for a wake-up, and its events would otherwise wait for
-// the publisher's safety poll.
+// The same hook does, for a COMMIT PREPARED, what the prepared transaction's
+// own commit would have done (commit_prepared.hpp): wake the publishers,
+// make them reload sinks and routes, announce the extension.
 #include "database_guard.hpp"
 
 #include "pg_bridge.hpp"
 
+#include "commit_prepared.hpp"
 #include "shmem.hpp"
 
 extern "C" {
@@ -58,6 +58,17 @@ const char *DefElemString(List *options, const char *name) {
   return nullptr;
 }
 
+void RunUtility(PlannedStmt *pstmt, const char *query_string, bool read_only_tree,
+                ProcessUtilityContext context, ParamListInfo params, QueryEnvironment *query_env,
+                DestReceiver *dest, QueryCompletion *qc) {
+  if (prev_process_utility != nullptr) {
+    prev_process_utility(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc);
+  } else {
+    standard_ProcessUtility(pstmt, query_string, read_only_tree, context, params, query_env, dest,
+                            qc);
+  }
+}
+
 void GuardedProcessUtility(PlannedStmt *pstmt, const char *query_string, bool read_only_tree,
                            ProcessUtilityContext context, ParamListInfo params,
                            QueryEnvironment *query_env, DestReceiver *dest, QueryCompletion *qc) {
@@ -76,7 +87,11 @@ void GuardedProcessUtility(PlannedStmt *pstmt, const char *query_string, bool re
       break;
     case T_TransactionStmt:
       if (castNode(TransactionStmt, stmt)->kind == TRANS_STMT_COMMIT_PREPARED) {
-        WakePublishersAtCommit();  // at commit only: a refused one wakes nobody
+        TransactionStmt *commit = castNode(TransactionStmt, stmt);
+        BeforeCommitPrepared(commit->gid);
+        RunUtility(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc);
+        AfterCommitPrepared();  // it ran: a refused one raised above
+        return;
       }
       break;
     case T_AlterDatabaseStmt: {
@@ -87,12 +102,7 @@ void GuardedProcessUtility(PlannedStmt *pstmt, const char *query_string, bool re
     default:
       break;
   }
-  if (prev_process_utility != nullptr) {
-    prev_process_utility(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc);
-  } else {
-    standard_ProcessUtility(pstmt, query_string, read_only_tree, context, params, query_env, dest,
-                            qc);
-  }
+  RunUtility(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc);
 }
 
 }  // namespace

@@ -78,8 +78,9 @@ constexpr long kWarnIntervalMs = 60000;
 struct Publisher {
   BackgroundWorkerHandle *handle;  // nullptr: none started by this launcher, or it exited
   TimestampTz started_at;
-  TimestampTz next_start;  // not before this time
-  int failures;            // exits while the extension was still there
+  uint64 started_generation;  // the extension's generation when it was started
+  TimestampTz next_start;     // not before this time
+  int failures;               // exits while the extension was still there
 };
 
 struct Running {
@@ -272,13 +273,16 @@ void WarnCannotStart(Oid dboid, const char *datname, TimestampTz now, const char
 }
 
 // A publisher that was started here and is gone: note why.
-void NoteExit(Publisher *p, int w, const char *datname, ExtensionState state, bool paused,
-              TimestampTz now) {
+void NoteExit(Publisher *p, int w, const char *datname, uint64 word, bool paused, TimestampTz now) {
   pfree(p->handle);  // allocated by RegisterDynamicBackgroundWorker in TopMemoryContext
   p->handle = nullptr;
-  // Fine if the extension is gone or the database is paused; otherwise it
-  // failed: back off before the next start.
-  if (state == ExtensionState::kAbsent || paused) return;
+  // Fine if the extension is gone, was created again since it started (it
+  // left for a DROP EXTENSION that CREATE EXTENSION followed), or the
+  // database is paused; otherwise it failed: back off before the next start.
+  if (StateOf(word) == ExtensionState::kAbsent || GenerationOf(word) != p->started_generation ||
+      paused) {
+    return;
+  }
   p->failures = now - p->started_at > kRestartBackoffMaxMs * 1000L ? 1 : p->failures + 1;
   long wait = 1000L << (p->failures < 7 ? p->failures - 1 : 6);
   if (wait > kRestartBackoffMaxMs) wait = kRestartBackoffMaxMs;
@@ -368,7 +372,7 @@ long Reconcile(MemoryContext scratch) {
     for (int w = 0; w < kMaxWorkersPerDatabase; ++w) {
       Publisher *p = &r->publishers[w];
       if (p->handle != nullptr && !IsAlive(*p) && !Holds(slot, w)) {
-        NoteExit(p, w, datname, state, paused, now);
+        NoteExit(p, w, datname, word, paused, now);
       }
     }
     if (state == ExtensionState::kAbsent) {
@@ -392,6 +396,7 @@ long Reconcile(MemoryContext scratch) {
         if (probes >= kMaxProbes) continue;
         ++probes;
       }
+      p->started_generation = GenerationOf(word);
       if (!StartPublisher(dboid, w, p, datname)) {
         WarnCannotStart(dboid, datname, now, "no background worker slot is free");
         workers_left = false;  // none for the databases after it either

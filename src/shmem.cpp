@@ -167,18 +167,24 @@ void ClearFlags() {
 // raise an error: at commit it is too late to abort.
 void OnXactEvent(XactEvent event, void *arg) {
   switch (event) {
+    case XACT_EVENT_PRE_COMMIT:
+    case XACT_EVENT_PARALLEL_PRE_COMMIT:
+      // Before the commit is visible: a publisher that claims this
+      // transaction's events (claims take fresh snapshots) has already seen
+      // the new version when it checks after its claim, and reloads sinks and
+      // routes before deciding them (claim.cpp). Should the commit fail after
+      // all, a publisher reloads for nothing.
+      if (reload_at_commit && shared != nullptr && OidIsValid(MyDatabaseId)) {
+        BumpConfigVersion(MyDatabaseId);
+      }
+      break;
     case XACT_EVENT_COMMIT:
     case XACT_EVENT_PARALLEL_COMMIT:
       if (shared != nullptr && OidIsValid(MyDatabaseId)) {
         if (announce_at_commit) AnnounceExtension(MyDatabaseId);
-        if (reload_at_commit || reset_floors_at_commit) {
+        if (reset_floors_at_commit) {
           DatabaseSlot *slot = FindSlot(MyDatabaseId);
-          if (slot != nullptr && reload_at_commit) {
-            pg_atomic_fetch_add_u64(&slot->config_version, 1);
-          }
-          if (slot != nullptr && reset_floors_at_commit) {
-            pg_atomic_fetch_add_u64(&slot->floor_resets, 1);
-          }
+          if (slot != nullptr) pg_atomic_fetch_add_u64(&slot->floor_resets, 1);
         }
         if (wake_at_commit || reload_at_commit || reset_floors_at_commit) {
           WakePublishers(MyDatabaseId);
@@ -211,6 +217,11 @@ void EnsureCallback() {
 }  // namespace
 
 void InstallWakeCallback() { EnsureCallback(); }
+
+void BumpConfigVersion(Oid dboid) {
+  DatabaseSlot *slot = FindSlot(dboid);
+  if (slot != nullptr) pg_atomic_fetch_add_u64(&slot->config_version, 1);  // a full barrier
+}
 
 void RequestSharedMemory() {
   prev_shmem_request_hook = shmem_request_hook;

@@ -64,8 +64,10 @@ struct DatabaseSlot {
   // stale value only wakes a process for nothing (SetLatch on an exited
   // process is harmless).
   pg_atomic_uint32 worker_procno[kMaxWorkersPerDatabase];
-  // Bumped at commit by transactions that changed sinks or routes, so
-  // publishers reload their routing table.
+  // Bumped by transactions that changed sinks or routes, before their commit
+  // becomes visible (XACT_EVENT_PRE_COMMIT), so publishers reload their
+  // routing table, and one that claimed such a transaction's events sees the
+  // change before it routes them.
   pg_atomic_uint64 config_version;
   // Publishers of this database exit and are not restarted before this time
   // (DROP DATABASE, CREATE DATABASE ... TEMPLATE, ALTER DATABASE RENAME need
@@ -158,6 +160,8 @@ void WakePublishersAtCommit();
 // all when the transaction touched many slots or a slot is between owners.
 void WakeKeyOwnerAtCommit(int key_slot);
 void ReloadConfigAtCommit();
+// The same now: sinks or routes may change (COMMIT PREPARED, before it runs).
+void BumpConfigVersion(Oid dboid);
 // Called by the install script: at commit, tell the launcher this database
 // now has the extension, so publishing starts at once.
 void AnnounceExtensionAtCommit();

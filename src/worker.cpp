@@ -178,6 +178,23 @@ bool PausedNow() {
 // True when the extension is installed in this database. Needs a transaction.
 bool ExtensionInstalled() { return OidIsValid(get_extension_oid("outbox", true)); }
 
+// Whether the dispatcher has the database's sinks and routes as of now; if
+// not, reload them when may_reload. Needs the cycle's transaction, SPI
+// connected. The barrier: the claim before this read took its snapshot after
+// any transaction it saw had bumped the version (shmem.cpp, PRE_COMMIT).
+bool ConfigCurrent(bool may_reload) {
+  pg_memory_barrier();
+  const uint64 version = pg_atomic_read_u64(&slot->config_version);
+  if (config_loaded && version == loaded_config_version) return true;
+  if (!may_reload) return false;
+  pgstat_report_activity(STATE_RUNNING, "outbox: loading sinks and routes");
+  LoadConfiguration(dispatcher);
+  loaded_config_version = version;
+  config_loaded = true;
+  pgstat_report_activity(STATE_RUNNING, "outbox: publishing");
+  return true;
+}
+
 // One transaction: check the extension, reload configuration if it changed,
 // run one publish cycle. Returns events claimed, or -1 when the extension is
 // gone (and the launcher has been told so).
@@ -194,29 +211,24 @@ int RunCycle() {
     SPI_finish();
     PopActiveSnapshot();
     CommitTransactionCommand();
+    OUTBOX_FAULT("publisher.extension_missing");
     // Not marked when something was announced since we looked: look again.
     return MarkExtensionAbsent(slot, seen_extension) ? -1 : 0;
   }
   // The launcher starts the other publishers once it knows: tell it now.
   if (MarkExtensionPresent(slot)) WakeLauncher();
 
-  const uint64 version = pg_atomic_read_u64(&slot->config_version);
-  if (!config_loaded || version != loaded_config_version) {
-    if (!announced) {
-      ereport(LOG, (errmsg("outbox: publishing from database \"%s\"", database_name)));
-      announced = true;
-    }
-    pgstat_report_activity(STATE_RUNNING, "outbox: loading sinks and routes");
-    LoadConfiguration(dispatcher);
-    OUTBOX_FAULT("publisher.after_configure");
-    loaded_config_version = version;
-    config_loaded = true;
+  if (!announced) {
+    ereport(LOG, (errmsg("outbox: publishing from database \"%s\"", database_name)));
+    announced = true;
   }
+  (void)ConfigCurrent(true);
+  OUTBOX_FAULT("publisher.after_configure");
   pgstat_report_activity(STATE_RUNNING, "outbox: publishing");
   ReportState("publishing");
   CycleStats cycle;
   const TimestampTz started = GetCurrentTimestamp();
-  const int claimed = ClaimAndPublish(dispatcher, Interrupted, &cycle);
+  const int claimed = ClaimAndPublish(dispatcher, Interrupted, ConfigCurrent, &cycle);
   SPI_finish();
   PopActiveSnapshot();
   OUTBOX_FAULT("publisher.before_commit");
