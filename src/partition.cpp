@@ -33,15 +33,13 @@ extern "C" {
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
+#include "storage/lmgr.h"
 #include "utils/timestamp.h"
 }
 
 namespace outbox {
 namespace {
 
-// Advisory lock key (per database) serialising maintenance runs: two runs
-// would otherwise race to create the same partition.
-constexpr int64_t kMaintenanceLockKey = 0x6f7574626f78;  // "outbox"
 // Days between 1970-01-01 and 2000-01-01.
 constexpr int64_t kUnixToPgDays = kPgEpochUnixSeconds / 86400;
 
@@ -355,8 +353,12 @@ void MaintainPartitions(TimestampTz at) {
       timestamptz_mi_interval, TimestampTzGetDatum(at), PointerGetDatum(&retention)));
 
   if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "outbox: SPI_connect failed");
-  if (ScalarInt8(psprintf("SELECT pg_catalog.pg_try_advisory_xact_lock(%lld)::int::int8",
-                          static_cast<long long>(kMaintenanceLockKey))) == 0) {
+  // One run at a time per database (two would race to create the same
+  // partition): SHARE UPDATE EXCLUSIVE on outbox.events conflicts with
+  // itself, not with emit()'s or the publisher's ROW EXCLUSIVE, and only its
+  // owner and superusers may take it (an advisory lock, as before, any role
+  // that can connect could hold, and stop maintenance with).
+  if (!ConditionalLockRelationOid(parent, ShareUpdateExclusiveLock)) {
     ereport(NOTICE, (errmsg("outbox: another maintenance is running in this database; "
                             "skipped")));
     SPI_finish();

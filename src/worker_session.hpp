@@ -20,8 +20,16 @@ namespace outbox {
 //   (or transaction_timeout): the workers bound their own waits (maintenance
 //   sets its own lock timeout per step), and a server-wide timeout must not
 //   turn every cycle into an error;
-// - session_replication_role = origin: the counting triggers always fire.
+// - session_replication_role = origin: the counting triggers always fire;
+// and, before those, every setting the database's owner could have chosen
+// (ALTER DATABASE ... SET of a setting any user may set: role, work_mem, the
+// planner's and JIT's, exit_on_error, ...) goes back to its built-in
+// default, logged at DEBUG1: a database owner must not be able to make the
+// workers run as another role, fail, or burn CPU.
 // Call after the database connection is initialised.
 void PinWorkerSettings();
+
+// The second part alone (PinWorkerSettings calls it).
+void DiscardDatabaseSettings();
 
 }  // namespace outbox

@@ -1,12 +1,14 @@
 // outbox.worker_stats(), behind the outbox.workers view: one row per running
-// publisher, from what each reports in shared memory (shmem.hpp). Copies
-// each publisher's record under its spinlock, then builds the row outside it.
+// publisher of the current database, from what each reports in shared memory
+// (shmem.hpp). Copies each publisher's record under its spinlock, then builds
+// the row outside it.
 #include "pg_bridge.hpp"
 
 #include "shmem.hpp"
 
 extern "C" {
 #include "commands/dbcommands.h"
+#include "miscadmin.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
@@ -23,7 +25,9 @@ OUTBOX_SQL_FUNCTION(outbox_worker_stats) {
   for (int s = 0; s < shared->nslots; ++s) {
     DatabaseSlot *slot = &shared->slots[s];
     const Oid dboid = slot->dboid;
-    if (!OidIsValid(dboid)) continue;
+    // This database's publishers only: another database's sink names,
+    // states and errors are not this database's users' business.
+    if (!OidIsValid(dboid) || dboid != MyDatabaseId) continue;
     for (int w = 0; w < kMaxWorkersPerDatabase; ++w) {
       PublisherStats copy;
       SpinLockAcquire(&slot->stats[w].mutex);
