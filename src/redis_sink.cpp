@@ -16,13 +16,16 @@
 // cannot tell which late reply belongs to which command): what had no reply
 // yet is kRetriable, and may or may not have been applied (at least once).
 //
-// Per-key order: messages of one target and key are sent in array order on
-// one connection, and Redis applies them in that order. An error reply to one
-// of them cannot stop the later ones, which were already sent: they get their
-// own outcomes. The errors that refuse a command (WRONGTYPE, NOPERM) concern
-// the whole key, so the later ones fail too; a passing state (OOM right at the
-// maxmemory edge) could let a later one through before the earlier one's
-// retry. kNotSent is therefore never reported.
+// Per-key order: a pipeline carries at most one message of each target and
+// key. The second message of a key goes in the next round, once every reply
+// of the round before has come, and only if the first was applied: a later
+// message never reaches Redis while an earlier one of its key failed. Redis
+// answers a pipeline's commands one by one, and a passing state of the server
+// (BUSY while another client's script runs, LOADING, OOM at the maxmemory
+// edge) can refuse the first commands and apply the ones after it; in one
+// pipeline that put a key's second event ahead of its first (red team, TAP
+// 952). A message held back so is kNotSent. A batch of distinct keys is one
+// round, a batch of one hot key one round per message.
 #include "redis_sink.hpp"
 
 #include <hiredis/hiredis.h>
@@ -40,9 +43,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <new>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -187,7 +192,7 @@ class RedisSink final : public Sink {
   redisContext *context_ = nullptr;
   Connection connection_ = Connection::kIdle;
   std::string last_failure_;              // while down: the reason last logged as a warning
-  size_t settled_ = 0;                    // Publish: out[0..settled_) have their outcome
+  std::vector<bool> settled_;             // Publish: which out[i] have their outcome
   std::string envelope_;                  // reused for each message's envelope
   std::vector<std::string_view> fields_;  // reused for each message's stream fields
   std::vector<LogLine> logs_;
@@ -219,7 +224,12 @@ void RedisSink::Publish(const OutMessage *messages, size_t n, Delivery *out,
                         InterruptCheck interrupted) {
   if (n == 0) return;
   SigpipeGuard sigpipe_guard;
-  settled_ = 0;
+  try {
+    settled_.assign(n, false);
+  } catch (const std::bad_alloc &) {
+    for (size_t i = 0; i < n; ++i) out[i].status = DeliveryStatus::kRetriable;
+    return;
+  }
   try {
     PublishBatch(messages, n, out, interrupted);
   } catch (const std::bad_alloc &) {
@@ -265,57 +275,89 @@ void RedisSink::PublishBatch(const OutMessage *messages, size_t n, Delivery *out
     AddLog(LogLevel::kInfo, "connected to " + endpoint_ + " db " + std::to_string(options_.db));
   }
 
-  // Pipelines of at most kMaxPipelineBytes, one after the other on this
-  // connection (so per-key order holds across them): a batch of ordinary
-  // size is a single round trip, and a huge one does not need all of its
-  // commands in memory twice, nor all of its replies queued in Redis.
+  // Rounds (see the header): round[i] is how many earlier messages of this
+  // call have message i's target and key; keyless messages all go first.
+  std::vector<uint32_t> round(n, 0);
+  uint32_t rounds = 1;
+  {
+    std::map<std::pair<std::string_view, std::string_view>, uint32_t> seen;
+    for (size_t i = 0; i < n; ++i) {
+      if (!messages[i].has_key) continue;
+      round[i] = seen[{messages[i].target, messages[i].key}]++;
+      rounds = std::max(rounds, round[i] + 1);
+    }
+  }
+  // Keys with a message that was not applied: their later messages wait.
+  std::set<std::pair<std::string_view, std::string_view>> failed_keys;
+  auto key_of = [&](size_t i) { return std::make_pair(messages[i].target, messages[i].key); };
+
   std::optional<std::string> drop_reason;
-  for (size_t start = 0; start < n && !drop_reason;) {
-    size_t end = start;
-    while (end < n && (end == start || sdslen(context_->obuf) < kMaxPipelineBytes)) {
-      if (!AppendCommand(messages[end])) {
-        // hiredis fails to append only when it runs out of memory.
-        const std::string error = std::string("cannot queue a command: ") + context_->errstr;
+  std::vector<size_t> todo;
+  for (uint32_t r = 0; r < rounds && !drop_reason; ++r) {
+    todo.clear();
+    for (size_t i = 0; i < n; ++i) {
+      if (round[i] != r) continue;
+      if (messages[i].has_key && failed_keys.count(key_of(i)) != 0) {
+        out[i].status = DeliveryStatus::kNotSent;
+        out[i].error = "held back: an earlier event of its key failed in this batch";
+        settled_[i] = true;
+        continue;
+      }
+      todo.push_back(i);
+    }
+    // Pipelines of at most kMaxPipelineBytes, one after the other on this
+    // connection: a round of ordinary size is a single round trip, and a
+    // huge one does not need all of its commands in memory twice, nor all
+    // of its replies queued in Redis.
+    for (size_t start = 0; start < todo.size() && !drop_reason;) {
+      size_t end = start;
+      while (end < todo.size() && (end == start || sdslen(context_->obuf) < kMaxPipelineBytes)) {
+        if (!AppendCommand(messages[todo[end]])) {
+          // hiredis fails to append only when it runs out of memory.
+          const std::string error = std::string("cannot queue a command: ") + context_->errstr;
+          Disconnect();
+          FailRest(out, n, error);
+          return;
+        }
+        ++end;
+      }
+      std::string error;
+      const Stop stop = Exchange(
+          end - start, interrupted,
+          [&](size_t j, const redisReply &reply) {
+            const size_t i = todo[start + j];
+            Delivery &delivery = out[i];
+            if (reply.type == REDIS_REPLY_ERROR) {
+              const std::string_view text = ReplyText(reply);
+              delivery.status = ClassifyRedisError(text);
+              delivery.error.assign(text.data(), text.size());
+              if (messages[i].has_key) failed_keys.insert(key_of(i));
+              if (!drop_reason && RedisErrorConcernsConnection(text)) drop_reason.emplace(text);
+            } else {
+              // XADD's entry id, RPUSH's list length, PUBLISH's receiver count
+              // (zero receivers is still a delivery: pub/sub keeps nothing).
+              delivery.status = DeliveryStatus::kDelivered;
+              delivery.error.clear();
+            }
+            settled_[i] = true;
+          },
+          &error);
+      if (stop == Stop::kInterrupted) {
+        // Not the server's fault: the next batch simply connects again.
         Disconnect();
+        connection_ = Connection::kIdle;
+        FailRest(out, n, "interrupted");
+        return;
+      }
+      if (stop == Stop::kFailed) {
+        Disconnect();
+        error = Masked("connection to " + endpoint_ + " lost: " + error);
+        NoteDown(error);
         FailRest(out, n, error);
         return;
       }
-      ++end;
+      start = end;
     }
-    std::string error;
-    const Stop stop = Exchange(
-        end - start, interrupted,
-        [&](size_t i, const redisReply &reply) {
-          Delivery &delivery = out[start + i];
-          if (reply.type == REDIS_REPLY_ERROR) {
-            const std::string_view text = ReplyText(reply);
-            delivery.status = ClassifyRedisError(text);
-            delivery.error.assign(text.data(), text.size());
-            if (!drop_reason && RedisErrorConcernsConnection(text)) drop_reason.emplace(text);
-          } else {
-            // XADD's entry id, RPUSH's list length, PUBLISH's receiver count
-            // (zero receivers is still a delivery: pub/sub keeps nothing).
-            delivery.status = DeliveryStatus::kDelivered;
-            delivery.error.clear();
-          }
-          settled_ = start + i + 1;
-        },
-        &error);
-    if (stop == Stop::kInterrupted) {
-      // Not the server's fault: the next batch simply connects again.
-      Disconnect();
-      connection_ = Connection::kIdle;
-      FailRest(out, n, "interrupted");
-      return;
-    }
-    if (stop == Stop::kFailed) {
-      Disconnect();
-      error = Masked("connection to " + endpoint_ + " lost: " + error);
-      NoteDown(error);
-      FailRest(out, n, error);
-      return;
-    }
-    start = end;
   }
   if (drop_reason) {
     Disconnect();
@@ -599,7 +641,8 @@ void RedisSink::NoteDown(const std::string &reason) {
 }
 
 void RedisSink::FailRest(Delivery *out, size_t n, const std::string &reason) noexcept {
-  for (size_t i = settled_; i < n; ++i) {
+  for (size_t i = 0; i < n; ++i) {
+    if (i < settled_.size() && settled_[i]) continue;
     out[i].status = DeliveryStatus::kRetriable;
     try {
       out[i].error = reason;
@@ -607,7 +650,7 @@ void RedisSink::FailRest(Delivery *out, size_t n, const std::string &reason) noe
       out[i].error.clear();
     }
   }
-  settled_ = n;
+  settled_.assign(settled_.size(), true);
 }
 
 std::string RedisSink::Masked(std::string text) const {

@@ -473,7 +473,9 @@ TEST(RedisSink, BatchIsPipelinedInOneRoundTrip) {
 
   Client client(server.port());
   Batch batch;
-  for (int i = 0; i < 1000; ++i) batch.Add("piped", std::to_string(i % 7), R"({"i":1})");
+  // Distinct keys: one round (a key's second message would wait for the
+  // first one's reply, see AKeysNextMessageWaitsForTheReplyToItsFirst).
+  for (int i = 0; i < 1000; ++i) batch.Add("piped", std::to_string(i), R"({"i":1})");
   const long long reads_before = client.Info("stats", "total_reads_processed");
   const long long writes_before = client.Info("stats", "total_writes_processed");
   batch.Publish(sink.get());
@@ -494,8 +496,8 @@ TEST(RedisSink, HugeBatchIsSentInSeveralPipelinesInOrder) {
   std::unique_ptr<Sink> sink = MakeSink(server.port(), {Opt("mode", "list")});
   Batch batch;
   const std::string filler(4000, 'x');
-  for (int i = 0; i < 3000; ++i) {  // about 12 MB: three pipelines of 4 MB
-    batch.Add("big", "k", "[" + std::to_string(i) + ",\"" + filler + "\"]");
+  for (int i = 0; i < 3000; ++i) {  // about 12 MB: three pipelines of 4 MB (one round)
+    batch.Add("big", std::to_string(i), "[" + std::to_string(i) + ",\"" + filler + "\"]");
   }
   batch.Publish(sink.get());
   ASSERT_EQ(batch.Count(DeliveryStatus::kDelivered), 3000u) << batch.results[0].error;
@@ -522,6 +524,51 @@ TEST(RedisSink, PerKeyOrderInStream) {
     ASSERT_EQ(entries[i][0].second, batch.owned[i]->id) << "entry " << i;
     ASSERT_EQ(entries[i][3].second, std::to_string(i)) << "entry " << i;
   }
+}
+
+// Red team (TAP 952): a pipeline that straddles the end of a passing state
+// of the server (BUSY while another client's script runs) had the first
+// event of a key refused and the second applied. A key's second message now
+// goes only after the first one's reply, and not at all when it failed.
+TEST(RedisSink, AKeysNextMessageWaitsForTheReplyToItsFirst) {
+  RedisServer server({"--busy-reply-threshold", "20"});
+  REQUIRE_SERVER(server);
+  std::unique_ptr<Sink> sink = MakeSink(server.port());
+  Batch warmup;
+  warmup.Add("warm", "k", "{}");
+  warmup.Publish(sink.get());  // connected before the server gets busy
+  ASSERT_EQ(warmup.results[0].status, DeliveryStatus::kDelivered);
+
+  // Another client runs a script for 400 ms: Redis answers BUSY meanwhile.
+  std::thread busy([port = server.port()] {
+    Client client(port);
+    client.Command({"EVAL",
+                    "local t0 = redis.call('TIME') "
+                    "while true do local t = redis.call('TIME') "
+                    "if (t[1] - t0[1]) * 1000000 + (t[2] - t0[2]) > 400000 then break end end "
+                    "return 1",
+                    "0"});
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  Batch batch;
+  batch.Add("s", "k", "1").Add("s", "j", "2").Add("s", "k", "3");
+  batch.Publish(sink.get());
+  busy.join();
+  EXPECT_EQ(batch.results[0].status, DeliveryStatus::kRetriable);
+  EXPECT_TRUE(Contains(batch.results[0].error, "BUSY")) << batch.results[0].error;
+  EXPECT_EQ(batch.results[1].status, DeliveryStatus::kRetriable);
+  EXPECT_EQ(batch.results[2].status, DeliveryStatus::kNotSent)
+      << "never sent behind its key's refused first message";
+  Client client(server.port());
+  EXPECT_EQ(client.Integer({"XLEN", "s"}), 0);
+
+  // Once the server is free, the whole batch goes, in order.
+  batch.Publish(sink.get());
+  EXPECT_EQ(batch.Count(DeliveryStatus::kDelivered), 3u) << batch.results[0].error;
+  const std::vector<Entry> entries = ReadStream(&client, "s");
+  ASSERT_EQ(entries.size(), 3u);
+  EXPECT_EQ(entries[0][3].second, "1");
+  EXPECT_EQ(entries[2][3].second, "3");
 }
 
 TEST(RedisSink, WrongTypeRejectsOnlyThatMessage) {
@@ -558,7 +605,7 @@ TEST(RedisSink, OutOfMemoryIsRetriable) {
   ASSERT_EQ(client.String({"CONFIG", "SET", "maxmemory", "1"}), "OK");
   std::unique_ptr<Sink> sink = MakeSink(server.port(), {Opt("mode", "list")});
   Batch batch;
-  batch.Add("l", "k", "1").Add("l", "k", "2");
+  batch.Add("l", "k", "1").Add("l", "j", "2");
   batch.Publish(sink.get());
   ASSERT_EQ(batch.Count(DeliveryStatus::kRetriable), 2u);
   EXPECT_TRUE(Contains(batch.results[0].error, "OOM"));
@@ -788,9 +835,9 @@ TEST(RedisSink, ConnectionClosedMidBatchKeepsEarlierOutcomes) {
   REQUIRE_SERVER(server);
   std::unique_ptr<Sink> sink = MakeSink(server.port());
   Batch batch;
-  batch.Add("s", "k", "1");
-  batch.Add("s", "k", "\"" + std::string(4 << 20, 'x') + "\"");
-  batch.Add("s", "k", "3");
+  batch.Add("s", "k1", "1");
+  batch.Add("s", "k2", "\"" + std::string(4 << 20, 'x') + "\"");
+  batch.Add("s", "k3", "3");
   batch.Publish(sink.get());
   EXPECT_EQ(batch.results[0].status, DeliveryStatus::kDelivered) << batch.results[0].error;
   EXPECT_EQ(batch.results[1].status, DeliveryStatus::kRejected) << batch.results[1].error;
