@@ -122,8 +122,24 @@ SELECT error_of($$SELECT outbox.emit('t', '{}', NULL, '{"o": {"x": "y"}}')$$);
 SELECT error_of($$SELECT outbox.emit('t', '{}', NULL, '{"ok": "a", "bad": ["x"]}')$$);
 SELECT error_of($$SELECT outbox.emit('t.ok', '{}', NULL, '{}')$$);
 
+-- Size limits on what an application attaches (the security model: nothing
+-- an emit() caller sends may exhaust the publisher's memory): a key of at
+-- most 4096 bytes, headers of at most 16384 bytes as JSON text, whatever
+-- their binary size (control characters grow sixfold as text).
+SELECT error_of(format('SELECT outbox.emit(%L, %L, %L)', 't.ok', '{}', repeat('k', 4096)));
+SELECT error_of(format('SELECT outbox.emit(%L, %L, %L)', 't.key', '{}', repeat('k', 4097)));
+SELECT error_of(format('SELECT outbox.emit(%L, %L, %L)', 't.key', '{}', repeat('ą', 2049)));
+SELECT error_of(format('SELECT outbox.emit(%L, %L, NULL, %L)', 't.ok', '{}',
+                       jsonb_build_object('h', repeat('v', 16384 - 9))));
+SELECT error_of(format('SELECT outbox.emit(%L, %L, NULL, %L)', 't.hdr', '{}',
+                       jsonb_build_object('h', repeat('v', 16384 - 8))));
+SELECT error_of(format('SELECT outbox.emit(%L, %L, NULL, %L)', 't.hdr', '{}',
+                       jsonb_build_object('h', repeat(chr(1), 3000))));
+SELECT error_of(format('SELECT outbox.emit(%L, %L, NULL, %L)', 't.hdr', '{}',
+                       jsonb_build_object('h', repeat(chr(1), 1000000))));
+
 -- Failed calls left no rows behind.
-SELECT count(*) AS stray_rows FROM outbox.events WHERE topic IN ('t', 't.size');
+SELECT count(*) AS stray_rows FROM outbox.events WHERE topic IN ('t', 't.size', 't.key', 't.hdr');
 
 -- outbox.stats counts what is retained, per topic.
 SELECT topic, pending, published, dead, oldest_pending_age >= '0'::interval AS has_age

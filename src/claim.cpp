@@ -32,6 +32,7 @@ extern "C" {
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
 #include "utils/wait_event.h"
+#include "access/detoast.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
@@ -333,17 +334,57 @@ Datum OwnedBitmap() { return PointerGetDatum(OwnedSlots().bitmap); }
 // Topics the claims leave alone this cycle (a text[] in the cycle's memory).
 Datum skipped_topics = 0;
 
-// Ready claims take ids in [*floor, *ceiling); retry claims pass neither.
-int RunClaim(SPIPlanPtr plan, int limit, const pg_uuid_t *floor = nullptr,
-             const pg_uuid_t *ceiling = nullptr) {
+// The rows one claim took, in the order the claim returned them.
+struct ClaimedRows {
+  HeapTuple *rows = nullptr;
+  TupleDesc desc = nullptr;
+  int n = 0;
+  bool cut = false;  // stopped by the byte budget: more rows may be waiting
+};
+
+// What a claimed row costs the publisher to hold, before anything is
+// detoasted: its payload's and headers' jsonb sizes and its key's length.
+int64 RowWeight(HeapTuple row, TupleDesc desc) {
+  int64 weight = 0;
+  for (int col : {kKey, kPayload, kHeaders}) {
+    bool isnull = false;
+    const Datum d = SPI_getbinval(row, desc, col, &isnull);
+    if (!isnull) weight += static_cast<int64>(toast_raw_datum_size(d));
+  }
+  return weight;
+}
+
+// Run a claim as a cursor, a few rows at a time, taking rows until `limit`
+// or until they weigh *bytes_left (RowWeight; always at least one row). Rows
+// the cursor locked beyond that stay as they are (pending; the next claim
+// of this window starts after the last one taken and meets them again, as
+// our own locks do not make it skip them). Ready claims take ids in
+// [*floor, *ceiling); retry claims pass neither.
+ClaimedRows RunClaim(SPIPlanPtr plan, int limit, int64 *bytes_left,
+                     const pg_uuid_t *floor = nullptr, const pg_uuid_t *ceiling = nullptr) {
+  constexpr int kFetchRows = 64;
   Datum retry_args[3] = {Int32GetDatum(limit), OwnedBitmap(), skipped_topics};
   Datum ready_args[5] = {Int32GetDatum(limit), UUIDPGetDatum(const_cast<pg_uuid_t *>(floor)),
                          OwnedBitmap(), UUIDPGetDatum(const_cast<pg_uuid_t *>(ceiling)),
                          skipped_topics};
-  const int rc =
-      SPI_execute_plan(plan, floor == nullptr ? retry_args : ready_args, nullptr, false, 0);
-  if (rc != SPI_OK_SELECT) elog(ERROR, "outbox: claim failed: %s", SPI_result_code_string(rc));
-  return static_cast<int>(SPI_processed);
+  Portal portal =
+      SPI_cursor_open(nullptr, plan, floor == nullptr ? retry_args : ready_args, nullptr, false);
+  ClaimedRows claimed;
+  claimed.rows = static_cast<HeapTuple *>(palloc(sizeof(HeapTuple) * limit));
+  while (claimed.n < limit && !claimed.cut) {
+    SPI_cursor_fetch(portal, true, Min(limit - claimed.n, kFetchRows));
+    const int got = static_cast<int>(SPI_processed);
+    if (got == 0) break;
+    claimed.desc = SPI_tuptable->tupdesc;
+    for (int i = 0; i < got && !claimed.cut; ++i) {
+      HeapTuple row = SPI_tuptable->vals[i];
+      claimed.rows[claimed.n++] = row;
+      *bytes_left -= RowWeight(row, claimed.desc);
+      claimed.cut = *bytes_left <= 0 && claimed.n < limit;
+    }
+  }
+  SPI_cursor_close(portal);
+  return claimed;
 }
 
 // Dispatcher::TopicsBehindDownSinks, NUL-separated in one malloc'd buffer.
@@ -418,40 +459,94 @@ pg_uuid_t After(const pg_uuid_t &id) {
   return next;
 }
 
-// One claimed batch of a window, in id order.
+// One claimed batch of a window, in id order. The first `sendable` rows go
+// to the dispatcher; the others were too large to turn into a message at all
+// (kMaxPublishableBytes) and are dead already.
 struct Batch {
-  Dispatcher::Ticket ticket = 0;  // Dispatcher::Begin's
+  Dispatcher::Ticket ticket = 0;  // Dispatcher::Begin's; 0 when nothing was sent
   int n = 0;
-  EventRow *rows = nullptr;
+  int sendable = 0;
+  EventRow *rows = nullptr;  // [sendable]
   Claimed *claimed = nullptr;
   RowOutcome *outcomes = nullptr;
 };
 
+// A payload or headers value whose jsonb is larger than this cannot become
+// a message: as JSON text it may grow sixfold (control characters), past
+// the 1 GB PostgreSQL can hold in one value. emit() never stores one with
+// the default settings; a row INSERTed by hand or an outbox.max_payload_bytes
+// raised that far can. Such an event goes dead at once instead of failing
+// every cycle (and holding up every other event) for good.
+constexpr int64 kMaxPublishableBytes = int64{160} * 1024 * 1024;
+
+// Whether a claimed row can be turned into a message (see above).
+bool Publishable(HeapTuple row, TupleDesc desc, int64 *size) {
+  for (int col : {kPayload, kHeaders}) {
+    bool isnull = false;
+    const Datum d = SPI_getbinval(row, desc, col, &isnull);
+    if (isnull) continue;
+    *size = static_cast<int64>(toast_raw_datum_size(d));
+    if (*size > kMaxPublishableBytes) return false;
+  }
+  return true;
+}
+
 // Read and sort the rows of the last claims into a batch (palloc'd).
-Batch ReadBatch(SPITupleTable *retry_rows, int nretry, SPITupleTable *ready_rows, int nready) {
+Batch ReadBatch(const ClaimedRows &retry, const ClaimedRows &ready) {
   Batch b;
-  b.n = nretry + nready;
+  b.n = retry.n + ready.n;
   EventRow *events = static_cast<EventRow *>(palloc(sizeof(EventRow) * b.n));
   Claimed *claimed_by_event = static_cast<Claimed *>(palloc(sizeof(Claimed) * b.n));
-  for (int i = 0; i < b.n; ++i) {
-    new (&events[i]) EventRow();
-    SPITupleTable *t = i < nretry ? retry_rows : ready_rows;
-    const int r = i < nretry ? i : i - nretry;
-    ReadEvent(t->vals[r], t->tupdesc, &events[i], &claimed_by_event[i]);
-  }
-  // The dispatcher wants id order (= emit order per session).
-  EventRow **order = static_cast<EventRow **>(palloc(sizeof(EventRow *) * b.n));
-  for (int i = 0; i < b.n; ++i) order[i] = &events[i];
-  qsort(order, b.n, sizeof(EventRow *), CompareEventIds);
-  b.rows = static_cast<EventRow *>(palloc(sizeof(EventRow) * b.n));
   b.claimed = static_cast<Claimed *>(palloc(sizeof(Claimed) * b.n));
   b.outcomes = static_cast<RowOutcome *>(palloc(sizeof(RowOutcome) * b.n));
+  int nevents = 0;
+  int ndead = 0;
   for (int i = 0; i < b.n; ++i) {
+    const ClaimedRows &from = i < retry.n ? retry : ready;
+    HeapTuple row = from.rows[i < retry.n ? i : i - retry.n];
+    int64 size = 0;
+    if (Publishable(row, from.desc, &size)) {
+      new (&events[nevents]) EventRow();
+      ReadEvent(row, from.desc, &events[nevents], &claimed_by_event[nevents]);
+      ++nevents;
+      continue;
+    }
+    // At the end of the batch, dead with a reason; never detoasted.
+    const int at = b.n - 1 - ndead++;
+    bool isnull = false;
+    b.claimed[at].tableoid = DatumGetObjectId(SPI_getbinval(row, from.desc, kTableOid, &isnull));
+    b.claimed[at].ctid = *reinterpret_cast<ItemPointer>(
+        DatumGetPointer(SPI_getbinval(row, from.desc, kCtid, &isnull)));
+    RowOutcome *o = new (&b.outcomes[at]) RowOutcome();
+    o->outcome = Outcome::kDead;
+    o->attempts = DatumGetInt32(SPI_getbinval(row, from.desc, kAttempts, &isnull)) + 1;
+    snprintf(o->error, sizeof o->error, "too large to publish: %lld bytes as jsonb (at most %lld)",
+             static_cast<long long>(size), static_cast<long long>(kMaxPublishableBytes));
+    const char *id =
+        DatumGetCString(DirectFunctionCall1(uuid_out, SPI_getbinval(row, from.desc, kId, &isnull)));
+    ereport(WARNING, (errmsg("outbox: event %s is dead: %s", id, o->error)));
+  }
+  // The dispatcher wants id order (= emit order per session).
+  b.sendable = nevents;
+  EventRow **order = static_cast<EventRow **>(palloc(sizeof(EventRow *) * (nevents + 1)));
+  for (int i = 0; i < nevents; ++i) order[i] = &events[i];
+  qsort(order, nevents, sizeof(EventRow *), CompareEventIds);
+  b.rows = static_cast<EventRow *>(palloc(sizeof(EventRow) * (nevents + 1)));
+  for (int i = 0; i < nevents; ++i) {
     new (&b.rows[i]) EventRow(*order[i]);
     b.claimed[i] = claimed_by_event[order[i] - events];
     new (&b.outcomes[i]) RowOutcome();
   }
   return b;
+}
+
+// The dispatcher gave up the window (Dispatcher::Begin and Finish): the
+// cycle goes with it, so that nothing it decided is written; the worker's
+// error path reloads the order state from the database.
+pg_attribute_noreturn() void WindowFailed() {
+  ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY),
+                  errmsg("outbox: the publisher ran out of memory while batches were in flight; "
+                         "the cycle is abandoned and its events stay pending")));
 }
 
 // Wait for a batch's answers, count them, and write its outcomes.
@@ -461,9 +556,12 @@ void FinishBatch(Dispatcher *dispatcher, const Batch &b, Sink::InterruptCheck in
   // While the brokers answer, pg_stat_activity shows the publisher waiting
   // (wait_event_type Extension) rather than active on the CPU. Finish runs
   // no PostgreSQL code and never throws, so the wait always ends here.
-  pgstat_report_wait_start(PG_WAIT_EXTENSION);
-  dispatcher->Finish(b.ticket, interrupted);
-  pgstat_report_wait_end();
+  if (b.ticket != 0) {
+    pgstat_report_wait_start(PG_WAIT_EXTENSION);
+    const bool finished = dispatcher->Finish(b.ticket, interrupted);
+    pgstat_report_wait_end();
+    if (!finished) WindowFailed();
+  }
   OUTBOX_FAULT("publisher.after_finish");
   for (int i = 0; i < b.n; ++i) {
     const RowOutcome &o = b.outcomes[i];
@@ -551,13 +649,18 @@ int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted,
   floor_pending = false;
   for (int w = 0; w < guc::batches_in_flight; ++w) {
     OUTBOX_FAULT("publisher.before_claim");
-    const int nretry = w == 0 ? RunClaim(claim_retry_plan, batch) : 0;
-    SPITupleTable *retry_rows = nretry > 0 ? SPI_tuptable : nullptr;
-    const int ready_limit = batch - nretry;
+    // Each batch weighs at most outbox.max_batch_bytes (RunClaim).
+    int64 bytes_left = guc::max_batch_bytes;
+    ClaimedRows retry;
+    if (w == 0) retry = RunClaim(claim_retry_plan, batch, &bytes_left);
+    const int nretry = retry.n;
+    const int ready_limit = retry.cut ? 0 : batch - nretry;
     if (w == 1) ceiling = bound;
-    const int nready =
-        ready_limit > 0 ? RunClaim(claim_ready_plan, ready_limit, &floor, &ceiling) : 0;
-    SPITupleTable *ready_rows = nready > 0 ? SPI_tuptable : nullptr;
+    ClaimedRows ready;
+    if (ready_limit > 0)
+      ready = RunClaim(claim_ready_plan, ready_limit, &bytes_left, &floor, &ceiling);
+    const int nready = ready.n;
+    if (retry.cut || ready.cut) stats->more_waiting = true;
     if (nretry + nready > 0 && !config_current(nbatches == 0)) {
       // Sinks or routes changed since the window began: this batch waits for
       // the next cycle, which decides it with the new ones. The floor stays
@@ -566,27 +669,30 @@ int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted,
     }
     // Next floor: everything visible from `floor` up to the last row claimed
     // (or all of it, when the claim came back short) has been claimed.
-    const bool full = ready_limit > 0 && nready == ready_limit;
+    const bool full = ready_limit > 0 && (nready == ready_limit || ready.cut);
     if (ready_limit > 0) {
       ready_claimed = true;
       next_floor = bound;
       if (full) {
         bool isnull = false;
-        const pg_uuid_t *last = DatumGetUUIDP(
-            SPI_getbinval(ready_rows->vals[nready - 1], ready_rows->tupdesc, kId, &isnull));
+        const pg_uuid_t *last =
+            DatumGetUUIDP(SPI_getbinval(ready.rows[nready - 1], ready.desc, kId, &isnull));
         if (CompareUuid(*last, next_floor) < 0) next_floor = *last;
         floor = After(*last);
       }
     }
     if (nretry + nready == 0) break;
     OUTBOX_FAULT("publisher.after_claim");
-    window[nbatches] = ReadBatch(retry_rows, nretry, ready_rows, nready);
+    window[nbatches] = ReadBatch(retry, ready);
     Batch &b = window[nbatches++];
     stats->claimed += b.n;
-    pgstat_report_wait_start(PG_WAIT_EXTENSION);
-    b.ticket =
-        dispatcher->Begin(b.rows, static_cast<size_t>(b.n), settings, b.outcomes, interrupted);
-    pgstat_report_wait_end();
+    if (b.sendable > 0) {
+      pgstat_report_wait_start(PG_WAIT_EXTENSION);
+      b.ticket = dispatcher->Begin(b.rows, static_cast<size_t>(b.sendable), settings, b.outcomes,
+                                   interrupted);
+      pgstat_report_wait_end();
+      if (b.ticket == 0) WindowFailed();
+    }
     OUTBOX_FAULT("publisher.after_begin");
     if (!full || (interrupted != nullptr && interrupted())) break;
   }
@@ -655,7 +761,12 @@ void LoadConfiguration(Dispatcher *dispatcher) {
     routes[i].format = ParseMessageFormat(View(TextColumn(row, route_rows->tupdesc, 5, &isnull)))
                            .value_or(MessageFormat::kRaw);
   }
-  dispatcher->Configure(routes, static_cast<size_t>(nroutes), sinks, static_cast<size_t>(nsinks));
+  if (!dispatcher->Configure(routes, static_cast<size_t>(nroutes), sinks,
+                             static_cast<size_t>(nsinks))) {
+    ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY),
+                    errmsg("outbox: the publisher ran out of memory while loading sinks and "
+                           "routes")));
+  }
 
   // Events parked for lack of a route (or behind a paused one) get another
   // look under the new routes
@@ -691,7 +802,11 @@ void LoadConfiguration(Dispatcher *dispatcher) {
     event.has_key = true;
     event.key = View(TextColumn(row, desc, 3, &isnull));
     const TimestampTz until = DatumGetTimestampTz(SPI_getbinval(row, desc, 4, &isnull));
-    dispatcher->NoteWaiting(event, until);
+    if (!dispatcher->NoteWaiting(event, until)) {
+      ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY),
+                      errmsg("outbox: the publisher ran out of memory while rebuilding the "
+                             "per-key order state")));
+    }
   }
 }
 

@@ -18,6 +18,7 @@ struct CycleStats {
   int published = 0;
   int failed = 0;              // attempts that failed (retry or dead)
   char last_error[256] = {0};  // of the last failed attempt, if any
+  bool more_waiting = false;   // a claim stopped at outbox.max_batch_bytes
 };
 
 // One publish cycle. Requires: a transaction is open with an active snapshot

@@ -3,8 +3,14 @@
 // statement in. A refused statement (unknown gid, another user's transaction,
 // inside a transaction block) changes nothing here: the checks below are
 // PostgreSQL's own, made before it, and the rest happens only after it ran.
+//
+// What to do comes from the flags the transaction recorded when it prepared
+// (emit_horizon.hpp): an empty prepared transaction, which any role may
+// prepare and commit in a loop, makes the publishers do nothing. One the
+// server does not know (prepared before it started) gets everything.
 #include "commit_prepared.hpp"
 
+#include "emit_horizon.hpp"
 #include "shmem.hpp"
 
 extern "C" {
@@ -20,38 +26,69 @@ extern "C" {
 namespace outbox {
 namespace {
 
+constexpr uint32 kEverything = kPreparedEmitted | kPreparedReload | kPreparedAnnounce;
+
+// What AfterCommitPrepared is to do: BeforeCommitPrepared's finding.
+uint32 pending_flags = 0;
+
 bool ExtensionHere() {
   InvalidateCatalogSnapshot();  // see what the prepared transaction committed
   return OidIsValid(get_extension_oid("outbox", true));
 }
 
-}  // namespace
-
-void BeforeCommitPrepared(const char *gid) {
-  if (Shared() == nullptr || gid == nullptr || IsTransactionBlock() || !ExtensionHere()) return;
+// The prepared transaction `gid` of this database, if the current user may
+// finish it (its owner, or a superuser, as FinishPreparedTransaction
+// requires); InvalidTransactionId otherwise.
+TransactionId CommittableXid(const char *gid) {
   if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "outbox: SPI_connect failed");
   Oid types[1] = {TEXTOID};
   Datum args[1] = {CStringGetTextDatum(gid)};
-  // The transaction exists here, and the caller may finish it: its owner
-  // (PostgreSQL compares role OIDs; the view shows names) or a superuser.
   const int rc = SPI_execute_with_args(
-      "SELECT 1 FROM pg_catalog.pg_prepared_xacts"
+      "SELECT transaction FROM pg_catalog.pg_prepared_xacts"
       " WHERE gid OPERATOR(pg_catalog.=) $1"
       " AND database OPERATOR(pg_catalog.=) pg_catalog.current_database()"
       " AND (owner OPERATOR(pg_catalog.=) CURRENT_USER OR"
       " (SELECT rolsuper FROM pg_catalog.pg_roles"
       "   WHERE rolname OPERATOR(pg_catalog.=) CURRENT_USER))",
       1, types, args, nullptr, true, 1);
-  const bool will_commit = rc == SPI_OK_SELECT && SPI_processed == 1;
+  TransactionId xid = InvalidTransactionId;
+  if (rc == SPI_OK_SELECT && SPI_processed == 1) {
+    bool isnull = false;
+    const Datum d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+    if (!isnull) xid = DatumGetTransactionId(d);
+  }
   SPI_finish();
-  if (will_commit) BumpConfigVersion(MyDatabaseId);
+  return xid;
+}
+
+}  // namespace
+
+void BeforeCommitPrepared(const char *gid) {
+  pending_flags = 0;
+  if (Shared() == nullptr || gid == nullptr || IsTransactionBlock()) return;
+  const TransactionId xid = CommittableXid(gid);
+  if (!TransactionIdIsValid(xid)) return;  // it will be refused
+  uint32 flags = 0;
+  if (!PreparedFlags(xid, &flags)) flags = kEverything;
+  pending_flags = flags;
+  if ((flags & kPreparedReload) != 0 && ExtensionHere()) BumpConfigVersion(MyDatabaseId);
 }
 
 void AfterCommitPrepared() {
-  if (Shared() == nullptr || !ExtensionHere()) return;
-  AnnounceExtensionAtCommit();
-  ReloadConfigAtCommit();
-  WakePublishersAtCommit();
+  const uint32 flags = pending_flags;
+  pending_flags = 0;
+  if (flags == 0 || Shared() == nullptr || !ExtensionHere()) return;
+  // Announce only what the launcher does not know yet: announcing bumps the
+  // extension's generation, which lets an exited publisher restart without
+  // backoff (launcher.cpp).
+  if ((flags & kPreparedAnnounce) != 0) {
+    DatabaseSlot *slot = FindSlot(MyDatabaseId);
+    if (slot == nullptr || StateOf(ReadExtension(slot)) == ExtensionState::kAbsent) {
+      AnnounceExtensionAtCommit();
+    }
+  }
+  if ((flags & kPreparedReload) != 0) ReloadConfigAtCommit();
+  if ((flags & (kPreparedEmitted | kPreparedReload)) != 0) WakePublishersAtCommit();
 }
 
 }  // namespace outbox

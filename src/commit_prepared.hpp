@@ -1,9 +1,9 @@
 // COMMIT PREPARED: what the prepared transaction asked for at commit (wake
-// the publishers, reload sinks and routes, announce CREATE EXTENSION) was
-// lost when it prepared, since its session's commit callbacks never run for
-// it. The session that runs COMMIT PREPARED does it instead, from the
-// ProcessUtility hook (database_guard.cpp), for any prepared transaction in a
-// database with the extension: it cannot know what the transaction did.
+// the publishers, reload sinks and routes, announce CREATE EXTENSION) cannot
+// happen in its own session's commit callbacks, which never run for it. It
+// records what it needs when it prepares (emit_horizon.hpp), and the session
+// that runs COMMIT PREPARED does it, from the ProcessUtility hook
+// (database_guard.cpp).
 #pragma once
 
 #include "pg_bridge.hpp"
@@ -11,15 +11,15 @@
 namespace outbox {
 
 // Before COMMIT PREPARED 'gid' runs: if it will commit (the transaction
-// exists in this database, the caller may finish it, no transaction block)
-// and the extension is here, tell the publishers now that sinks and routes
-// may change: the prepared transaction's changes become visible before this
+// exists in this database, the caller may finish it, no transaction block),
+// look up what it needs; if it changed sinks or routes (and the extension is
+// here), tell the publishers now: its changes become visible before this
 // session commits (see DatabaseSlot::config_version).
 void BeforeCommitPrepared(const char *gid);
 
 // After it ran without error: at this session's commit, announce the
-// extension (it may have been created in that transaction), reload and wake
-// the publishers, if the extension is here now.
+// extension if it created it (and the launcher does not know it), reload if
+// it changed sinks or routes, wake the publishers if it emitted.
 void AfterCommitPrepared();
 
 }  // namespace outbox

@@ -95,7 +95,7 @@ void Dispatcher::DrainSinkLogs() {
   }
 }
 
-void Dispatcher::Configure(const RouteRow *routes, size_t nroutes, const SinkRow *sinks,
+bool Dispatcher::Configure(const RouteRow *routes, size_t nroutes, const SinkRow *sinks,
                            size_t nsinks) noexcept {
   // Sinks may be replaced below: no batch may still point at them.
   if (!flights_.empty()) {
@@ -156,24 +156,34 @@ void Dispatcher::Configure(const RouteRow *routes, size_t nroutes, const SinkRow
     }
     guard_.Clear();
     behind_down_sinks_.clear();
+    return true;
   } catch (const std::exception &e) {
     LogFailure("could not load sinks and routes", e.what());
   } catch (...) {
     LogFailure("could not load sinks and routes", "unexpected error");
   }
+  // Half-loaded: route nothing rather than by a mix of old and new routes.
+  routes_.clear();
+  patterns_.clear();
+  guard_.Clear();
+  behind_down_sinks_.clear();
+  return false;
 }
 
 int Dispatcher::RouteIndex(std::string_view topic) const {
   return BestPatternIndex(patterns_.data(), patterns_.size(), topic);
 }
 
-void Dispatcher::NoteWaiting(const EventRow &event, int64_t until_us) noexcept {
-  if (!event.has_key || until_us == kInfinityUs) return;
+bool Dispatcher::NoteWaiting(const EventRow &event, int64_t until_us) noexcept {
+  if (!event.has_key || until_us == kInfinityUs) return true;
   try {
+    OUTBOX_FAULT_CPP("dispatch.note_waiting");
     const int r = RouteIndex(event.topic);
     if (r >= 0) guard_.Block(routes_[r].pattern, event.key, event.id, until_us);
+    return true;
   } catch (...) {
-    // Out of memory: order state incomplete; the next Configure rebuilds it.
+    LogFailure("could not rebuild the per-key order state", "out of memory");
+    return false;  // order state incomplete: the caller loads it all again
   }
 }
 
@@ -194,9 +204,10 @@ Sink *Dispatcher::SinkFor(const std::string &name, SinkState *state, bool may_re
   return state->sink.get();
 }
 
-void Dispatcher::Dispatch(const EventRow *rows, size_t n, const DispatchSettings &settings,
+bool Dispatcher::Dispatch(const EventRow *rows, size_t n, const DispatchSettings &settings,
                           RowOutcome *out, Sink::InterruptCheck interrupted) noexcept {
-  Finish(Begin(rows, n, settings, out, interrupted), interrupted);
+  const Ticket ticket = Begin(rows, n, settings, out, interrupted);
+  return ticket != 0 && Finish(ticket, interrupted);
 }
 
 void Dispatcher::Decide(Flight *flight, size_t i, std::set<std::string> *admitted,
@@ -262,8 +273,8 @@ Dispatcher::Ticket Dispatcher::Begin(const EventRow *rows, size_t n,
   try {
     flights_.emplace_back();
   } catch (...) {
-    LogFailure("batch abandoned", "out of memory");
-    return ticket;  // Finish will not know it: every row stays as it was
+    FailWindow("out of memory");
+    return 0;
   }
   Flight *flight = &flights_.back();
   try {
@@ -295,20 +306,28 @@ Dispatcher::Ticket Dispatcher::Begin(const EventRow *rows, size_t n,
     }
     SendGroups(flight, &groups, interrupted);
   } catch (const std::exception &e) {
-    // Out of memory half-way: collect what was sent, and whatever has no
-    // outcome stays as it was.
-    for (Group &group : flight->groups) {
-      if (group.sink != nullptr) group.sink->Collect(group.sink_ticket, interrupted);
-    }
-    flights_.pop_back();
-    ForgetKeysOf(ticket);
-    for (size_t i = 0; i < n; ++i) {
-      out[i] = RowOutcome{};
-      out[i].attempts = rows[i].attempts;
-    }
-    LogFailure("batch abandoned", e.what());
+    // Out of memory half-way: what this batch and the ones before it
+    // decided is incomplete (a key's later events may have been sent while
+    // an earlier one got no verdict): the whole window goes.
+    FailWindow(e.what());
+    return 0;
   }
   return ticket;
+}
+
+void Dispatcher::FailWindow(const char *why) noexcept {
+  // The outcome arrays are still the caller's (it is inside Begin or Finish):
+  // clear every verdict, so that nothing of the window reads as decided.
+  for (Flight &flight : flights_) {
+    if (flight.out == nullptr) continue;
+    for (size_t i = 0; i < flight.n; ++i) {
+      flight.out[i] = RowOutcome{};
+      flight.out[i].attempts = flight.rows[i].attempts;
+    }
+  }
+  AbandonAll();
+  guard_.Clear();  // it may hold decisions of the abandoned batches
+  LogFailure("window of batches abandoned, its events stay pending", why);
 }
 
 void Dispatcher::ForgetKeysOf(Ticket ticket) noexcept {
@@ -317,63 +336,57 @@ void Dispatcher::ForgetKeysOf(Ticket ticket) noexcept {
   }
 }
 
-void Dispatcher::Finish(Ticket ticket, Sink::InterruptCheck interrupted) noexcept {
+bool Dispatcher::Finish(Ticket ticket, Sink::InterruptCheck interrupted) noexcept {
   const bool known = std::any_of(flights_.begin(), flights_.end(),
                                  [ticket](const Flight &f) { return f.ticket == ticket; });
-  if (!known) return;  // Begin gave up on it, or it was abandoned or finished
+  if (!known) return true;  // abandoned or finished before
   // Batches are finished in the order begun: any earlier one goes first.
   while (!flights_.empty()) {
     const Ticket front = flights_.front().ticket;
-    FinishFront(interrupted);
+    try {
+      FinishFront(interrupted);
+    } catch (const std::exception &e) {
+      FailWindow(e.what());
+      return false;
+    } catch (...) {
+      FailWindow("unexpected error");
+      return false;
+    }
     if (front == ticket) break;
   }
+  return true;
 }
 
 // Settle the oldest batch in flight, then decide and deliver its deferred
-// rows, whose earlier events' outcomes are all known now.
+// rows, whose earlier events' outcomes are all known now. May throw
+// (out of memory): Finish then abandons the whole window.
 void Dispatcher::FinishFront(Sink::InterruptCheck interrupted) {
   Flight &flight = flights_.front();
   const Ticket ticket = flight.ticket;
-  RowOutcome *out = flight.out;
-  try {
-    for (Group &group : flight.groups) SettleGroup(flight, &group, interrupted);
-    OUTBOX_FAULT_CPP("dispatch.finish");
-    if (!flight.deferred.empty()) {
-      if (interrupted != nullptr && interrupted()) {
-        // Shutting down: the deferred rows get no verdict (kUntouched).
-      } else {
-        const size_t settled = flight.groups.size();
-        std::map<std::string, std::vector<size_t>> groups;
-        std::set<std::string> admitted;
-        for (size_t i : flight.deferred) {
-          // An earlier event of its key left as it was (pending, never
-          // tried) must go out first: this one waits with it.
-          const EventRow &row = flight.rows[i];
-          const int r = flight.route_of[i];
-          if (untouched_keys_.count(RouteKey(routes_[r].pattern, std::string(row.key))) != 0) {
-            continue;
-          }
-          Decide(&flight, i, &admitted, &groups);
+  for (Group &group : flight.groups) SettleGroup(flight, &group, interrupted);
+  OUTBOX_FAULT_CPP("dispatch.finish");
+  if (!flight.deferred.empty()) {
+    if (interrupted != nullptr && interrupted()) {
+      // Shutting down: the deferred rows get no verdict (kUntouched).
+    } else {
+      const size_t settled = flight.groups.size();
+      std::map<std::string, std::vector<size_t>> groups;
+      std::set<std::string> admitted;
+      for (size_t i : flight.deferred) {
+        // An earlier event of its key left as it was (pending, never
+        // tried) must go out first: this one waits with it.
+        const EventRow &row = flight.rows[i];
+        const int r = flight.route_of[i];
+        if (untouched_keys_.count(RouteKey(routes_[r].pattern, std::string(row.key))) != 0) {
+          continue;
         }
-        SendGroups(&flight, &groups, interrupted);
-        for (size_t g = settled; g < flight.groups.size(); ++g) {
-          SettleGroup(flight, &flight.groups[g], interrupted);
-        }
+        Decide(&flight, i, &admitted, &groups);
+      }
+      SendGroups(&flight, &groups, interrupted);
+      for (size_t g = settled; g < flight.groups.size(); ++g) {
+        SettleGroup(flight, &flight.groups[g], interrupted);
       }
     }
-  } catch (const std::exception &e) {
-    // Out of memory: keep what was acknowledged; everything else stays as
-    // it was (pending), and the order state is rebuilt by the next
-    // Configure. Sends still open are given up.
-    for (auto &[name, state] : sinks_) {
-      if (state.sink) state.sink->AbandonAll("abandoned: out of memory");
-    }
-    for (size_t i = 0; i < flight.n; ++i) {
-      if (out[i].outcome == Outcome::kPublished) continue;
-      out[i] = RowOutcome{};
-      out[i].attempts = flight.rows[i].attempts;
-    }
-    LogFailure("batch abandoned", e.what());
   }
   flights_.pop_front();
   ForgetKeysOf(ticket);

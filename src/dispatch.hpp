@@ -29,7 +29,14 @@
 //
 // Threading and errors: used by the publisher's main thread only. No method
 // but the constructor throws (use Create): failures are reported through
-// outcomes and logs, so every call is its own exception boundary.
+// outcomes, return values and logs, so every call is its own exception
+// boundary. An exception (out of memory) while loading the configuration or
+// while a window of batches is in flight leaves no half-made decision
+// behind: Configure, NoteWaiting, Begin and Finish say they failed, every
+// batch in flight is abandoned (AbandonAll), and the caller gives up the
+// whole cycle (its events stay pending; per-key order is rebuilt from the
+// database). Deciding what is left of a window after part of it went wrong
+// is where order used to break.
 //
 // Lifetime of a batch: Begin returns a ticket that no later batch reuses;
 // the rows and the outcome array stay the caller's and must stay valid until
@@ -128,16 +135,23 @@ class Dispatcher {
   // options changed, or that disappeared, are closed; new ones are created
   // on first use. Clears the order state (the caller re-notes waiting events
   // with NoteWaiting, since routes decide which events share an order).
-  // Batches still in flight are abandoned first (see AbandonAll).
-  void Configure(const RouteRow *routes, size_t nroutes, const SinkRow *sinks,
+  // Batches still in flight are abandoned first (see AbandonAll). Returns
+  // false when it could not (out of memory): then no route is known (every
+  // event would wait for one) until a later call succeeds, and the caller
+  // must not decide anything with it.
+  bool Configure(const RouteRow *routes, size_t nroutes, const SinkRow *sinks,
                  size_t nsinks) noexcept;
 
   // An event found waiting for a retry when (re)building the order state.
-  void NoteWaiting(const EventRow &event, int64_t until_us) noexcept;
+  // Returns false when it could not be noted (out of memory): the order state
+  // is incomplete, and the caller must load the configuration again before
+  // deciding anything.
+  bool NoteWaiting(const EventRow &event, int64_t until_us) noexcept;
 
   // Decide and deliver a claimed batch; rows must be in id order. Fills
   // out[0..n). `interrupted` is checked while waiting for brokers.
-  void Dispatch(const EventRow *rows, size_t n, const DispatchSettings &settings, RowOutcome *out,
+  // False when it failed (see Begin and Finish): no row has an outcome.
+  bool Dispatch(const EventRow *rows, size_t n, const DispatchSettings &settings, RowOutcome *out,
                 Sink::InterruptCheck interrupted) noexcept;
 
   // Dispatch in two halves, so that several batches can be in flight at
@@ -147,11 +161,15 @@ class Dispatcher {
   // fills its out[0..n). Batches are begun in id order (a later batch holds
   // only later events) and finished in the order begun: finishing a batch
   // first finishes any batch begun before it. A ticket Finish does not know
-  // (given up by Begin, abandoned, already finished) is ignored. rows,
-  // settings' strings and out must stay valid until Finish or AbandonAll.
+  // (abandoned, already finished) is ignored. rows, settings' strings and
+  // out must stay valid until Finish or AbandonAll.
+  // Failure: Begin returns 0, Finish false, when an exception (out of memory)
+  // interrupted the work. Every batch in flight has then been abandoned
+  // (AbandonAll): the outcome arrays of the whole window say nothing that
+  // may be written, and the caller abandons its cycle.
   Ticket Begin(const EventRow *rows, size_t n, const DispatchSettings &settings, RowOutcome *out,
                Sink::InterruptCheck interrupted) noexcept;
-  void Finish(Ticket ticket, Sink::InterruptCheck interrupted) noexcept;
+  bool Finish(Ticket ticket, Sink::InterruptCheck interrupted) noexcept;
 
   // Give up every batch in flight: the sinks stop waiting for them and
   // forget them, and neither their rows nor their outcome arrays are read or
@@ -241,6 +259,7 @@ class Dispatcher {
   void LogFailure(const char *what, const char *why) noexcept;
   void DrainSinkLogs();
   void FinishFront(Sink::InterruptCheck interrupted);
+  void FailWindow(const char *why) noexcept;
   void ForgetKeysOf(Ticket ticket) noexcept;
   void NoteUntouched(const Route &route, const EventRow &row);
   // Decide row i of the flight: an outcome now (no route, paused, sink down,

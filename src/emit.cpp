@@ -57,11 +57,34 @@ void ValidatePayload(Jsonb *payload) {
   }
 }
 
+void ValidateKey(text *key) {
+  const size_t len = VARSIZE_ANY_EXHDR(key);
+  if (len > kMaxKeyBytes) {
+    ereport(ERROR,
+            (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("key is too large: %zu bytes", len),
+             errdetail("A key is at most %zu bytes.", kMaxKeyBytes)));
+  }
+}
+
+// `len` bytes as JSON text, or (binary) bytes as jsonb.
+void HeadersTooLarge(size_t len, bool binary) {
+  ereport(ERROR,
+          (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+           errmsg("headers are too large: %zu bytes as %s", len, binary ? "jsonb" : "JSON text"),
+           errdetail("Headers are at most %zu bytes as JSON text.", kMaxHeadersBytes)));
+}
+
 void ValidateHeaders(Jsonb *headers) {
   if (!JB_ROOT_IS_OBJECT(headers) || JB_ROOT_IS_SCALAR(headers)) {
     ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                     errmsg("headers must be a JSON object or NULL")));
   }
+  // Binary jsonb is never more than about twice its text, so a value this
+  // big is refused without being turned into text first (a header of
+  // control characters grows sixfold as text: 180 MB would not fit).
+  if (VARSIZE(headers) > 4 * kMaxHeadersBytes) HeadersTooLarge(VARSIZE(headers), true);
+  const size_t len = strlen(JsonbToCString(nullptr, &headers->root, VARSIZE(headers)));
+  if (len > kMaxHeadersBytes) HeadersTooLarge(len, false);
   ForEachMember(headers, [](std::string_view key, const JsonbValue &value) {
     if (value.type != jbvString) {
       ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -121,6 +144,7 @@ extern "C" Datum outbox_emit(PG_FUNCTION_ARGS) {
   ValidateTopic(topic);
   ValidatePayload(payload);
   const bool has_key = !PG_ARGISNULL(2);
+  if (has_key) ValidateKey(PG_GETARG_TEXT_PP(2));
   bool has_headers = !PG_ARGISNULL(3);
   if (has_headers) ValidateHeaders(PG_GETARG_JSONB_P(3));
   Datum headers = has_headers ? PG_GETARG_DATUM(3) : (Datum)0;

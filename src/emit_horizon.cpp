@@ -36,6 +36,7 @@ struct PreparedEmit {
   TransactionId xid;  // InvalidTransactionId: free entry
   Oid dboid;
   TimestampTz since;  // its first emit; 0: it emitted nothing
+  uint32 flags;       // PreparedFlag bits its commit will need (shmem.cpp adds them)
 };
 
 struct HorizonState {
@@ -100,6 +101,7 @@ void RecordPrepared() {
       free_entry->xid = xid;
       free_entry->dboid = MyDatabaseId;
       free_entry->since = since;
+      free_entry->flags = since != 0 ? kPreparedEmitted : 0;
     }
     SpinLockRelease(&state->prepared_mutex);
     if (free_entry != nullptr) return;
@@ -151,7 +153,7 @@ void EmitHorizonShmemInit() {
     state->backends[i].dboid = InvalidOid;
   }
   for (int i = 0; i < state->nprepared; ++i)
-    state->prepared[i] = PreparedEmit{InvalidTransactionId, InvalidOid, 0};
+    state->prepared[i] = PreparedEmit{InvalidTransactionId, InvalidOid, 0, 0};
 }
 
 void InstallEmitHorizon() {
@@ -172,6 +174,29 @@ void NoteEmitting() {
   emitting = true;
 }
 
+void AddPreparedFlags(TransactionId xid, uint32 flags) {
+  if (state == nullptr || !TransactionIdIsValid(xid)) return;
+  SpinLockAcquire(&state->prepared_mutex);
+  for (int i = 0; i < state->nprepared; ++i) {
+    if (TransactionIdEquals(state->prepared[i].xid, xid)) state->prepared[i].flags |= flags;
+  }
+  SpinLockRelease(&state->prepared_mutex);
+}
+
+bool PreparedFlags(TransactionId xid, uint32 *flags) {
+  bool known = false;
+  *flags = 0;
+  if (state == nullptr || !TransactionIdIsValid(xid)) return false;
+  SpinLockAcquire(&state->prepared_mutex);
+  for (int i = 0; i < state->nprepared && !known; ++i) {
+    if (!TransactionIdEquals(state->prepared[i].xid, xid)) continue;
+    known = true;
+    *flags = state->prepared[i].flags;
+  }
+  SpinLockRelease(&state->prepared_mutex);
+  return known;
+}
+
 EmitHorizon ReadEmitHorizon(Oid dboid, const TransactionId *prepared_xids, int nprepared) {
   EmitHorizon h{0, false};
   if (state == nullptr) return h;
@@ -184,14 +209,27 @@ EmitHorizon ReadEmitHorizon(Oid dboid, const TransactionId *prepared_xids, int n
       h.oldest = static_cast<TimestampTz>(since);
     }
   }
+  // Every prepared entry of the database counts, listed by the caller or
+  // not: a transaction preparing right now makes its entry (PRE_PREPARE)
+  // before it clears its backend's time (PREPARE), and the caller's list of
+  // prepared transactions may predate both. A backend time read as cleared
+  // above therefore means its entry is visible here (the spinlock orders the
+  // reads). An entry of a transaction that has ended since only lowers the
+  // bound until ForgetEndedPrepared frees it.
+  SpinLockAcquire(&state->prepared_mutex);
+  for (int i = 0; i < state->nprepared; ++i) {
+    const PreparedEmit &e = state->prepared[i];
+    if (!TransactionIdIsValid(e.xid) || e.dboid != dboid || e.since == 0) continue;
+    if (h.oldest == 0 || e.since < h.oldest) h.oldest = e.since;
+  }
+  SpinLockRelease(&state->prepared_mutex);
+  // A listed prepared transaction without an entry prepared before the
+  // server started (or found the table full): its content is unknown.
   for (int p = 0; p < nprepared; ++p) {
     bool known = false;
     SpinLockAcquire(&state->prepared_mutex);
     for (int i = 0; i < state->nprepared && !known; ++i) {
-      const PreparedEmit &e = state->prepared[i];
-      if (!TransactionIdEquals(e.xid, prepared_xids[p])) continue;
-      known = true;
-      if (e.since != 0 && (h.oldest == 0 || e.since < h.oldest)) h.oldest = e.since;
+      known = TransactionIdEquals(state->prepared[i].xid, prepared_xids[p]);
     }
     SpinLockRelease(&state->prepared_mutex);
     if (!known) h.unknown_prepared = true;

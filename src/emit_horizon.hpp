@@ -49,4 +49,16 @@ struct EmitHorizon {
 // (prepared before the server restarted) may have emitted anything.
 EmitHorizon ReadEmitHorizon(Oid dboid, const TransactionId *prepared_xids, int nprepared);
 
+// What a prepared transaction's commit will need to do for outbox, recorded
+// when it prepares (the session that commits it later cannot know): flags
+// of the transaction that prepares are added at XACT_EVENT_PRE_PREPARE,
+// after its entry exists.
+constexpr uint32 kPreparedEmitted = 1;   // it emitted: wake the publishers
+constexpr uint32 kPreparedReload = 2;    // it changed sinks or routes
+constexpr uint32 kPreparedAnnounce = 4;  // it created the extension
+void AddPreparedFlags(TransactionId xid, uint32 flags);
+// The flags of prepared transaction `xid`; false when it is not known (it
+// prepared before the server started, or the table was full).
+bool PreparedFlags(TransactionId xid, uint32 *flags);
+
 }  // namespace outbox

@@ -22,6 +22,7 @@ namespace guc {
 
 int premake_days = 3;
 int batch_size = 1000;
+int max_batch_bytes = 4 * 1024 * 1024;
 int batches_in_flight = 4;
 int max_attempts = 10;
 int backoff_min_ms = 100;
@@ -113,6 +114,17 @@ void Define() {
   DefineCustomIntVariable("outbox.batch_size", "Most events one claim takes.",
                           "Valid range is 1 .. 100000.", &batch_size, 1000, 1, 100000, PGC_SUSET, 0,
                           nullptr, nullptr, nullptr);
+
+  // What a batch's events may weigh: the publisher holds a window of
+  // batches as JSON text (and librdkafka a copy), so this, not batch_size,
+  // bounds its memory when payloads are large.
+  DefineCustomIntVariable("outbox.max_batch_bytes",
+                          "Most bytes of payload, key and headers one claim takes.",
+                          "Valid range is 64 kB .. 1 GB. A claim stops taking events once they "
+                          "weigh this much (it always takes at least one); the publisher holds "
+                          "up to outbox.batches_in_flight such batches.",
+                          &max_batch_bytes, 4 * 1024 * 1024, 64 * 1024, 1024 * 1024 * 1024,
+                          PGC_SUSET, GUC_UNIT_BYTE, nullptr, nullptr, nullptr);
 
   // Pipelining: while the brokers answer one batch, the publisher claims and
   // sends the next, in the same transaction, up to this many at once.

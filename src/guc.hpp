@@ -16,6 +16,7 @@ namespace guc {
 
 extern int premake_days;
 extern int batch_size;
+extern int max_batch_bytes;
 extern int batches_in_flight;
 extern int max_attempts;
 extern int backoff_min_ms;

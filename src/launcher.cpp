@@ -73,6 +73,12 @@ constexpr long kScanIntervalMs = 5000;        // how often pg_database is re-rea
 constexpr long kRestartBackoffMaxMs = 10000;  // and a publisher that ran longer starts from 1 s
 constexpr long kErrorPauseMs = 1000;          // after an ERROR in the launcher itself
 constexpr int kMaxProbes = 2;                 // databases probed at once
+// A database whose probe failed this often in a row (its publisher exited
+// before finding out whether the extension is there: it cannot connect, say)
+// is treated as one without the extension until CREATE EXTENSION announces
+// itself there or the absent set is forgotten (kReprobeIntervalMs): it must
+// not hold a shared slot and restart a process every 10 s forever.
+constexpr int kMaxProbeFailures = 3;
 constexpr long kWarnIntervalMs = 60000;
 
 struct Publisher {
@@ -99,6 +105,11 @@ struct OidSet {
 };
 OidSet absent;
 uint32 seen_unslotted = 0;
+// The absent set is forgotten this often, so that a database taken for one
+// without the extension by mistake (a probe that failed for a while, a
+// CREATE EXTENSION whose announcement found no free slot) is looked at again.
+constexpr long kReprobeIntervalMs = 10 * 60 * 1000;
+TimestampTz absent_since = 0;
 
 // When each database was last named in a "cannot start" WARNING.
 struct Warned {
@@ -176,6 +187,10 @@ DatabaseList ListDatabases(MemoryContext into) {
   while ((tup = heap_getnext(scan, ForwardScanDirection)) != nullptr) {
     Form_pg_database db = reinterpret_cast<Form_pg_database>(GETSTRUCT(tup));
     if (!db->datallowconn || db->datistemplate) continue;
+#ifdef DATCONNLIMIT_INVALID_DB
+    // Left behind by an interrupted DROP DATABASE: nobody may connect to it.
+    if (database_is_invalid_form(db)) continue;
+#endif
     old = MemoryContextSwitchTo(into);
     if (list.count == capacity) {
       capacity *= 2;
@@ -304,9 +319,11 @@ long Reconcile(MemoryContext scratch) {
   // An announcement that found every slot taken: look at every database
   // again, as at start-up.
   const uint32 unslotted = pg_atomic_read_u32(&shared->unslotted_announcements);
-  if (unslotted != seen_unslotted) {
+  const TimestampTz started = GetCurrentTimestamp();
+  if (unslotted != seen_unslotted || started - absent_since >= kReprobeIntervalMs * 1000L) {
     absent.count = 0;
     seen_unslotted = unslotted;
+    absent_since = started;
   }
   // The slots' extension words before the database list is read: a slot is
   // freed only if nothing was announced since (ReleaseSlotIf).
@@ -352,6 +369,7 @@ long Reconcile(MemoryContext scratch) {
   }
 
   bool workers_left = true;
+  int unprobed = 0;
   for (int j = 0; j < dbs.count && workers_left; ++j) {
     const Oid dboid = dbs.oids[j];
     const char *datname = dbs.names[j];
@@ -360,7 +378,7 @@ long Reconcile(MemoryContext scratch) {
       if (Contains(absent, dboid) || probes >= kMaxProbes) continue;
       slot = SlotFor(dboid);  // a fresh slot: state unknown, to be probed
       if (slot == nullptr) {
-        WarnCannotStart(dboid, datname, now, "every shared slot is in use");
+        ++unprobed;  // we do not know whether it has the extension
         continue;
       }
     }
@@ -375,9 +393,19 @@ long Reconcile(MemoryContext scratch) {
         NoteExit(p, w, datname, word, paused, now);
       }
     }
-    if (state == ExtensionState::kAbsent) {
-      // Found without the extension: give the slot back, remember why.
-      if (!AnyAlive(*r) && ReleaseSlotIf(dboid, word)) {
+    const bool probe_failed =
+        state == ExtensionState::kUnknown && r->publishers[0].failures >= kMaxProbeFailures;
+    if (state == ExtensionState::kAbsent || probe_failed) {
+      // Found without the extension (or never found out): give the slot
+      // back, remember why.
+      if (!AnyAlive(*r) && !AnyPublisher(slot) && ReleaseSlotIf(dboid, word)) {
+        if (probe_failed) {
+          ereport(LOG, (errmsg("outbox: could not find out whether database \"%s\" has the "
+                               "extension (its publisher exited %d times before it could "
+                               "tell); trying again when CREATE EXTENSION runs there, or in "
+                               "10 minutes",
+                               datname, kMaxProbeFailures)));
+        }
         Add(&absent, dboid);
         r->dboid = InvalidOid;
       }
@@ -403,6 +431,15 @@ long Reconcile(MemoryContext scratch) {
         break;
       }
     }
+  }
+
+  if (unprobed > 0 && ShouldWarn(InvalidOid, now)) {
+    // One line for them all: most of them probably lack the extension.
+    ereport(WARNING,
+            (errmsg("outbox: %d database%s not checked for the extension yet: every shared "
+                    "slot (one per max_worker_processes) is taken by databases that have it",
+                    unprobed, unprobed == 1 ? " is" : "s are"),
+             errhint("Raise max_worker_processes (now %d).", max_worker_processes)));
   }
 
   long wait = kScanIntervalMs;

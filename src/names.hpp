@@ -9,6 +9,14 @@ namespace outbox {
 // Kafka's rule, which we apply to every topic whatever the sink:
 // 1 to 249 characters of [A-Za-z0-9._-].
 constexpr size_t kMaxTopicLength = 249;
+
+// emit()'s bounds on what an application role may attach to an event (the
+// security model: no input may exhaust the publisher's memory, which holds a
+// few batches of events as JSON text). A key is at most kMaxKeyBytes bytes;
+// the headers, as JSON text (octet_length(headers::text)), at most
+// kMaxHeadersBytes. The trace context adds at most 512 + 55 characters.
+constexpr size_t kMaxKeyBytes = 4096;
+constexpr size_t kMaxHeadersBytes = 16384;
 bool IsValidTopic(std::string_view topic);
 
 // A Kafka topic that can actually be created: a valid topic, and neither "."

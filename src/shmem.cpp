@@ -37,7 +37,22 @@ uint32 keyless_turn = 0;  // spreads keyless wake-ups over the publishers
 bool reload_at_commit = false;
 bool announce_at_commit = false;
 bool reset_floors_at_commit = false;
+bool wake_launcher_at_commit = false;
 bool callback_registered = false;
+// The slot whose config_committing this session's transaction counts in
+// (BumpConfigVersion), and its database: ended at commit or abort.
+DatabaseSlot *committing_slot = nullptr;
+Oid committing_dboid = InvalidOid;
+
+// This transaction's config change is visible now, or will never be.
+void EndConfigChange() {
+  DatabaseSlot *slot = committing_slot;
+  committing_slot = nullptr;
+  if (slot == nullptr || slot->dboid != committing_dboid) return;  // slot reused since
+  uint32 old = pg_atomic_read_u32(&slot->config_committing);
+  while (old > 0 && !pg_atomic_compare_exchange_u32(&slot->config_committing, &old, old - 1)) {
+  }
+}
 
 int SlotCount() {
   // A database needs at least one worker process: more slots than worker
@@ -62,6 +77,7 @@ void InitSlot(DatabaseSlot *slot) {
     pg_atomic_init_u32(&slot->worker_procno[i], kNoProc);
   }
   pg_atomic_init_u64(&slot->config_version, 0);
+  pg_atomic_init_u32(&slot->config_committing, 0);
   pg_atomic_init_u64(&slot->paused_until, 0);
   pg_atomic_init_u32(&slot->membership, 0);
   pg_atomic_init_u64(&slot->floor_resets, 0);
@@ -160,6 +176,7 @@ void AnnounceExtension(Oid dboid) {
 void ClearFlags() {
   wake_at_commit = reload_at_commit = announce_at_commit = wake_keyless = false;
   reset_floors_at_commit = false;
+  wake_launcher_at_commit = false;
   nwake_slots = 0;
 }
 
@@ -178,8 +195,18 @@ void OnXactEvent(XactEvent event, void *arg) {
         BumpConfigVersion(MyDatabaseId);
       }
       break;
+    case XACT_EVENT_PRE_PREPARE:
+      // Its commit happens in another session (COMMIT PREPARED), which looks
+      // these up (commit_prepared.cpp); the emit horizon's callback, which
+      // runs first, has made the transaction's entry.
+      AddPreparedFlags(
+          GetTopTransactionIdIfAny(),
+          (reload_at_commit ? kPreparedReload : 0) | (announce_at_commit ? kPreparedAnnounce : 0) |
+              (wake_at_commit || nwake_slots > 0 || wake_keyless ? kPreparedEmitted : 0));
+      break;
     case XACT_EVENT_COMMIT:
     case XACT_EVENT_PARALLEL_COMMIT:
+      EndConfigChange();  // the commit is visible
       if (shared != nullptr && OidIsValid(MyDatabaseId)) {
         if (announce_at_commit) AnnounceExtension(MyDatabaseId);
         if (reset_floors_at_commit) {
@@ -191,7 +218,7 @@ void OnXactEvent(XactEvent event, void *arg) {
         } else if (nwake_slots > 0 || wake_keyless) {
           WakeTargeted(MyDatabaseId);
         }
-        if (announce_at_commit) WakeLauncher();
+        if (announce_at_commit || wake_launcher_at_commit) WakeLauncher();
       }
       ClearFlags();
       break;
@@ -200,6 +227,7 @@ void OnXactEvent(XactEvent event, void *arg) {
     case XACT_EVENT_PREPARE:
       // A prepared transaction's events become visible at COMMIT PREPARED,
       // which wakes the publishers itself (database_guard.cpp).
+      EndConfigChange();
       ClearFlags();
       break;
     default:
@@ -220,7 +248,16 @@ void InstallWakeCallback() { EnsureCallback(); }
 
 void BumpConfigVersion(Oid dboid) {
   DatabaseSlot *slot = FindSlot(dboid);
-  if (slot != nullptr) pg_atomic_fetch_add_u64(&slot->config_version, 1);  // a full barrier
+  if (slot == nullptr) return;
+  EnsureCallback();
+  if (committing_slot == nullptr) {
+    // Counted before the version moves: a publisher that sees the new
+    // version and then a zero count knows the change is visible.
+    pg_atomic_fetch_add_u32(&slot->config_committing, 1);  // a full barrier
+    committing_slot = slot;
+    committing_dboid = dboid;
+  }
+  pg_atomic_fetch_add_u64(&slot->config_version, 1);  // a full barrier
 }
 
 void RequestSharedMemory() {
@@ -356,6 +393,12 @@ void ReloadConfigAtCommit() {
   if (shared == nullptr) return;
   EnsureCallback();
   reload_at_commit = true;
+}
+
+void WakeLauncherAtCommit() {
+  if (shared == nullptr) return;
+  EnsureCallback();
+  wake_launcher_at_commit = true;
 }
 
 void ResetClaimFloorsAtCommit() {

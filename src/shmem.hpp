@@ -69,6 +69,12 @@ struct DatabaseSlot {
   // routing table, and one that claimed such a transaction's events sees the
   // change before it routes them.
   pg_atomic_uint64 config_version;
+  // Transactions that bumped config_version and whose commit (or abort) has
+  // not finished yet. The version is bumped before the change is visible, so
+  // a publisher that reads a version while this is not zero may load the
+  // old sinks and routes: it must not take them as that version's
+  // (worker.cpp, ConfigCurrent).
+  pg_atomic_uint32 config_committing;
   // Publishers of this database exit and are not restarted before this time
   // (DROP DATABASE, CREATE DATABASE ... TEMPLATE, ALTER DATABASE RENAME need
   // the database free of connections). 0: not paused.
@@ -145,6 +151,9 @@ bool MarkExtensionAbsent(DatabaseSlot *slot, uint64 seen);
 void WakePublishers(Oid dboid);
 void WakeLauncher();
 
+// At commit, wake the launcher (a database was created).
+void WakeLauncherAtCommit();
+
 // Called by maintenance when it moved never-tried events: at commit, make
 // the publishers start their next claims from the beginning.
 void ResetClaimFloorsAtCommit();
@@ -160,7 +169,9 @@ void WakePublishersAtCommit();
 // all when the transaction touched many slots or a slot is between owners.
 void WakeKeyOwnerAtCommit(int key_slot);
 void ReloadConfigAtCommit();
-// The same now: sinks or routes may change (COMMIT PREPARED, before it runs).
+// The same now: sinks or routes may change (COMMIT PREPARED, before it runs);
+// the change counts as committing (DatabaseSlot::config_committing) until
+// this session's transaction ends.
 void BumpConfigVersion(Oid dboid);
 // Called by the install script: at commit, tell the launcher this database
 // now has the extension, so publishing starts at once.

@@ -78,6 +78,7 @@ bool config_loaded = false;
 bool announced = false;  // the "publishing from" line is logged once per process
 TimestampTz last_maintenance = 0;
 int consecutive_errors = 0;
+bool more_waiting = false;  // the last cycle stopped at outbox.max_batch_bytes
 MemoryContext cycle_context = nullptr;
 char database_name[NAMEDATALEN] = "";  // for log lines; read once at start
 
@@ -182,15 +183,24 @@ bool ExtensionInstalled() { return OidIsValid(get_extension_oid("outbox", true))
 // not, reload them when may_reload. Needs the cycle's transaction, SPI
 // connected. The barrier: the claim before this read took its snapshot after
 // any transaction it saw had bumped the version (shmem.cpp, PRE_COMMIT).
+//
+// A change bumps the version before it is visible (DatabaseSlot::
+// config_committing): loaded while such a change is still committing, the
+// configuration may be the one before it, so it is not taken as current,
+// and the next check loads it again. The version is read before the count,
+// and both before the load's snapshot: a count of zero after a version that
+// includes a change means that change is visible to the load.
 bool ConfigCurrent(bool may_reload) {
   pg_memory_barrier();
   const uint64 version = pg_atomic_read_u64(&slot->config_version);
+  pg_memory_barrier();
+  const bool committing = pg_atomic_read_u32(&slot->config_committing) != 0;
   if (config_loaded && version == loaded_config_version) return true;
   if (!may_reload) return false;
   pgstat_report_activity(STATE_RUNNING, "outbox: loading sinks and routes");
   LoadConfiguration(dispatcher);
   loaded_config_version = version;
-  config_loaded = true;
+  config_loaded = !committing;
   pgstat_report_activity(STATE_RUNNING, "outbox: publishing");
   return true;
 }
@@ -229,6 +239,7 @@ int RunCycle() {
   CycleStats cycle;
   const TimestampTz started = GetCurrentTimestamp();
   const int claimed = ClaimAndPublish(dispatcher, Interrupted, ConfigCurrent, &cycle);
+  more_waiting = cycle.more_waiting;
   SPI_finish();
   PopActiveSnapshot();
   OUTBOX_FAULT("publisher.before_commit");
@@ -294,12 +305,13 @@ void Sleep(long ms) {
 }
 
 // The backoff after an error: commits setting our latch do not cut it
-// short (they would turn a failing cycle into a busy loop), SIGTERM does.
+// short (they would turn a failing cycle into a busy loop); SIGTERM and a
+// pause (DROP DATABASE waits for us to leave) do.
 void Backoff(long ms) {
   const TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ms);
   for (;;) {
     const long left = static_cast<long>((until - GetCurrentTimestamp()) / 1000);
-    if (left <= 0 || ShutdownRequestPending) return;
+    if (left <= 0 || ShutdownRequestPending || PausedNow()) return;
     (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, left,
                     PG_WAIT_EXTENSION);
     ResetLatch(MyLatch);
@@ -424,7 +436,7 @@ void PublisherMain(Datum main_arg) {
       break;
     }
     consecutive_errors = 0;
-    if (claimed >= guc::batch_size) continue;  // more may be waiting
+    if (claimed >= guc::batch_size || more_waiting) continue;  // more may be waiting
 
     CallCpp([] {
       OUTBOX_FAULT_CPP("publisher.poll");

@@ -20,6 +20,7 @@ set -euo pipefail
 # clang, libclang-rt-14-dev: libFuzzer and the sanitizer runtimes for
 #   test/fuzz/run.sh (clang 14's libFuzzer ships in compiler-rt).
 # valgrind: test/valgrind_publisher.sh (a publisher under memcheck).
+# gdb: TAP 056 holds a publisher at a chosen instruction to make a race certain.
 PACKAGES=(
   build-essential g++ cmake pkg-config make
   postgresql-15 postgresql-server-dev-15
@@ -28,7 +29,7 @@ PACKAGES=(
   redis-server kcat postgresql-15-pgq3
   googletest libgtest-dev clang-format
   clang libclang-rt-14-dev
-  valgrind
+  valgrind gdb
 )
 
 is_installed() {

@@ -56,7 +56,8 @@ struct FakeBroker {
   int created = 0;
   int destroyed = 0;
   int polls = 0;
-  bool fail_create = false;  // the factory returns nullptr with create_error
+  bool fail_create = false;      // the factory returns nullptr with create_error
+  bool throw_on_create = false;  // the factory runs out of memory (std::bad_alloc)
   std::string create_error;
   bool needs_recreate = false;  // reported by the live sink; cleared on creation
   std::string state = "connected";
@@ -194,6 +195,7 @@ std::unique_ptr<Sink> FakeFactory(std::string_view name, std::string_view kind,
     *error = b->create_error;
     return nullptr;
   }
+  if (b->throw_on_create) throw std::bad_alloc();
   ++b->created;
   b->needs_recreate = false;
   b->last_kind = std::string(kind);
@@ -389,7 +391,7 @@ class DispatcherTest : public ::testing::Test {
         dispatcher_.Begin(b->rows.data(), b->rows.size(), settings, b->out.data(), &Interrupted);
     return b;
   }
-  void Finish(Begun *b) { dispatcher_.Finish(b->ticket, &Interrupted); }
+  bool Finish(Begun *b) { return dispatcher_.Finish(b->ticket, &Interrupted); }
 
   std::string SinkStates() const {
     char text[512];
@@ -1663,6 +1665,47 @@ TEST_F(DispatcherTest, DeferredEventsOfAnInterruptedKeyStayAsTheyWere) {
   EXPECT_TRUE(Is(first->out[0], Outcome::kUntouched));
   EXPECT_TRUE(Is(second->out[0], Outcome::kUntouched));
   EXPECT_EQ(Broker("kafka").AllIds(), (std::vector<std::string>{Id(1)}));
+}
+
+// Red team (956): out of memory half-way through a window used to drop one
+// batch and let the next batch's events of the same key go out first. Now
+// the whole window is given up: no row of any batch has a verdict, nothing is
+// in flight, and the caller abandons its cycle.
+TEST_F(DispatcherTest, OutOfMemoryInBeginAbandonsTheWholeWindow) {
+  Configure({{"orders.*", "kafka", std::nullopt}, {"pay.*", "other", std::nullopt}},
+            {SinkNamed("kafka"), SinkNamed("other")});
+  Broker("kafka").pipelined = true;
+  Broker("other").throw_on_create = true;
+  auto first = Begin({Ev(1, "orders.a", "k")});
+  ASSERT_NE(first->ticket, 0u);
+  auto second = Begin({Ev(2, "orders.a", "k"), Ev(3, "pay.a", "p")});
+  EXPECT_EQ(second->ticket, 0u) << "Begin says it failed";
+  EXPECT_EQ(dispatcher_.InFlight(), 0u);
+  EXPECT_EQ(Broker("kafka").abandoned, 1) << "the first batch's send is given up";
+  EXPECT_TRUE(Is(first->out[0], Outcome::kUntouched));
+  EXPECT_TRUE(Is(second->out[0], Outcome::kUntouched));
+  EXPECT_TRUE(Is(second->out[1], Outcome::kUntouched));
+  EXPECT_TRUE(Finish(first.get())) << "an abandoned batch is unknown: nothing to do";
+  EXPECT_TRUE(Is(first->out[0], Outcome::kUntouched));
+  EXPECT_EQ(CountLogs(LogLevel::kError, "window of batches abandoned"), 1);
+}
+
+TEST_F(DispatcherTest, OutOfMemoryInFinishAbandonsTheWholeWindow) {
+  ConfigureOneSink();
+  Broker("kafka").pipelined = true;
+  auto first = Begin({Ev(1, "orders.a", "k")});
+  auto second = Begin({Ev(2, "orders.a", "k"), Ev(3, "orders.a", "j")});
+  EXPECT_TRUE(Finish(first.get()));
+  EXPECT_TRUE(Is(first->out[0], Outcome::kPublished));
+  // The deferred event 2 is sent when the second batch finishes, through a
+  // producer that must be made again: that runs out of memory.
+  Broker("kafka").needs_recreate = true;
+  Broker("kafka").throw_on_create = true;
+  EXPECT_FALSE(Finish(second.get()));
+  EXPECT_EQ(dispatcher_.InFlight(), 0u);
+  EXPECT_TRUE(Is(second->out[0], Outcome::kUntouched));
+  EXPECT_TRUE(Is(second->out[1], Outcome::kUntouched)) << "acknowledged, but its window failed";
+  for (const std::string &id : Broker("kafka").AllIds()) EXPECT_NE(id, Id(2));
 }
 
 TEST_F(DispatcherTest, FinishingALaterBatchFinishesTheEarlierOnesFirst) {

@@ -1,0 +1,65 @@
+# An application role that may only call emit() cannot make the publisher
+# hold more than outbox.max_batch_bytes per batch (issue 14, finding 6; red
+# team: a claim read up to outbox.batch_size rows whatever they weighed, so
+# 1000 events of 1 MiB, compressed to almost nothing in the table, cost the
+# publisher gigabytes).
+#
+# The emit()-only role commits events of 900 kB (a payload of repeated
+# characters: a few kB each in the table) in one transaction, twice, and the
+# publisher's peak RSS (VmHWM) must grow by far less than the events weigh:
+# with the default outbox.max_batch_bytes (4 MB) and batches_in_flight (4)
+# a window holds about 20 of them, whatever their number. Every event is
+# published (what the broker got, and in which order, other tests check).
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::RealBin/../lib";
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use OutboxKafka;
+use OutboxNode qw(outbox_node wait_until kafka_sink_sql);
+
+my $kafka = OutboxKafka->start(topics => ['big:1']);
+my $node = outbox_node('bigmem', '');
+$node->safe_psql('postgres', 'CREATE EXTENSION outbox');
+$node->safe_psql('postgres', kafka_sink_sql('k', $kafka->bootstrap, 'message.timeout.ms' => '30000'));
+$node->safe_psql('postgres', q{SELECT outbox.add_route('big', 'k')});
+$node->safe_psql('postgres', 'CREATE ROLE app LOGIN');
+$node->safe_psql('postgres', 'GRANT USAGE ON SCHEMA outbox TO app');
+$node->safe_psql('postgres', 'GRANT EXECUTE ON FUNCTION outbox.emit(text, jsonb, text, jsonb) TO app');
+$node->safe_psql('postgres', q{SELECT outbox.emit('big', '{"warm":1}')});
+my $unpub = sub {
+	$node->safe_psql('postgres', "SELECT count(*) FROM outbox.events WHERE status <> 'published'");
+};
+ok(defined wait_until(sub { $unpub->() eq '0' }, 30), 'warm-up event published');
+my $pid = $node->safe_psql('postgres',
+	"SELECT pid FROM pg_stat_activity WHERE backend_type = 'outbox publisher'");
+sub peak_mb {
+	my ($kb) = slurp_file("/proc/$pid/status") =~ /VmHWM:\s+(\d+)/;
+	return $kb / 1024;
+}
+my $base = peak_mb();
+note(sprintf('publisher %d: peak RSS %.0f MB after warm-up', $pid, $base));
+
+my $total = 0;
+for my $n (150, 300) {
+	$node->safe_psql('postgres', qq{DO \$\$ BEGIN FOR i IN 1 .. $n LOOP
+		PERFORM outbox.emit('big', jsonb_build_object('i', $total + i, 'pad', repeat('x', 900000)), 'k');
+		END LOOP; END \$\$}, extra_params => [ '-U', 'app' ]);
+	$total += $n;
+	ok(defined wait_until(sub { $unpub->() eq '0' }, 180), "$n events of 900 kB published");
+	note(sprintf('after %d events of 900 kB (%.0f MB): publisher peak RSS %.0f MB (+%.0f MB)',
+		$total, $total * 0.9, peak_mb(), peak_mb() - $base));
+}
+my $grew = peak_mb() - $base;
+# 20 events of 900 kB in a window, each held as jsonb, as JSON text and in
+# librdkafka's queue: about 55 MB; 450 events would be 1.2 GB.
+cmp_ok($grew, '<', 160, sprintf('the publisher grew %.0f MB for %.0f MB of events', $grew, $total * 0.9));
+is($node->safe_psql('postgres',
+	q{SELECT count(*) FROM outbox.workers WHERE last_batch_size > 20}), '0',
+	'the last cycle took at most 4 batches of 5 such events (4 MB each)');
+
+$node->stop;
+$kafka->stop;
+done_testing();
