@@ -209,6 +209,10 @@ EmitHorizon ReadEmitHorizon(Oid dboid, const TransactionId *prepared_xids, int n
       h.oldest = static_cast<TimestampTz>(since);
     }
   }
+  // Entries of transactions that have ended since go first: they would hold
+  // the bound at their first emit though their events are visible now (to
+  // the claims, whose snapshots come after this).
+  ForgetEndedPrepared();
   // Every prepared entry of the database counts, listed by the caller or
   // not: a transaction preparing right now makes its entry (PRE_PREPARE)
   // before it clears its backend's time (PREPARE), and the caller's list of
@@ -234,7 +238,6 @@ EmitHorizon ReadEmitHorizon(Oid dboid, const TransactionId *prepared_xids, int n
     SpinLockRelease(&state->prepared_mutex);
     if (!known) h.unknown_prepared = true;
   }
-  ForgetEndedPrepared();
   return h;
 }
 
