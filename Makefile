@@ -5,7 +5,7 @@
 
 EXTENSION = outbox
 MODULE_big = outbox
-DATA = $(wildcard sql/outbox--*.sql)
+DATA = $(wildcard sql/outbox--*.sql) outbox--0.1.0.control
 
 # PostgreSQL-facing code first, PostgreSQL-free code (also built by CMake for
 # the unit tests) after it.

@@ -4,6 +4,13 @@
 
 \echo Use "CREATE EXTENSION outbox" to load this file. \quit
 
+-- The schema is created here, never taken over: a schema outbox that exists
+-- already (made by someone who could then plant functions, operators or
+-- triggers in it, or drop partitions holding pending events) makes CREATE
+-- EXTENSION fail, and this one belongs to the extension (DROP EXTENSION
+-- drops it; pg_dump leaves it to CREATE EXTENSION).
+CREATE SCHEMA outbox;
+
 -- ---------------------------------------------------------------------------
 -- The event store
 -- ---------------------------------------------------------------------------
@@ -187,7 +194,7 @@ CREATE TRIGGER events_count_delete AFTER DELETE ON outbox.events
     FOR EACH STATEMENT EXECUTE FUNCTION outbox.count_changes();
 CREATE TRIGGER events_count_truncate AFTER TRUNCATE ON outbox.events
     FOR EACH STATEMENT EXECUTE FUNCTION outbox.count_changes();
-SELECT outbox.prepare_partition('outbox.events_default');
+SELECT outbox.prepare_partition('outbox.events_default'::pg_catalog.regclass);
 
 -- Rebuild outbox.counts from the events themselves. Exact; reads every
 -- retained event, so it takes as long as counting them. Blocks concurrent

@@ -13,6 +13,25 @@ SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"linger.ms": "5"}')
 SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"bootstrap.servers": ""}')$$);
 SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"bootstrap.servers": "h:1", "plugin.library.paths": "/tmp/x.so"}')$$);
 SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"bootstrap.servers": "h:1", "security.protocol": "sasl_plaintext", "sasl.mechanisms": "GSSAPI", "sasl.kerberos.kinit.cmd": "touch /tmp/outbox-pwned"}')$$);
+-- An allowlist of producer properties (issue 14, finding 4): a property
+-- librdkafka knows but a sink has no business setting is refused unset.
+SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"bootstrap.servers": "h:1", "log.queue": "false"}')$$);
+SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"bootstrap.servers": "h:1", "interceptors": "x"}')$$);
+-- Options that make the server open a file, fetch a URL or run Kerberos
+-- (whose default kinit command interpolates principal and keytab into a
+-- shell) are a superuser's: a role with the extension owner's privileges
+-- that is not a superuser cannot set them.
+CREATE ROLE regress_outbox_sinkadmin;
+GRANT postgres TO regress_outbox_sinkadmin;
+SET ROLE regress_outbox_sinkadmin;
+SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"bootstrap.servers": "h:1", "ssl.ca.location": "/etc/passwd"}')$$);
+SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"bootstrap.servers": "h:1", "security.protocol": "sasl_plaintext", "sasl.mechanisms": "GSSAPI", "sasl.kerberos.principal": "$(touch /tmp/outbox-pwned)"}')$$);
+SELECT error_of($$SELECT outbox.create_sink('k-admin', 'kafka', '{"bootstrap.servers": "h:1", "sasl.username": "u", "sasl.password": "p"}')$$);
+RESET ROLE;
+SELECT error_of($$SELECT outbox.create_sink('k-file', 'kafka', '{"bootstrap.servers": "h:1", "ssl.ca.location": "/etc/ssl/certs"}')$$);
+SELECT outbox.drop_sink('k-file');
+SELECT outbox.drop_sink('k-admin');
+DROP ROLE regress_outbox_sinkadmin;
 -- Secrets never appear in error messages: an error names the option, never a
 -- secret's value (here next to a bad option, or of the wrong JSON type).
 SELECT e AS error, position('hunter2' IN e) = 0 AS secret_hidden

@@ -721,6 +721,21 @@ const char *PublisherStatement(const char *name) {
 }
 
 void LoadConfiguration(Dispatcher *dispatcher) {
+  // Whoever can write outbox.sinks (its owner, the extension owner, or a
+  // superuser) chose the options: a superuser's options only when the
+  // extension owner is one (sink_options.hpp).
+  if (SPI_execute("SELECT r.rolsuper FROM pg_catalog.pg_extension e"
+                  " JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) e.extowner"
+                  " WHERE e.extname OPERATOR(pg_catalog.=) 'outbox'::pg_catalog.name",
+                  true, 1) != SPI_OK_SELECT) {
+    elog(ERROR, "outbox: cannot read the extension's owner");
+  }
+  bool privileged = false;
+  if (SPI_processed == 1) {
+    bool isnull = false;
+    const Datum d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+    privileged = !isnull && DatumGetBool(d);
+  }
   if (SPI_execute("SELECT name, kind, options FROM outbox.sinks ORDER BY name", false, 0) !=
       SPI_OK_SELECT) {
     elog(ERROR, "outbox: cannot read outbox.sinks");
@@ -738,6 +753,7 @@ void LoadConfiguration(Dispatcher *dispatcher) {
     int count = 0;
     sinks[i].options = FlattenSinkOptions(options, &count);
     sinks[i].option_count = static_cast<size_t>(count);
+    sinks[i].privileged = privileged;
   }
 
   if (SPI_execute("SELECT pattern, sink, target, paused, format FROM outbox.routes", false, 0) !=

@@ -133,6 +133,7 @@ bool Dispatcher::Configure(const RouteRow *routes, size_t nroutes, const SinkRow
       auto it = sinks_.find(name);
       const bool changed =
           it == sinks_.end() || it->second.kind != sinks[i].kind ||
+          it->second.privileged != sinks[i].privileged ||
           it->second.options.size() != options.size() ||
           !std::equal(options.begin(), options.end(), it->second.options.begin(),
                       [](const SinkOption &a, const SinkOption &b) {
@@ -143,6 +144,7 @@ bool Dispatcher::Configure(const RouteRow *routes, size_t nroutes, const SinkRow
         SinkState fresh;
         fresh.kind = std::string(sinks[i].kind);
         fresh.options = std::move(options);
+        fresh.privileged = sinks[i].privileged;
         sinks_[name] = std::move(fresh);  // closes the old producer, if any
       }
     }
@@ -195,7 +197,7 @@ Sink *Dispatcher::SinkFor(const std::string &name, SinkState *state, bool may_re
   }
   if (!state->sink) {
     std::string error;
-    state->sink = factory_(name, state->kind, state->options, &error);
+    state->sink = factory_(name, state->kind, state->options, state->privileged, &error);
     if (!state->sink) {
       state->last_error = error.empty() ? "could not create the sink" : error;
       return nullptr;

@@ -87,6 +87,10 @@ struct SinkRow {
   std::string_view kind;  // "kafka" or "redis"
   const OptionView *options = nullptr;
   size_t option_count = 0;
+  // Whoever could have written the sink's options is a superuser (the
+  // extension owner is one): options only a superuser may set are allowed
+  // (sink_options.hpp).
+  bool privileged = false;
 };
 
 struct DispatchSettings {
@@ -115,11 +119,13 @@ struct RowOutcome {
   char error[256] = {0};        // for everything but kPublished and kUntouched
 };
 
-// Sinks are created by this factory; tests substitute fakes.
+// Sinks are created by this factory; tests substitute fakes. `privileged`:
+// see SinkRow.
 using SinkFactory = std::unique_ptr<Sink> (*)(std::string_view name, std::string_view kind,
-                                              const SinkOptions &options, std::string *error);
+                                              const SinkOptions &options, bool privileged,
+                                              std::string *error);
 std::unique_ptr<Sink> MakeSink(std::string_view name, std::string_view kind,
-                               const SinkOptions &options, std::string *error);
+                               const SinkOptions &options, bool privileged, std::string *error);
 
 class Dispatcher {
  public:
@@ -213,6 +219,7 @@ class Dispatcher {
   struct SinkState {
     std::string kind;
     SinkOptions options;
+    bool privileged = false;
     std::unique_ptr<Sink> sink;
     int failures = 0;         // consecutive calls that delivered nothing
     int64_t retry_at_us = 0;  // while down: when to try again

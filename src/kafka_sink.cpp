@@ -673,12 +673,12 @@ std::string KafkaErrorText(int err) {
 }
 
 std::unique_ptr<Sink> MakeKafkaSink(const std::string &name, const SinkOptions &options,
-                                    std::string *error) {
+                                    std::string *error, bool privileged) {
   std::string ignored;
   if (error == nullptr) error = &ignored;
   try {
     // The same checks create_sink() made, so both agree on what is valid.
-    if (std::optional<std::string> invalid = ValidateKafkaOptions(options)) {
+    if (std::optional<std::string> invalid = ValidateKafkaOptions(options, privileged)) {
       *error = std::move(*invalid);
       return nullptr;
     }

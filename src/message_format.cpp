@@ -24,6 +24,39 @@ bool IsReservedAttribute(std::string_view name) {
   return false;
 }
 
+bool EqualsIgnoringCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    char x = a[i], y = b[i];
+    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
+    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
+    if (x != y) return false;
+  }
+  return true;
+}
+
+// Kafka header names outbox sets, or that consumers of the format read as
+// what outbox sets, beyond the headers it sent for this message: a user
+// header of such a name (in any case) is not sent. A consumer that reads
+// the last header of a name (Java's lastHeader) or folds case would
+// otherwise take the caller's value for the event id, type or source.
+constexpr std::string_view kCloudEventsKafkaReserved[] = {
+    "ce_datacontenttype", "ce_partitionkey", "ce_data", "ce_data_base64", "ce_outboxheaders"};
+
+// Whether a user header named `name` would stand in for one of ours: one of
+// the `n` headers outbox sent first, or a name the format reserves.
+bool CollidesWithOurs(std::string_view name, MessageFormat format, const Header *ours, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (EqualsIgnoringCase(name, ours[i].name)) return true;
+  }
+  if (format == MessageFormat::kCloudEvents) {
+    for (std::string_view reserved : kCloudEventsKafkaReserved) {
+      if (EqualsIgnoringCase(name, reserved)) return true;
+    }
+  }
+  return false;
+}
+
 void AppendMember(std::string_view name, std::string_view value, std::string *out) {
   if (out->back() != '{') out->push_back(',');
   AppendJsonString(name, out);
@@ -135,7 +168,13 @@ void KafkaHeaders(const OutMessage &m, std::string *scratch, std::vector<Header>
       out->push_back({"id", m.id});
       break;
   }
-  for (size_t i = 0; i < m.header_count; ++i) out->push_back(m.headers[i]);
+  const size_t ours = out->size();
+  for (size_t i = 0; i < m.header_count; ++i) {
+    // Not taken: a user header of a name outbox sets (README, "Message
+    // formats"). User headers may repeat each other's names as they like.
+    if (CollidesWithOurs(m.headers[i].name, m.format, out->data(), ours)) continue;
+    out->push_back(m.headers[i]);
+  }
 }
 
 void RedisStreamFields(const OutMessage &m, std::string *scratch,

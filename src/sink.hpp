@@ -128,8 +128,10 @@ void DescribeCurrentException(std::string *error) noexcept;
 // Build a Kafka sink from create_sink() options. Our defaults apply unless
 // the options set them: enable.idempotence=true, acks=all,
 // partitioner=murmur2_random, linger.ms=1, message.timeout.ms=10000.
-// Returns nullptr and sets *error when librdkafka refuses the configuration.
+// Returns nullptr and sets *error when librdkafka refuses the configuration,
+// or it sets a property outbox does not allow (a superuser's property, see
+// sink_options.hpp, unless `privileged`).
 std::unique_ptr<Sink> MakeKafkaSink(const std::string &name, const SinkOptions &options,
-                                    std::string *error);
+                                    std::string *error, bool privileged = false);
 
 }  // namespace outbox

@@ -42,7 +42,7 @@ enum class Validation { kValid, kInvalid, kInternal };
 // never calls PostgreSQL; its containers die before it returns.
 constexpr int kMaxOptionErrorBytes = 400;
 
-Validation ValidateOptions(bool kafka, const OptionView *raw, int n, char *err,
+Validation ValidateOptions(bool kafka, const OptionView *raw, int n, bool privileged, char *err,
                            size_t errlen) noexcept {
   try {
     SinkOptions options;
@@ -51,7 +51,7 @@ Validation ValidateOptions(bool kafka, const OptionView *raw, int n, char *err,
       options.push_back(SinkOption{std::string(raw[i].key), raw[i].kind, std::string(raw[i].text)});
     }
     const std::optional<std::string> error =
-        kafka ? ValidateKafkaOptions(options) : ParseRedisOptions(options, nullptr);
+        kafka ? ValidateKafkaOptions(options, privileged) : ParseRedisOptions(options, nullptr);
     if (!error) return Validation::kValid;
     strlcpy(err, error->c_str(), errlen);
     return Validation::kInvalid;
@@ -168,7 +168,8 @@ OUTBOX_SQL_FUNCTION(outbox_create_sink) {
   int n = 0;
   OptionView *raw = FlattenSinkOptions(options, &n);
   char err[1024];
-  const Validation result = ValidateOptions(kafka, raw, n, err, sizeof err);
+  // Options that open files, fetch URLs or run Kerberos: a superuser's.
+  const Validation result = ValidateOptions(kafka, raw, n, superuser(), err, sizeof err);
   // The validators quote keys and values into fixed buffers cut at a byte
   // count, possibly inside a character: end the message on a whole
   // character (and keep it short), or the client could not even decode it.

@@ -4,28 +4,135 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstdio>
 #include <memory>
+#include <set>
 
 namespace outbox {
 
 namespace {
 
-// Properties that would load code or run programs in the process that
-// validates them (a user backend) or creates the producer (the publisher, as
-// the server's OS user), so a sink owner could run anything there:
-// plugin.library.paths and interceptors load libraries at configuration;
-// ssl.engine.location and ssl.providers load OpenSSL engines and providers,
-// and sasl.kerberos.kinit.cmd is a shell command librdkafka runs, when the
-// producer starts. transactional.id would make the producer transactional,
-// which the publisher never drives: every delivery would fail.
-bool IsForbiddenKafkaProperty(const std::string &key) {
-  static const char *const kForbidden[] = {"plugin.library.paths",    "interceptors",
-                                           "ssl.engine.location",     "ssl.providers",
-                                           "sasl.kerberos.kinit.cmd", "transactional.id"};
-  for (const char *forbidden : kForbidden) {
-    if (key == forbidden) return true;
+// The producer properties a sink may set (issue 14, finding 4): an
+// allowlist, because librdkafka has properties that make the process run
+// programs or read files, and more arrive with every release. Three kinds:
+// - kAnyone: what a producer needs to reach and feed a cluster: the sink's
+//   owner (a superuser or the extension owner) may set it;
+// - kSuperuser: properties that make the server open a file of its choice
+//   (ssl.*.location: an existence and readability oracle for any path the
+//   server's OS user can read), fetch a URL (OIDC token endpoint) or run
+//   Kerberos' kinit (librdkafka's default kinit command interpolates the
+//   principal and keytab into /bin/sh): only when a superuser sets them;
+// - anything else is refused, among them plugin.library.paths and
+//   interceptors (load libraries), ssl.engine.location and ssl.providers
+//   (load OpenSSL code), sasl.kerberos.kinit.cmd (a shell command),
+//   transactional.id (the publisher never drives transactions) and
+//   log.queue (the publisher serves librdkafka's log from its own thread).
+enum class Allowed { kAnyone, kSuperuser };
+struct AllowedProperty {
+  const char *name;
+  Allowed who;
+};
+constexpr AllowedProperty kAllowedProperties[] = {
+    // Reaching the cluster.
+    {"bootstrap.servers", Allowed::kAnyone},
+    {"metadata.broker.list", Allowed::kAnyone},
+    {"client.id", Allowed::kAnyone},
+    {"client.rack", Allowed::kAnyone},
+    {"client.dns.lookup", Allowed::kAnyone},
+    {"broker.address.family", Allowed::kAnyone},
+    {"broker.address.ttl", Allowed::kAnyone},
+    {"broker.version.fallback", Allowed::kAnyone},
+    {"api.version.request", Allowed::kAnyone},
+    {"api.version.request.timeout.ms", Allowed::kAnyone},
+    {"api.version.fallback.ms", Allowed::kAnyone},
+    {"socket.timeout.ms", Allowed::kAnyone},
+    {"socket.connection.setup.timeout.ms", Allowed::kAnyone},
+    {"socket.keepalive.enable", Allowed::kAnyone},
+    {"socket.nagle.disable", Allowed::kAnyone},
+    {"socket.send.buffer.bytes", Allowed::kAnyone},
+    {"socket.receive.buffer.bytes", Allowed::kAnyone},
+    {"socket.max.fails", Allowed::kAnyone},
+    {"connections.max.idle.ms", Allowed::kAnyone},
+    {"reconnect.backoff.ms", Allowed::kAnyone},
+    {"reconnect.backoff.max.ms", Allowed::kAnyone},
+    {"topic.metadata.refresh.interval.ms", Allowed::kAnyone},
+    {"topic.metadata.refresh.fast.interval.ms", Allowed::kAnyone},
+    {"topic.metadata.refresh.sparse", Allowed::kAnyone},
+    {"topic.metadata.propagation.max.ms", Allowed::kAnyone},
+    {"metadata.max.age.ms", Allowed::kAnyone},
+    {"log.connection.close", Allowed::kAnyone},
+    // Producing.
+    {"acks", Allowed::kAnyone},
+    {"request.required.acks", Allowed::kAnyone},
+    {"enable.idempotence", Allowed::kAnyone},
+    {"enable.gapless.guarantee", Allowed::kAnyone},
+    {"compression.type", Allowed::kAnyone},
+    {"compression.codec", Allowed::kAnyone},
+    {"compression.level", Allowed::kAnyone},
+    {"linger.ms", Allowed::kAnyone},
+    {"queue.buffering.max.ms", Allowed::kAnyone},
+    {"queue.buffering.max.messages", Allowed::kAnyone},
+    {"queue.buffering.max.kbytes", Allowed::kAnyone},
+    {"queue.buffering.backpressure.threshold", Allowed::kAnyone},
+    {"batch.size", Allowed::kAnyone},
+    {"batch.num.messages", Allowed::kAnyone},
+    {"message.max.bytes", Allowed::kAnyone},
+    {"message.copy.max.bytes", Allowed::kAnyone},
+    {"receive.message.max.bytes", Allowed::kAnyone},
+    {"message.timeout.ms", Allowed::kAnyone},
+    {"delivery.timeout.ms", Allowed::kAnyone},
+    {"request.timeout.ms", Allowed::kAnyone},
+    {"max.in.flight.requests.per.connection", Allowed::kAnyone},
+    {"max.in.flight", Allowed::kAnyone},
+    {"retries", Allowed::kAnyone},
+    {"message.send.max.retries", Allowed::kAnyone},
+    {"retry.backoff.ms", Allowed::kAnyone},
+    {"retry.backoff.max.ms", Allowed::kAnyone},
+    {"partitioner", Allowed::kAnyone},
+    {"sticky.partitioning.linger.ms", Allowed::kAnyone},
+    // Security with values given inline.
+    {"security.protocol", Allowed::kAnyone},
+    {"sasl.mechanisms", Allowed::kAnyone},
+    {"sasl.mechanism", Allowed::kAnyone},
+    {"sasl.username", Allowed::kAnyone},
+    {"sasl.password", Allowed::kAnyone},
+    {"sasl.oauthbearer.config", Allowed::kAnyone},
+    {"enable.sasl.oauthbearer.unsecure.jwt", Allowed::kAnyone},
+    {"ssl.ca.pem", Allowed::kAnyone},
+    {"ssl.certificate.pem", Allowed::kAnyone},
+    {"ssl.key.pem", Allowed::kAnyone},
+    {"ssl.key.password", Allowed::kAnyone},
+    {"ssl.cipher.suites", Allowed::kAnyone},
+    {"ssl.curves.list", Allowed::kAnyone},
+    {"ssl.sigalgs.list", Allowed::kAnyone},
+    {"ssl.endpoint.identification.algorithm", Allowed::kAnyone},
+    {"enable.ssl.certificate.verification", Allowed::kAnyone},
+    // Files, URLs and Kerberos: a superuser's.
+    {"ssl.ca.location", Allowed::kSuperuser},
+    {"ssl.ca.certificate.stores", Allowed::kSuperuser},
+    {"ssl.certificate.location", Allowed::kSuperuser},
+    {"ssl.key.location", Allowed::kSuperuser},
+    {"ssl.keystore.location", Allowed::kSuperuser},
+    {"ssl.keystore.password", Allowed::kSuperuser},
+    {"ssl.crl.location", Allowed::kSuperuser},
+    {"sasl.kerberos.service.name", Allowed::kSuperuser},
+    {"sasl.kerberos.principal", Allowed::kSuperuser},
+    {"sasl.kerberos.keytab", Allowed::kSuperuser},
+    {"sasl.kerberos.min.time.before.relogin", Allowed::kSuperuser},
+    {"sasl.oauthbearer.method", Allowed::kSuperuser},
+    {"sasl.oauthbearer.client.id", Allowed::kSuperuser},
+    {"sasl.oauthbearer.client.secret", Allowed::kSuperuser},
+    {"sasl.oauthbearer.scope", Allowed::kSuperuser},
+    {"sasl.oauthbearer.extensions", Allowed::kSuperuser},
+    {"sasl.oauthbearer.token.endpoint.url", Allowed::kSuperuser},
+    {"debug", Allowed::kSuperuser},
+};
+
+const AllowedProperty *FindAllowed(std::string_view key) {
+  for (const AllowedProperty &p : kAllowedProperties) {
+    if (key == p.name) return &p;
   }
-  return false;
+  return nullptr;
 }
 
 std::optional<int64_t> ParseInteger(const SinkOption &opt) {
@@ -49,7 +156,50 @@ std::optional<int64_t> ParseInteger(const SinkOption &opt) {
 
 }  // namespace
 
-std::optional<std::string> ValidateKafkaOptions(const SinkOptions &options) {
+// Whether this librdkafka knows a property, from its own list of them
+// (rd_kafka_conf_properties_show, read once): asking with rd_kafka_conf_set
+// would act on it, and rd_kafka_conf_get does not know every property
+// (plugin.library.paths, interceptors).
+bool KnownToLibrdkafka(std::string_view key) {
+  static const std::set<std::string, std::less<>> known = [] {
+    std::set<std::string, std::less<>> names;
+    char *text = nullptr;
+    size_t size = 0;
+    FILE *out = open_memstream(&text, &size);
+    if (out == nullptr) return names;
+    rd_kafka_conf_properties_show(out);
+    fclose(out);
+    // Table rows: "name | C/P | range | default | importance | description".
+    const std::string_view all(text, size);
+    for (size_t at = 0; at < all.size();) {
+      size_t end = all.find('\n', at);
+      if (end == std::string_view::npos) end = all.size();
+      const std::string_view line = all.substr(at, end - at);
+      at = end + 1;
+      const size_t bar = line.find('|');
+      if (bar == std::string_view::npos) continue;
+      std::string_view name = line.substr(0, bar);
+      while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
+      if (name.empty() || name == "Property" ||
+          name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789._") !=
+              std::string_view::npos) {
+        continue;
+      }
+      names.emplace(name);
+    }
+    free(text);
+    return names;
+  }();
+  return known.count(key) != 0;
+}
+
+KafkaPropertyUse ClassifyKafkaProperty(std::string_view key) {
+  const AllowedProperty *p = FindAllowed(key);
+  if (p == nullptr) return KafkaPropertyUse::kRefused;
+  return p->who == Allowed::kAnyone ? KafkaPropertyUse::kAnyone : KafkaPropertyUse::kSuperuser;
+}
+
+std::optional<std::string> ValidateKafkaOptions(const SinkOptions &options, bool superuser) {
   struct ConfDeleter {
     void operator()(rd_kafka_conf_t *c) const { rd_kafka_conf_destroy(c); }
   };
@@ -59,8 +209,18 @@ std::optional<std::string> ValidateKafkaOptions(const SinkOptions &options) {
     if (opt.kind != SinkOption::Kind::kString) {
       return "option \"" + opt.key + "\" must be a JSON string";
     }
-    if (IsForbiddenKafkaProperty(opt.key)) {
-      return "option \"" + opt.key + "\" is not allowed in a sink";
+    const AllowedProperty *allowed = FindAllowed(opt.key);
+    if (allowed != nullptr && allowed->who == Allowed::kSuperuser && !superuser) {
+      return "option \"" + opt.key +
+             "\" may only be set by a superuser (it makes the server open a file, fetch a URL "
+             "or run Kerberos)";
+    }
+    // A property outbox does not allow is never handed to librdkafka: some
+    // act as they are set (plugin.library.paths loads the library at once).
+    // One librdkafka does not know at all is, to be refused in its words.
+    if (allowed == nullptr && KnownToLibrdkafka(opt.key)) {
+      return "option \"" + opt.key +
+             "\" is not allowed in a sink (only the producer properties the README lists)";
     }
     char errstr[512];
     errstr[0] = '\0';
@@ -71,6 +231,9 @@ std::optional<std::string> ValidateKafkaOptions(const SinkOptions &options) {
         message.pop_back();  // librdkafka ends some messages with a newline
       }
       return "option \"" + opt.key + "\": " + message;
+    }
+    if (allowed == nullptr) {  // librdkafka took what it did not know? Never: refuse.
+      return "option \"" + opt.key + "\" is not allowed in a sink";
     }
     // The two names are aliases of one property: the last one set wins.
     if (opt.key == "bootstrap.servers" || opt.key == "metadata.broker.list") {

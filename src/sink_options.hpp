@@ -30,10 +30,21 @@ struct OptionView {
 
 // Kafka: every value must be a string, every key a librdkafka property that
 // rd_kafka_conf_set accepts with that value (its message is returned verbatim
-// inside ours), and bootstrap.servers (or metadata.broker.list) must be set.
-// Creates no librdkafka handle, thread or connection.
-// Returns the error message, or nothing when the options are valid.
-std::optional<std::string> ValidateKafkaOptions(const SinkOptions &options);
+// inside ours) and that is on outbox's allowlist of producer properties
+// (sink_options.cpp); those that open files, fetch URLs or run Kerberos only
+// when `superuser` (set by a superuser). bootstrap.servers (or
+// metadata.broker.list) must be set. Creates no librdkafka handle, thread or
+// connection. Returns the error message, or nothing when the options are
+// valid.
+std::optional<std::string> ValidateKafkaOptions(const SinkOptions &options, bool superuser = false);
+
+// Where a producer property stands on that allowlist: anyone managing sinks
+// may set it, only a superuser may, or nobody (every property not listed,
+// known to librdkafka or not).
+enum class KafkaPropertyUse { kAnyone, kSuperuser, kRefused };
+KafkaPropertyUse ClassifyKafkaProperty(std::string_view key);
+// Whether this librdkafka has a property of that name (its own list).
+bool KnownToLibrdkafka(std::string_view key);
 
 struct RedisOptions {
   enum class Mode { kStream, kPublish, kList };

@@ -293,7 +293,7 @@ if ((PGXS_OK)); then
   else
     banner "TAP tests (prove test/t/*.pl)"
     # The globs are expanded where the tests are (test/), as prove sees them.
-    mapfile -t tests < <(cd test && compgen -G 't/*.pl')
+    mapfile -t tests < <(cd test && compgen -G 't/*.pl' | LC_ALL=C sort)
     run_tap TAP "$REPO/test/results/tap" -- "${tests[@]}" kafka/selftest.pl
     for level in "repeatable read" "serializable"; do
       suite="TAP_${level// /_}"

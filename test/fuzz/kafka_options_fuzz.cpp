@@ -1,7 +1,8 @@
-// Fuzz target: ValidateKafkaOptions accepts an option set exactly when
-// librdkafka accepts every (string) property in it and brokers are named, it
-// never lets a property load code into the validating backend, and its errors
-// quote the option and librdkafka's message without trailing whitespace.
+// Fuzz target: ValidateKafkaOptions accepts an option set exactly when every
+// (string) property in it is on outbox's allowlist for a non-superuser,
+// librdkafka accepts it and brokers are named; it never lets a property load
+// code into the validating backend, and its errors quote the option and
+// librdkafka's message without trailing whitespace.
 //
 // Input: option lines (see option_lines.hpp), e.g.
 // "sbootstrap.servers=127.0.0.1:9092\nsacks=all". kafka_options.dict lists
@@ -58,15 +59,20 @@ struct Verdict {
 };
 
 // What the header promises, applied option by option to a configuration of
-// our own (never calling rd_kafka_conf_set for the code-loading properties).
+// our own: only allowlisted properties (as a non-superuser) and properties
+// librdkafka does not know at all ever reach rd_kafka_conf_set.
 Verdict RefValidate(const SinkOptions &options) {
   Verdict v;
   rd_kafka_conf_t *conf = rd_kafka_conf_new();
   bool has_bootstrap = false;
   for (const SinkOption &o : options) {
-    if (o.kind != SinkOption::Kind::kString || o.key == "plugin.library.paths" ||
-        o.key == "interceptors" || o.key == "ssl.engine.location" || o.key == "ssl.providers" ||
-        o.key == "sasl.kerberos.kinit.cmd" || o.key == "transactional.id") {
+    if (o.kind != SinkOption::Kind::kString) {
+      v.error_key = o.key;
+      break;
+    }
+    const KafkaPropertyUse use = ClassifyKafkaProperty(o.key);
+    if (use == KafkaPropertyUse::kSuperuser ||
+        (use == KafkaPropertyUse::kRefused && KnownToLibrdkafka(o.key))) {
       v.error_key = o.key;
       break;
     }
@@ -75,6 +81,10 @@ Verdict RefValidate(const SinkOptions &options) {
         RD_KAFKA_CONF_OK) {
       v.error_key = o.key;
       v.librdkafka_message = errstr;
+      break;
+    }
+    if (use == KafkaPropertyUse::kRefused) {
+      v.error_key = o.key;
       break;
     }
     if (o.key == "bootstrap.servers" || o.key == "metadata.broker.list") {

@@ -27,7 +27,7 @@ our @EXPORT_OK = qw(
   jnull jbad jstr jnum jlit jarr jobj gen_json
   gen_topic gen_route_topic gen_payload gen_headers gen_key
   gen_sink_name gen_kind gen_options gen_pattern gen_target
-  new_model expect apply best_route glob_match headers_ok
+  new_model expect apply best_route glob_match headers_ok key_size_ok headers_size_ok
   sql_literal show huge_budget
   KAFKA_ANY_PROPS);
 
@@ -379,14 +379,16 @@ sub gen_kind {
 }
 
 use constant KAFKA_ANY_PROPS =>
-  [qw(bootstrap.servers client.id sasl.username sasl.password group.id)];
+  [qw(bootstrap.servers client.id sasl.username sasl.password)];
 my %KAFKA_ENUM = (
 	'acks'               => [qw(all -1 0 1)],
 	'compression.type'   => [qw(none gzip snappy lz4 zstd)],
 	'enable.idempotence' => [qw(true false)],
 	'linger.ms'          => [qw(0 5 1000)]);
+# Never allowed in a sink (the allowlist refuses every property it does not
+# list; these are some librdkafka knows).
 my %KAFKA_REFUSED = map { $_ => 1 } qw(plugin.library.paths interceptors opaque
-  ssl.engine.location ssl.providers sasl.kerberos.kinit.cmd transactional.id);
+  ssl.engine.location ssl.providers sasl.kerberos.kinit.cmd transactional.id group.id log.queue);
 
 # A key no librdkafka property has: it holds a character outside [a-z0-9._].
 sub unknown_key {
@@ -546,6 +548,50 @@ sub best_route {
 	return [ $best, $r->{sink}, $r->{target} // $topic ];
 }
 
+# emit()'s size limits (names.hpp): a key of at most 4096 bytes; headers of
+# at most 16384 bytes as jsonb's text. The text is estimated (jsonb's
+# output: '{"k": "v", ...}', JSON escapes, UTF-8): 'ok', 'over', or 'near'
+# when within 64 bytes of the limit, where the contract's rule is not
+# decided by this estimate.
+sub key_size_ok {
+	my ($k) = @_;
+	return 1 unless defined $k;
+	my $copy = $k;
+	utf8::encode($copy);
+	return length($copy) <= 4096;
+}
+
+sub json_text_bytes {
+	my ($s) = @_;
+	my $n = 2;    # the quotes
+	for my $ch (split //, $s) {
+		my $o = ord $ch;
+		if ($ch eq '"' || $ch eq "\\" || $ch eq "\b" || $ch eq "\f" || $ch eq "\n" || $ch eq "\r"
+			|| $ch eq "\t") {
+			$n += 2;
+		} elsif ($o < 0x20) {
+			$n += 6;
+		} else {
+			$n += $o < 0x80 ? 1 : $o < 0x800 ? 2 : $o < 0x10000 ? 3 : 4;
+		}
+	}
+	return $n;
+}
+
+sub headers_size_ok {
+	my ($d) = @_;
+	return 'ok' unless defined $d && ($d->{shape} // '') eq 'object';
+	my $m = members($d);
+	my @keys = keys %$m;
+	my $len = 2 + (@keys ? 2 * (@keys - 1) : 0);
+	for my $k (@keys) {
+		my $v = $m->{$k};
+		$len += json_text_bytes($k) + 2 + (defined $v->{str} ? json_text_bytes($v->{str}) : 16);
+	}
+	return 'near' if abs($len - 16384) <= 64;
+	return $len <= 16384 ? 'ok' : 'over';
+}
+
 sub headers_ok {
 	my ($d) = @_;
 	return 0 unless ($d->{shape} // '') eq 'object';
@@ -628,6 +674,12 @@ sub expect {
 		$must->('22023', qr/payload/) if !defined $p;
 		$must->('22023', qr/payload/) if defined $plen && $plen > $c->{maxp};
 		$must->('22023', qr/headers/) if defined $h && !headers_ok($c->{j}{3});
+		$must->('22023', qr/key is too large/) unless key_size_ok($k);
+		if (defined $h && headers_ok($c->{j}{3})) {
+			my $size = headers_size_ok($c->{j}{3});
+			$must->('22023', qr/headers are too large/) if $size eq 'over';
+			$may->('22023', qr/headers are too large/) if $size eq 'near';
+		}
 	} elsif ($fn eq 'create_sink') {
 		my ($n, $k, $o) = @$a;
 		$must->('22023', qr/name/) unless sink_name_ok($n);

@@ -41,7 +41,7 @@ use OutboxHostile qw(
   jnull jbad jstr jnum jlit jarr jobj
   gen_topic gen_route_topic gen_payload gen_headers gen_key
   gen_sink_name gen_kind gen_options gen_pattern gen_target
-  new_model expect apply best_route headers_ok
+  new_model expect apply best_route headers_ok key_size_ok headers_size_ok
   sql_literal show huge_budget);
 
 my $seed = $ENV{OUTBOX_HOSTILE_SEED} // 20261121;
@@ -603,7 +603,8 @@ for my $c (@cases) {
 		my ($t, $p, undef, $h) = @{ $c->{a} };
 		my $rest_ok = defined $p && !grep { $_->{err} } values %{ $c->{j} };
 		$rest_ok &&= defined $r->{plen} && $r->{plen} <= $c->{maxp};
-		$rest_ok &&= !defined $h || headers_ok($c->{j}{3});
+		$rest_ok &&= !defined $h || (headers_ok($c->{j}{3}) && headers_size_ok($c->{j}{3}) eq 'ok');
+		$rest_ok &&= key_size_ok($c->{a}[2]);
 		if ($rest_ok) {
 			$topic_checked++;
 			fail_case('topic', $c, ($state eq '00000' ? 'accepted' : "refused ($state)")

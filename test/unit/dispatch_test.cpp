@@ -189,7 +189,8 @@ class FakeSink : public Sink {
 };
 
 std::unique_ptr<Sink> FakeFactory(std::string_view name, std::string_view kind,
-                                  const SinkOptions &options, std::string *error) {
+                                  const SinkOptions &options, bool privileged, std::string *error) {
+  (void)privileged;
   std::shared_ptr<FakeBroker> b = BrokerNamed(std::string(name));
   if (b->fail_create) {
     *error = b->create_error;

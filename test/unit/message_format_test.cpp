@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
 #include <string>
 #include <vector>
 
@@ -90,6 +92,52 @@ TEST(MessageFormat, DebeziumKafkaCarriesTheIdHeader) {
   std::vector<Header> headers;
   KafkaHeaders(f.m, &scratch, &headers);
   EXPECT_EQ(Flatten(headers), (Pairs{{"id", std::string(f.m.id)}}));
+}
+
+// Issue 14, finding 8: a user header never stands in for one outbox sets (a
+// consumer reading the last header of a name, or folding case, would take
+// the caller's event id, type or source).
+TEST(MessageFormat, UserHeadersNeverForgeOurs) {
+  Header forged[] = {{"outbox-id", "forged"},     {"OUTBOX-TOPIC", "forged"}, {"ce_id", "forged"},
+                     {"Ce_Source", "forged"},     {"ce_type", "forged"},      {"content-type", "x"},
+                     {"Content-Type", "x"},       {"ce_specversion", "0.3"},  {"ce_time", "x"},
+                     {"ce_datacontenttype", "x"}, {"id", "forged"},           {"kept", "yes"}};
+  const std::vector<std::pair<MessageFormat, std::vector<std::string>>> ours = {
+      {MessageFormat::kRaw, {"outbox-id", "outbox-topic"}},
+      {MessageFormat::kCloudEvents,
+       {"ce_specversion", "ce_id", "ce_source", "ce_type", "ce_time", "content-type"}},
+      {MessageFormat::kDebezium, {"id"}}};
+  for (const auto &[format, names] : ours) {
+    Fixture f(format, true, 0);
+    f.m.headers = forged;
+    f.m.header_count = sizeof forged / sizeof forged[0];
+    std::string scratch;
+    std::vector<Header> headers;
+    KafkaHeaders(f.m, &scratch, &headers);
+    std::vector<std::string> seen;
+    for (const Header &h : headers) {
+      std::string lower(h.name);
+      for (char &c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (std::find(names.begin(), names.end(), lower) == names.end()) continue;
+      seen.push_back(lower);
+      EXPECT_NE(h.value, "forged") << MessageFormatName(format) << " " << h.name;
+    }
+    std::sort(seen.begin(), seen.end());
+    EXPECT_EQ(std::unique(seen.begin(), seen.end()), seen.end()) << MessageFormatName(format);
+    EXPECT_EQ(seen.size(), names.size()) << MessageFormatName(format);
+    for (const Header &h : headers) {
+      if (format == MessageFormat::kCloudEvents) {
+        EXPECT_NE(h.name, "ce_datacontenttype");
+      }
+    }
+    EXPECT_EQ(headers.back().name, "kept") << MessageFormatName(format);
+  }
+  // Names outbox does not set in a format pass: raw has no "id" header.
+  Fixture raw(MessageFormat::kRaw);
+  std::string scratch;
+  std::vector<Header> headers;
+  KafkaHeaders(raw.m, &scratch, &headers);
+  EXPECT_EQ(headers.back().name, "id");
 }
 
 TEST(MessageFormat, RawRedisStreamFieldsAndEnvelope) {

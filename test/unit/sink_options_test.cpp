@@ -135,6 +135,61 @@ TEST(KafkaSinkOptions, PropertiesThatRunCodeOrBreakDeliveryAreNotAllowed) {
   }
 }
 
+// Issue 14, finding 4: an allowlist. Known librdkafka properties that are
+// not on it are refused without being set (some act as they are set).
+TEST(KafkaSinkOptions, KnownPropertiesOffTheAllowlistAreRefused) {
+  for (const char *key :
+       {"log.queue", "statistics.interval.ms", "enable.random.seed", "ssl.engine.id", "group.id"}) {
+    const auto err = ValidateKafkaOptions({kBootstrap, Opt(key, "1")}, true);
+    ASSERT_TRUE(err.has_value()) << key;
+    EXPECT_TRUE(Contains(*err, std::string("\"") + key + "\"")) << *err;
+    EXPECT_TRUE(Contains(*err, "not allowed")) << *err;
+    EXPECT_EQ(ClassifyKafkaProperty(key), KafkaPropertyUse::kRefused) << key;
+  }
+}
+
+// Files, URLs and Kerberos (whose default kinit command interpolates the
+// principal and keytab into /bin/sh): only a superuser may set them.
+TEST(KafkaSinkOptions, FileUrlAndKerberosPropertiesNeedASuperuser) {
+  for (const char *key : {"ssl.ca.location", "ssl.certificate.location", "ssl.key.location",
+                          "ssl.keystore.location", "ssl.crl.location", "sasl.kerberos.principal",
+                          "sasl.kerberos.keytab", "sasl.kerberos.service.name", "debug"}) {
+    const std::string value = std::string(key) == "debug" ? "broker" : "$(touch /tmp/outbox-pwned)";
+    const auto err = ValidateKafkaOptions({kBootstrap, Opt(key, value)});
+    ASSERT_TRUE(err.has_value()) << key;
+    EXPECT_TRUE(Contains(*err, "superuser")) << *err;
+    EXPECT_EQ(ClassifyKafkaProperty(key), KafkaPropertyUse::kSuperuser) << key;
+    EXPECT_EQ(ValidateKafkaOptions({kBootstrap, Opt(key, value)}, true), std::nullopt) << key;
+  }
+}
+
+TEST(KafkaSinkOptions, LibrdkafkasOwnListOfPropertiesIsRead) {
+  for (const char *key : {"bootstrap.servers", "acks", "plugin.library.paths", "interceptors",
+                          "sasl.kerberos.kinit.cmd", "log.queue"}) {
+    EXPECT_TRUE(KnownToLibrdkafka(key)) << key;
+  }
+  EXPECT_FALSE(KnownToLibrdkafka("no.such.property"));
+  EXPECT_FALSE(KnownToLibrdkafka("Property"));
+}
+
+TEST(KafkaSinkOptions, WhatAProducerNeedsIsAllowedToEveryAdmin) {
+  EXPECT_EQ(ValidateKafkaOptions({kBootstrap, Opt("security.protocol", "sasl_ssl"),
+                                  Opt("sasl.mechanisms", "SCRAM-SHA-512"),
+                                  Opt("sasl.username", "u"), Opt("sasl.password", "p"),
+                                  Opt("compression.type", "zstd"), Opt("linger.ms", "5"),
+                                  Opt("message.timeout.ms", "30000"), Opt("client.id", "shop")}),
+            std::nullopt);
+}
+
+TEST(KafkaSinkOptions, RefusedPropertiesAreRefusedEvenForASuperuser) {
+  for (const char *key : {"plugin.library.paths", "interceptors", "sasl.kerberos.kinit.cmd",
+                          "ssl.engine.location", "ssl.providers", "transactional.id"}) {
+    const auto err = ValidateKafkaOptions({kBootstrap, Opt(key, "touch /tmp/outbox-pwned")}, true);
+    ASSERT_TRUE(err.has_value()) << key;
+    EXPECT_TRUE(Contains(*err, "not allowed")) << *err;
+  }
+}
+
 // ---------------------------------------------------------------- Redis
 
 RedisOptions Parsed(const SinkOptions &opts) {
