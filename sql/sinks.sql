@@ -32,6 +32,12 @@ SELECT error_of($$SELECT outbox.create_sink('k-file', 'kafka', '{"bootstrap.serv
 SELECT outbox.drop_sink('k-file');
 SELECT outbox.drop_sink('k-admin');
 DROP ROLE regress_outbox_sinkadmin;
+-- A secret from the server's environment instead of SQL text: {"env": NAME}
+-- with NAME an OUTBOX_ variable (no such variable is set here).
+SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"bootstrap.servers": "h:1", "sasl.password": {"env": "OUTBOX_REGRESS_UNSET"}}')$$);
+SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"bootstrap.servers": "h:1", "sasl.password": {"env": "PATH"}}')$$);
+SELECT error_of($$SELECT outbox.create_sink('r1', 'redis', '{"password": {"env": "OUTBOX_REGRESS_UNSET"}}')$$);
+SELECT error_of($$SELECT outbox.create_sink('r1', 'redis', '{"password": {"env": "OUTBOX_X", "more": 1}}')$$);
 -- Secrets never appear in error messages: an error names the option, never a
 -- secret's value (here next to a bad option, or of the wrong JSON type).
 SELECT e AS error, position('hunter2' IN e) = 0 AS secret_hidden

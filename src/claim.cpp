@@ -492,7 +492,7 @@ bool Publishable(HeapTuple row, TupleDesc desc, int64 *size) {
 }
 
 // Read and sort the rows of the last claims into a batch (palloc'd).
-Batch ReadBatch(const ClaimedRows &retry, const ClaimedRows &ready) {
+Batch ReadBatch(Dispatcher *dispatcher, const ClaimedRows &retry, const ClaimedRows &ready) {
   Batch b;
   b.n = retry.n + ready.n;
   EventRow *events = static_cast<EventRow *>(palloc(sizeof(EventRow) * b.n));
@@ -525,6 +525,18 @@ Batch ReadBatch(const ClaimedRows &retry, const ClaimedRows &ready) {
     const char *id =
         DatumGetCString(DirectFunctionCall1(uuid_out, SPI_getbinval(row, from.desc, kId, &isnull)));
     ereport(WARNING, (errmsg("outbox: event %s is dead: %s", id, o->error)));
+    // It no longer holds back its key (it may have, after retry_dead()).
+    EventRow dead;
+    dead.id = View(id);
+    dead.topic = View(TextColumn(row, from.desc, kTopic, &isnull));
+    const char *key = TextColumn(row, from.desc, kKey, &isnull);
+    dead.has_key = !isnull;
+    if (dead.has_key) dead.key = View(key);
+    if (!dispatcher->NoteDead(dead)) {
+      ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY),
+                      errmsg("outbox: the publisher ran out of memory while updating the "
+                             "per-key order state")));
+    }
   }
   // The dispatcher wants id order (= emit order per session).
   b.sendable = nevents;
@@ -649,16 +661,20 @@ int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted,
   floor_pending = false;
   for (int w = 0; w < guc::batches_in_flight; ++w) {
     OUTBOX_FAULT("publisher.before_claim");
-    // Each batch weighs at most outbox.max_batch_bytes (RunClaim).
-    int64 bytes_left = guc::max_batch_bytes;
+    // Each claim takes at most outbox.max_batch_bytes (RunClaim). The ready
+    // claim has a budget of its own: large due retries (events released
+    // when a route appears, say) must not keep new events out of a cycle.
+    int64 retry_bytes = guc::max_batch_bytes;
+    int64 ready_bytes = guc::max_batch_bytes;
     ClaimedRows retry;
-    if (w == 0) retry = RunClaim(claim_retry_plan, batch, &bytes_left);
+    if (w == 0) retry = RunClaim(claim_retry_plan, batch, &retry_bytes);
     const int nretry = retry.n;
-    const int ready_limit = retry.cut ? 0 : batch - nretry;
+    const int ready_limit = batch - nretry;
     if (w == 1) ceiling = bound;
     ClaimedRows ready;
-    if (ready_limit > 0)
-      ready = RunClaim(claim_ready_plan, ready_limit, &bytes_left, &floor, &ceiling);
+    if (ready_limit > 0) {
+      ready = RunClaim(claim_ready_plan, ready_limit, &ready_bytes, &floor, &ceiling);
+    }
     const int nready = ready.n;
     if (retry.cut || ready.cut) stats->more_waiting = true;
     if (nretry + nready > 0 && !config_current(nbatches == 0)) {
@@ -683,7 +699,7 @@ int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted,
     }
     if (nretry + nready == 0) break;
     OUTBOX_FAULT("publisher.after_claim");
-    window[nbatches] = ReadBatch(retry, ready);
+    window[nbatches] = ReadBatch(dispatcher, retry, ready);
     Batch &b = window[nbatches++];
     stats->claimed += b.n;
     if (b.sendable > 0) {
@@ -794,7 +810,12 @@ void LoadConfiguration(Dispatcher *dispatcher) {
   Datum args[1] = {OwnedBitmap()};
   if (SPI_execute_with_args(
           "UPDATE outbox.events SET next_attempt_at = now()"
-          " WHERE status = 'pending' AND next_attempt_at = 'infinity' AND" OWNED_KEYS("$1"),
+          " WHERE status = 'pending' AND next_attempt_at = 'infinity' AND" OWNED_KEYS("$1")
+          // Only those a route may now take: events of topics no route
+          // matches stay as they are, at no cost per reload (patterns are
+          // [A-Za-z0-9._-*]: only '_' needs escaping for LIKE).
+          " AND topic LIKE ANY (ARRAY(SELECT pg_catalog.replace(pg_catalog.replace(r.pattern,"
+          " '_', '\\_'), '*', '%') FROM outbox.routes r WHERE NOT r.paused))",
           1, types, args, nullptr, false, 0) != SPI_OK_UPDATE) {
     elog(ERROR, "outbox: cannot release events that waited for a route");
   }
@@ -803,6 +824,7 @@ void LoadConfiguration(Dispatcher *dispatcher) {
   // for a retry.
   if (SPI_execute_with_args("SELECT id, topic, key, next_attempt_at FROM outbox.events"
                             " WHERE status = 'pending' AND next_attempt_at IS NOT NULL"
+                            " AND next_attempt_at < 'infinity'"
                             " AND key IS NOT NULL AND" OWNED_KEYS("$1") " ORDER BY id",
                             1, types, args, nullptr, false, 0) != SPI_OK_SELECT) {
     elog(ERROR, "outbox: cannot read waiting events");

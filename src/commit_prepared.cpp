@@ -78,15 +78,12 @@ void AfterCommitPrepared() {
   const uint32 flags = pending_flags;
   pending_flags = 0;
   if (flags == 0 || Shared() == nullptr || !ExtensionHere()) return;
-  // Announce only what the launcher does not know yet: announcing bumps the
-  // extension's generation, which lets an exited publisher restart without
-  // backoff (launcher.cpp).
-  if ((flags & kPreparedAnnounce) != 0) {
-    DatabaseSlot *slot = FindSlot(MyDatabaseId);
-    if (slot == nullptr || StateOf(ReadExtension(slot)) == ExtensionState::kAbsent) {
-      AnnounceExtensionAtCommit();
-    }
-  }
+  // It created the extension: announce it whatever state the launcher has
+  // (a probe running now may be about to write "absent" over it; the
+  // announcement's generation makes that write fail). Only a transaction
+  // that ran CREATE EXTENSION, a superuser's, sets this flag: nobody can
+  // bump the generation in a loop with empty prepared transactions.
+  if ((flags & kPreparedAnnounce) != 0) AnnounceExtensionAtCommit();
   if ((flags & kPreparedReload) != 0) ReloadConfigAtCommit();
   if ((flags & (kPreparedEmitted | kPreparedReload)) != 0) WakePublishersAtCommit();
 }

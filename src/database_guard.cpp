@@ -11,12 +11,13 @@
 // Only a statement that will pass PostgreSQL's own checks pauses anything:
 // the hook runs before them, and a refused DROP DATABASE by any login role
 // must not stop publishing (issue 14). The checks repeated here are those
-// that do not depend on the publishers being gone: not in a transaction
-// block (where PostgreSQL refuses the statement), the database exists, the
-// caller owns it (or the template may be copied by the caller) and has
-// CREATEDB where the statement needs it, and it is not the caller's own
-// database. A statement that passes them may still fail later (another
-// session is connected): then the pause ends with it.
+// that do not depend on the publishers being gone (WillAct): where it runs
+// from (not a transaction block or a function), the database exists and is
+// not the caller's own, the caller owns it (or may copy the template) and
+// has CREATEDB where the statement needs it, the new name is free, the
+// tablespace exists, differs and may be used, no other session and no
+// prepared transaction is in the database. A statement that passes them may
+// still fail later (a session connects meanwhile): the pause ends with it.
 //
 // The same hook does, for a COMMIT PREPARED, what the prepared transaction's
 // own commit would have done (commit_prepared.hpp), and wakes the launcher
@@ -34,7 +35,12 @@ extern "C" {
 #include "access/xact.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_database.h"
+#include "catalog/pg_tablespace.h"
 #include "commands/dbcommands.h"
+#include "commands/tablespace.h"
+#include "executor/spi.h"
+#include "storage/procarray.h"
+#include "access/twophase.h"
 #include "commands/defrem.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
@@ -71,33 +77,90 @@ bool HasCreatedb() {
   return createdb;
 }
 
-bool IsTemplate(Oid dboid) {
+// The database's pg_database row, copied out (zeroed when it is gone).
+FormData_pg_database DatabaseRow(Oid dboid) {
+  FormData_pg_database row;
+  memset(&row, 0, sizeof row);
   HeapTuple tuple = SearchSysCache1(DATABASEOID, ObjectIdGetDatum(dboid));
-  if (!HeapTupleIsValid(tuple)) return false;
-  const bool is_template = reinterpret_cast<Form_pg_database>(GETSTRUCT(tuple))->datistemplate;
+  if (!HeapTupleIsValid(tuple)) return row;
+  row = *reinterpret_cast<Form_pg_database>(GETSTRUCT(tuple));
   ReleaseSysCache(tuple);
-  return is_template;
+  return row;
 }
 
-// The database named, if the statement's checks will let the caller act on
-// it as `act` says; InvalidOid otherwise (nothing to pause).
-Oid WillAct(const char *datname, Act act) {
+bool IsTemplate(Oid dboid) { return DatabaseRow(dboid).datistemplate; }
+
+// Prepared transactions of database `dboid` (they keep it from being
+// dropped, renamed or moved). Runs a query: only after the cheap checks.
+int64 PreparedTransactionsIn(Oid dboid) {
+  if (max_prepared_xacts == 0) return 0;
+  if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "outbox: SPI_connect failed");
+  Oid types[1] = {OIDOID};
+  Datum args[1] = {ObjectIdGetDatum(dboid)};
+  int64 n = 0;
+  if (SPI_execute_with_args("SELECT pg_catalog.count(*) FROM pg_catalog.pg_prepared_xacts p"
+                            " JOIN pg_catalog.pg_database d"
+                            " ON d.datname OPERATOR(pg_catalog.=) p.database"
+                            " WHERE d.oid OPERATOR(pg_catalog.=) $1",
+                            1, types, args, nullptr, true, 1) == SPI_OK_SELECT &&
+      SPI_processed == 1) {
+    bool isnull = false;
+    n = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+  }
+  SPI_finish();
+  return n;
+}
+
+// The database named, if the statement will pass PostgreSQL's checks that
+// do not depend on the publishers being gone, so that it will act on the
+// database as `act` says; InvalidOid otherwise (nothing to pause). Those are
+// the checks PostgreSQL makes before or after waiting for other sessions to
+// leave: the place it runs from (not a transaction block or a function), the
+// caller's rights, the object names involved, other sessions and prepared
+// transactions in the database. `other` is the new name (kRename, kCopy) or
+// the tablespace (kMove). A statement that passes them may still fail (a
+// session connects meanwhile): then the pause ends with it.
+Oid WillAct(const char *datname, Act act, const char *other, bool top_level, bool force = false) {
   if (datname == nullptr) return InvalidOid;
   const Oid dboid = get_database_oid(datname, true);
   if (!OidIsValid(dboid) || dboid == MyDatabaseId) return InvalidOid;
+  if (act != Act::kRename && (!top_level || IsTransactionBlock())) return InvalidOid;
   switch (act) {
     case Act::kDrop:
-    case Act::kMove:
-      if (IsTransactionBlock() || !IsOwner(dboid)) return InvalidOid;
+      if (!IsOwner(dboid) || IsTemplate(dboid)) return InvalidOid;
       break;
+    case Act::kMove: {
+      if (!IsOwner(dboid) || other == nullptr) return InvalidOid;
+      const Oid tablespace = get_tablespace_oid(other, true);
+      if (!OidIsValid(tablespace) || tablespace == DatabaseRow(dboid).dattablespace)
+        return InvalidOid;
+#if PG_VERSION_NUM >= 160000
+      if (object_aclcheck(TableSpaceRelationId, tablespace, GetUserId(), ACL_CREATE) !=
+          ACLCHECK_OK) {
+        return InvalidOid;
+      }
+#else
+      if (pg_tablespace_aclcheck(tablespace, GetUserId(), ACL_CREATE) != ACLCHECK_OK) {
+        return InvalidOid;
+      }
+#endif
+      break;
+    }
     case Act::kRename:
       if (!IsOwner(dboid) || !HasCreatedb()) return InvalidOid;
+      if (other == nullptr || OidIsValid(get_database_oid(other, true))) return InvalidOid;
       break;
     case Act::kCopy:
-      if (IsTransactionBlock() || !HasCreatedb()) return InvalidOid;
+      if (!HasCreatedb()) return InvalidOid;
       if (!IsTemplate(dboid) && !IsOwner(dboid)) return InvalidOid;
+      if (other == nullptr || OidIsValid(get_database_oid(other, true))) return InvalidOid;
       break;
   }
+  // Sessions other than background workers (ours among them): PostgreSQL
+  // refuses while they are connected (DROP DATABASE ... WITH (FORCE)
+  // terminates them instead).
+  if (!force && CountDBConnections(dboid) > 0) return InvalidOid;
+  if (act != Act::kCopy && PreparedTransactionsIn(dboid) > 0) return InvalidOid;
   return dboid;
 }
 
@@ -121,6 +184,14 @@ void Resume(DatabaseSlot *slot, Oid dboid) {
   if (slot == nullptr || slot->dboid != dboid) return;
   pg_atomic_write_u64(&slot->paused_until, 0);
   WakeLauncher();
+}
+
+bool HasOption(List *options, const char *name) {
+  ListCell *cell;
+  foreach (cell, options) {
+    if (strcmp(lfirst_node(DefElem, cell)->defname, name) == 0) return true;
+  }
+  return false;
 }
 
 const char *DefElemString(List *options, const char *name) {
@@ -165,28 +236,34 @@ void GuardedProcessUtility(PlannedStmt *pstmt, const char *query_string, bool re
                            ProcessUtilityContext context, ParamListInfo params,
                            QueryEnvironment *query_env, DestReceiver *dest, QueryCompletion *qc) {
   Node *stmt = pstmt->utilityStmt;
+  const bool top_level = context == PROCESS_UTILITY_TOPLEVEL;
   Oid paused = InvalidOid;
   bool created_database = false;
   if (Shared() != nullptr) {
     switch (nodeTag(stmt)) {
       case T_DropdbStmt:
-        paused = WillAct(castNode(DropdbStmt, stmt)->dbname, Act::kDrop);
+        paused = WillAct(castNode(DropdbStmt, stmt)->dbname, Act::kDrop, nullptr, top_level,
+                         HasOption(castNode(DropdbStmt, stmt)->options, "force"));
         break;
-      case T_CreatedbStmt:
-        paused =
-            WillAct(DefElemString(castNode(CreatedbStmt, stmt)->options, "template"), Act::kCopy);
+      case T_CreatedbStmt: {
+        CreatedbStmt *create = castNode(CreatedbStmt, stmt);
+        paused = WillAct(DefElemString(create->options, "template"), Act::kCopy, create->dbname,
+                         top_level);
         created_database = true;
         break;
-      case T_RenameStmt:
-        if (castNode(RenameStmt, stmt)->renameType == OBJECT_DATABASE) {
-          paused = WillAct(castNode(RenameStmt, stmt)->subname, Act::kRename);
+      }
+      case T_RenameStmt: {
+        RenameStmt *rename = castNode(RenameStmt, stmt);
+        if (rename->renameType == OBJECT_DATABASE) {
+          paused = WillAct(rename->subname, Act::kRename, rename->newname, top_level);
         }
         break;
+      }
       case T_AlterDatabaseStmt: {
         AlterDatabaseStmt *alter = castNode(AlterDatabaseStmt, stmt);
-        if (DefElemString(alter->options, "tablespace") != nullptr) {
-          paused = WillAct(alter->dbname, Act::kMove);
-        }
+        const char *tablespace = DefElemString(alter->options, "tablespace");
+        if (tablespace != nullptr)
+          paused = WillAct(alter->dbname, Act::kMove, tablespace, top_level);
         break;
       }
       case T_TransactionStmt:

@@ -189,6 +189,17 @@ bool Dispatcher::NoteWaiting(const EventRow &event, int64_t until_us) noexcept {
   }
 }
 
+bool Dispatcher::NoteDead(const EventRow &event) noexcept {
+  if (!event.has_key) return true;
+  try {
+    const int r = RouteIndex(event.topic);
+    if (r >= 0) guard_.Release(routes_[r].pattern, event.key, event.id);
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
 Sink *Dispatcher::SinkFor(const std::string &name, SinkState *state, bool may_recreate) {
   if (may_recreate && state->sink && state->sink->NeedsRecreate()) {
     Log(LogLevel::kWarning, "sink \"" + name + "\" hit a fatal error; recreating its producer");

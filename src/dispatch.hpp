@@ -154,6 +154,12 @@ class Dispatcher {
   // deciding anything.
   bool NoteWaiting(const EventRow &event, int64_t until_us) noexcept;
 
+  // An event the caller marks dead without sending it (too large to become
+  // a message): it stops holding back its key, as a dead event does (only
+  // id, topic, key and has_key are read). False when that failed (out of
+  // memory): the caller must load the configuration again.
+  bool NoteDead(const EventRow &event) noexcept;
+
   // Decide and deliver a claimed batch; rows must be in id order. Fills
   // out[0..n). `interrupted` is checked while waiting for brokers.
   // False when it failed (see Begin and Finish): no row has an outcome.

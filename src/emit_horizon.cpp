@@ -228,7 +228,9 @@ EmitHorizon ReadEmitHorizon(Oid dboid, const TransactionId *prepared_xids, int n
   }
   SpinLockRelease(&state->prepared_mutex);
   // A listed prepared transaction without an entry prepared before the
-  // server started (or found the table full): its content is unknown.
+  // server started (or found the table full): its content is unknown. One
+  // that has ended since it was listed (its entry was just forgotten) is
+  // not: its events are visible to the claims.
   for (int p = 0; p < nprepared; ++p) {
     bool known = false;
     SpinLockAcquire(&state->prepared_mutex);
@@ -236,7 +238,7 @@ EmitHorizon ReadEmitHorizon(Oid dboid, const TransactionId *prepared_xids, int n
       known = TransactionIdEquals(state->prepared[i].xid, prepared_xids[p]);
     }
     SpinLockRelease(&state->prepared_mutex);
-    if (!known) h.unknown_prepared = true;
+    if (!known && TransactionIdIsInProgress(prepared_xids[p])) h.unknown_prepared = true;
   }
   return h;
 }

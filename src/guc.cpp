@@ -86,7 +86,8 @@ bool CheckTraceparent(char **newval, void **extra, GucSource source) {
   if (*newval == nullptr || **newval == '\0' || IsValidTraceparent(*newval)) return true;
   GUC_check_errdetail(
       "A traceparent is \"00-<32 hex trace-id>-<16 hex parent-id>-<2 hex flags>\" "
-      "(W3C Trace Context), lower-case.");
+      "(W3C Trace Context), lower-case; a later version may append \"-...\", up to 512 "
+      "characters of printable ASCII in all.");
   return false;
 }
 

@@ -24,20 +24,40 @@ bool IsReservedAttribute(std::string_view name) {
   return false;
 }
 
-bool EqualsIgnoringCase(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    char x = a[i], y = b[i];
-    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
-    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
-    if (x != y) return false;
+// Whether a user header name reads as `ours` (ASCII lowercase) to a consumer
+// that folds case, Unicode included: besides ASCII letters, the four
+// characters whose case mapping is an ASCII letter (U+0130 and U+0131 to
+// 'i', U+017F to 's', the Kelvin sign U+212A to 'k'), which Java's
+// equalsIgnoreCase and Go's strings.ToLower turn into them.
+bool FoldsTo(std::string_view name, std::string_view ours) {
+  size_t i = 0, j = 0;
+  while (i < name.size() && j < ours.size()) {
+    const auto b = [&](size_t k) { return static_cast<unsigned char>(name[k]); };
+    char c;
+    if (b(i) < 0x80) {
+      c = name[i] >= 'A' && name[i] <= 'Z' ? static_cast<char>(name[i] - 'A' + 'a') : name[i];
+      i += 1;
+    } else if (i + 1 < name.size() && b(i) == 0xC4 && (b(i + 1) == 0xB0 || b(i + 1) == 0xB1)) {
+      c = 'i';
+      i += 2;
+    } else if (i + 1 < name.size() && b(i) == 0xC5 && b(i + 1) == 0xBF) {
+      c = 's';
+      i += 2;
+    } else if (i + 2 < name.size() && b(i) == 0xE2 && b(i + 1) == 0x84 && b(i + 2) == 0xAA) {
+      c = 'k';
+      i += 3;
+    } else {
+      return false;
+    }
+    if (c != ours[j++]) return false;
   }
-  return true;
+  return i == name.size() && j == ours.size();
 }
 
 // Kafka header names outbox sets, or that consumers of the format read as
 // what outbox sets, beyond the headers it sent for this message: a user
-// header of such a name (in any case) is not sent. A consumer that reads
+// header of such a name (in any case, FoldsTo) is not sent. All of ours are
+// ASCII lowercase. A consumer that reads
 // the last header of a name (Java's lastHeader) or folds case would
 // otherwise take the caller's value for the event id, type or source.
 constexpr std::string_view kCloudEventsKafkaReserved[] = {
@@ -47,11 +67,11 @@ constexpr std::string_view kCloudEventsKafkaReserved[] = {
 // the `n` headers outbox sent first, or a name the format reserves.
 bool CollidesWithOurs(std::string_view name, MessageFormat format, const Header *ours, size_t n) {
   for (size_t i = 0; i < n; ++i) {
-    if (EqualsIgnoringCase(name, ours[i].name)) return true;
+    if (FoldsTo(name, ours[i].name)) return true;
   }
   if (format == MessageFormat::kCloudEvents) {
     for (std::string_view reserved : kCloudEventsKafkaReserved) {
-      if (EqualsIgnoringCase(name, reserved)) return true;
+      if (FoldsTo(name, reserved)) return true;
     }
   }
   return false;

@@ -14,7 +14,8 @@ constexpr size_t kMaxTopicLength = 249;
 // security model: no input may exhaust the publisher's memory, which holds a
 // few batches of events as JSON text). A key is at most kMaxKeyBytes bytes;
 // the headers, as JSON text (octet_length(headers::text)), at most
-// kMaxHeadersBytes. The trace context adds at most 512 + 55 characters.
+// kMaxHeadersBytes. The trace context adds at most 512 + 512 characters of
+// printable ASCII (trace_context.hpp).
 constexpr size_t kMaxKeyBytes = 4096;
 constexpr size_t kMaxHeadersBytes = 16384;
 bool IsValidTopic(std::string_view topic);

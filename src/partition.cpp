@@ -146,8 +146,9 @@ bool RunGuarded(const char *what, StepFn step, void *arg) {
 PartitionSet ListPartitions(Oid parent) {
   char sql[256];
   snprintf(sql, sizeof sql,
-           "SELECT c.relname::text FROM pg_catalog.pg_inherits i "
-           "JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = %u",
+           "SELECT c.relname::pg_catalog.text FROM pg_catalog.pg_inherits i "
+           "JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid "
+           "WHERE i.inhparent OPERATOR(pg_catalog.=) '%u'::pg_catalog.oid",
            parent);
   if (ExecFresh(sql, 0) != SPI_OK_SELECT) elog(ERROR, "outbox: cannot list partitions");
   PartitionSet set;
@@ -189,15 +190,17 @@ bool CreateStep(void *p) {
                qname));
   // Before any row arrives: rows moved in below are counted back in by the
   // INSERT trigger after events_default's DELETE trigger counted them out.
-  Exec(psprintf("SELECT outbox.prepare_partition('outbox.%s')", qname));
+  Exec(psprintf("SELECT outbox.prepare_partition('outbox.%s'::pg_catalog.regclass)", qname));
   if (arg->move_from_default) {
     // Rows emitted while the day had no partition: move them so ATTACH's check
     // of the default partition passes. AccessExclusive on the default
     // partition only; emit() into today's partition is unaffected.
     Exec("LOCK TABLE outbox.events_default IN ACCESS EXCLUSIVE MODE");
     Exec(
-        psprintf("WITH moved AS (DELETE FROM outbox.events_default WHERE created_at >= '%s' "
-                 "AND created_at < '%s' RETURNING *) INSERT INTO outbox.%s SELECT * FROM moved",
+        psprintf("WITH moved AS (DELETE FROM outbox.events_default WHERE created_at "
+                 "OPERATOR(pg_catalog.>=) '%s'::pg_catalog.timestamptz AND created_at "
+                 "OPERATOR(pg_catalog.<) '%s'::pg_catalog.timestamptz RETURNING *) "
+                 "INSERT INTO outbox.%s SELECT * FROM moved",
                  from, to, qname));
     // Never-tried events moved get new index entries with their old ids,
     // which a publisher's claims may have passed already.
@@ -234,9 +237,12 @@ void CreatePartition(int64_t day, bool move_from_default) {
 // plain status <> 'published' would scan every published row).
 int64_t UnpublishedIn(const char *qualified_table, const char *range_filter) {
   return ScalarInt8(psprintf(
-      "SELECT (SELECT count(*) FROM %s WHERE status = 'pending' AND next_attempt_at IS NULL%s)"
-      " + (SELECT count(*) FROM %s WHERE status = 'pending' AND next_attempt_at IS NOT NULL%s)"
-      " + (SELECT count(*) FROM %s WHERE status = 'dead'%s)",
+      "SELECT (SELECT pg_catalog.count(*) FROM %s WHERE status OPERATOR(pg_catalog.=) "
+      "'pending'::pg_catalog.text AND next_attempt_at IS NULL%s)"
+      " OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM %s WHERE status "
+      "OPERATOR(pg_catalog.=) 'pending'::pg_catalog.text AND next_attempt_at IS NOT NULL%s)"
+      " OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM %s WHERE status "
+      "OPERATOR(pg_catalog.=) 'dead'::pg_catalog.text%s)",
       qualified_table, range_filter, qualified_table, range_filter, qualified_table, range_filter));
 }
 
@@ -268,7 +274,8 @@ bool DropStep(void *p) {
   // in the same transaction.
   char day[kPartitionNameBufSize];
   FormatDayStartLiteral(arg->day, day);
-  Exec(psprintf("DELETE FROM outbox.counts WHERE day = '%.10s'", day));
+  Exec(psprintf(
+      "DELETE FROM outbox.counts WHERE day OPERATOR(pg_catalog.=) '%.10s'::pg_catalog.date", day));
   ereport(LOG, (errmsg("outbox: dropped partition outbox.%s past outbox.retention", arg->name)));
   return true;
 }
@@ -295,15 +302,18 @@ struct PurgeArg {
 
 bool PurgeDefaultStep(void *p) {
   const PurgeArg *arg = static_cast<const PurgeArg *>(p);
-  Exec(psprintf("DELETE FROM outbox.events_default WHERE status = 'published'%s",
-                arg->range_filter));
+  Exec(
+      psprintf("DELETE FROM outbox.events_default WHERE status OPERATOR(pg_catalog.=) "
+               "'published'::pg_catalog.text%s",
+               arg->range_filter));
   return true;
 }
 
 // Rows in the default partition: move those of days still within retention
 // into their own partition; delete the published ones of older days.
 void DrainDefault(const PartitionSet &set, TimestampTz cutoff) {
-  if (ExecFresh("SELECT DISTINCT floor(extract(epoch FROM created_at) / 86400)::int8 "
+  if (ExecFresh("SELECT DISTINCT pg_catalog.floor(EXTRACT(epoch FROM created_at) "
+                "OPERATOR(pg_catalog./) '86400'::pg_catalog.numeric)::pg_catalog.int8 "
                 "FROM outbox.events_default",
                 0) != SPI_OK_SELECT) {
     elog(ERROR, "outbox: cannot read the default partition");
@@ -325,7 +335,10 @@ void DrainDefault(const PartitionSet &set, TimestampTz cutoff) {
     char from[kPartitionNameBufSize], to[kPartitionNameBufSize];
     FormatDayStartLiteral(day, from);
     FormatDayStartLiteral(day + 1, to);
-    PurgeArg arg{psprintf(" AND created_at >= '%s' AND created_at < '%s'", from, to)};
+    PurgeArg arg{
+        psprintf(" AND created_at OPERATOR(pg_catalog.>=) '%s'::pg_catalog.timestamptz"
+                 " AND created_at OPERATOR(pg_catalog.<) '%s'::pg_catalog.timestamptz",
+                 from, to)};
     char what[96];
     snprintf(what, sizeof what, "delete published events of %.10s from outbox.events_default",
              from);
@@ -339,6 +352,55 @@ void DrainDefault(const PartitionSet &set, TimestampTz cutoff) {
 }
 
 }  // namespace
+
+namespace {
+
+struct OwnerArg {
+  const char *partition;  // quoted
+  const char *owner;      // quoted
+};
+
+bool AlignStep(void *p) {
+  const OwnerArg *arg = static_cast<const OwnerArg *>(p);
+  Exec(psprintf("ALTER TABLE outbox.%s OWNER TO %s", arg->partition, arg->owner));
+  return true;
+}
+
+}  // namespace
+
+void AlignPartitionOwners() {
+  const Oid nsp = get_namespace_oid("outbox", true);
+  const Oid parent = OidIsValid(nsp) ? get_relname_relid("events", nsp) : InvalidOid;
+  if (!OidIsValid(parent)) return;
+  if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "outbox: SPI_connect failed");
+  const char *sql = psprintf(
+      "SELECT c.relname::pg_catalog.text, pg_catalog.quote_ident(r.rolname::pg_catalog.text)"
+      " FROM pg_catalog.pg_inherits i"
+      " JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid"
+      " JOIN pg_catalog.pg_class p ON p.oid OPERATOR(pg_catalog.=) i.inhparent"
+      " JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) p.relowner"
+      " WHERE i.inhparent OPERATOR(pg_catalog.=) '%u'::pg_catalog.oid"
+      " AND c.relowner OPERATOR(pg_catalog.<>) p.relowner",
+      parent);
+  if (ExecFresh(sql, 0) != SPI_OK_SELECT) elog(ERROR, "outbox: cannot list partition owners");
+  const int n = static_cast<int>(SPI_processed);
+  OwnerArg *args = static_cast<OwnerArg *>(palloc(sizeof(OwnerArg) * (n + 1)));
+  for (int i = 0; i < n; ++i) {
+    args[i].partition =
+        quote_identifier(SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
+    args[i].owner = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
+  }
+  for (int i = 0; i < n; ++i) {
+    char what[160];
+    snprintf(what, sizeof what, "give partition outbox.%s to %s", args[i].partition, args[i].owner);
+    if (RunGuarded(what, AlignStep, &args[i])) {
+      ereport(LOG, (errmsg("outbox: partition outbox.%s now belongs to %s, the owner of "
+                           "outbox.events",
+                           args[i].partition, args[i].owner)));
+    }
+  }
+  SPI_finish();
+}
 
 void MaintainPartitions(TimestampTz at) {
   const Oid nsp = get_namespace_oid("outbox", true);

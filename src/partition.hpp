@@ -10,8 +10,9 @@ extern "C" {
 
 namespace outbox {
 
-// Runs at most once at a time per database (a transaction-scoped advisory
-// lock; a concurrent call returns at once with a NOTICE).
+// Runs at most once at a time per database (SHARE UPDATE EXCLUSIVE on
+// outbox.events until the caller commits; a concurrent call returns at once
+// with a NOTICE).
 //
 // Create partitions for the days from `at` to `at` + outbox.premake, move any
 // rows the default partition holds for a day into that day's partition, and
@@ -24,5 +25,12 @@ namespace outbox {
 // skipped (and retried at the next run) rather than stalling emit().
 // Locks taken by steps that succeed are held until the caller commits.
 void MaintainPartitions(TimestampTz at);
+
+// Give every partition of outbox.events that someone else owns to the owner
+// of outbox.events (each step under outbox.maintenance_lock_timeout, as
+// above). For the publisher, which runs as that owner (worker_session.hpp)
+// and must be able to update and drop the partitions; it runs this first, as
+// the superuser it connects as. Same requirements as MaintainPartitions.
+void AlignPartitionOwners();
 
 }  // namespace outbox

@@ -291,9 +291,20 @@ void RedisSink::PublishBatch(const OutMessage *messages, size_t n, Delivery *out
   std::set<std::pair<std::string_view, std::string_view>> failed_keys;
   auto key_of = [&](size_t i) { return std::make_pair(messages[i].target, messages[i].key); };
 
+  // When the connection fails in round r, the messages of later rounds were
+  // never sent: they wait (kNotSent) without being charged an attempt.
+  auto hold_later_rounds = [&](uint32_t r, const std::string &why) {
+    for (size_t i = 0; i < n; ++i) {
+      if (settled_[i] || round[i] <= r) continue;
+      out[i].status = DeliveryStatus::kNotSent;
+      out[i].error = "not sent: " + why;
+      settled_[i] = true;
+    }
+  };
   std::optional<std::string> drop_reason;
   std::vector<size_t> todo;
-  for (uint32_t r = 0; r < rounds && !drop_reason; ++r) {
+  uint32_t r = 0;
+  for (; r < rounds && !drop_reason; ++r) {
     todo.clear();
     for (size_t i = 0; i < n; ++i) {
       if (round[i] != r) continue;
@@ -353,6 +364,7 @@ void RedisSink::PublishBatch(const OutMessage *messages, size_t n, Delivery *out
         Disconnect();
         error = Masked("connection to " + endpoint_ + " lost: " + error);
         NoteDown(error);
+        hold_later_rounds(r, error);
         FailRest(out, n, error);
         return;
       }
@@ -363,7 +375,8 @@ void RedisSink::PublishBatch(const OutMessage *messages, size_t n, Delivery *out
     Disconnect();
     const std::string reason = "disconnected from " + endpoint_ + " after \"" + *drop_reason + '"';
     NoteDown(reason);
-    FailRest(out, n, reason);  // later pipelines would have met the same answer
+    hold_later_rounds(r - 1, reason);  // the loop stopped after round r - 1
+    FailRest(out, n, reason);          // later pipelines would have met the same answer
   }
 }
 

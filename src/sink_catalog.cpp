@@ -114,6 +114,40 @@ uint64 Run(const char *sql, int nargs, Oid *types, Datum *values, const char *nu
 
 }  // namespace
 
+namespace {
+
+// If `v` is {"env": "NAME"} (exactly that), fill *out from the server's
+// environment (sink_options.hpp: IsSecretVariableName) and return true.
+// Never reveals a value in its reasons; the variable is read again every
+// time the options are (create_sink validates, publishers build sinks).
+bool ReadSecretReference(const JsonbValue &v, OptionView *out) {
+  if (v.type != jbvBinary || !JsonContainerIsObject(v.val.binary.data) ||
+      JsonContainerSize(v.val.binary.data) != 1) {
+    return false;
+  }
+  JsonbValue name;
+  if (getKeyJsonValueFromContainer(v.val.binary.data, "env", 3, &name) == nullptr) return false;
+  if (name.type != jbvString) return false;
+  const std::string_view var(name.val.string.val, name.val.string.len);
+  out->kind = SinkOption::Kind::kUnresolved;
+  if (!IsSecretVariableName(var)) {
+    out->text = "names an environment variable outbox may not read (only OUTBOX_[A-Z0-9_]+)";
+    return true;
+  }
+  const char *var_name = pnstrdup(var.data(), var.size());
+  const char *value = getenv(var_name);
+  if (value == nullptr) {
+    out->text =
+        psprintf("names environment variable %s, which the server's environment lacks", var_name);
+    return true;
+  }
+  out->kind = SinkOption::Kind::kString;
+  out->text = std::string_view(pstrdup(value), strlen(value));
+  return true;
+}
+
+}  // namespace
+
 OptionView *FlattenSinkOptions(Jsonb *options, int *count) {
   if (!JB_ROOT_IS_OBJECT(options) || JB_ROOT_IS_SCALAR(options)) {
     ereport(ERROR,
@@ -133,7 +167,7 @@ OptionView *FlattenSinkOptions(Jsonb *options, int *count) {
       raw[i].kind = SinkOption::Kind::kNumber;
       raw[i].text =
           DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(v.val.numeric)));
-    } else {
+    } else if (!ReadSecretReference(v, &raw[i])) {
       raw[i].kind = SinkOption::Kind::kOther;
       raw[i].text = "";
     }

@@ -193,6 +193,18 @@ bool KnownToLibrdkafka(std::string_view key) {
   return known.count(key) != 0;
 }
 
+bool IsSecretVariableName(std::string_view name) {
+  constexpr std::string_view kPrefix = "OUTBOX_";
+  if (name.size() <= kPrefix.size() || name.size() > kPrefix.size() + 64 ||
+      name.substr(0, kPrefix.size()) != kPrefix) {
+    return false;
+  }
+  for (char c : name) {
+    if (!((c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  }
+  return true;
+}
+
 KafkaPropertyUse ClassifyKafkaProperty(std::string_view key) {
   const AllowedProperty *p = FindAllowed(key);
   if (p == nullptr) return KafkaPropertyUse::kRefused;
@@ -205,7 +217,10 @@ std::optional<std::string> ValidateKafkaOptions(const SinkOptions &options, bool
   };
   std::unique_ptr<rd_kafka_conf_t, ConfDeleter> conf(rd_kafka_conf_new());
   bool has_bootstrap = false;
+  std::string protocol;   // security.protocol, as last set
+  std::string mechanism;  // sasl.mechanism(s), as last set
   for (const SinkOption &opt : options) {
+    if (opt.kind == SinkOption::Kind::kUnresolved) return "option \"" + opt.key + "\" " + opt.text;
     if (opt.kind != SinkOption::Kind::kString) {
       return "option \"" + opt.key + "\" must be a JSON string";
     }
@@ -216,11 +231,15 @@ std::optional<std::string> ValidateKafkaOptions(const SinkOptions &options, bool
              "or run Kerberos)";
     }
     // A property outbox does not allow is never handed to librdkafka: some
-    // act as they are set (plugin.library.paths loads the library at once).
-    // One librdkafka does not know at all is, to be refused in its words.
-    if (allowed == nullptr && KnownToLibrdkafka(opt.key)) {
-      return "option \"" + opt.key +
-             "\" is not allowed in a sink (only the producer properties the README lists)";
+    // act as they are set (plugin.library.paths loads the library at once),
+    // and librdkafka's list of its properties leaves some out. One it does
+    // not know is refused in librdkafka's own words for it.
+    if (allowed == nullptr) {
+      if (KnownToLibrdkafka(opt.key)) {
+        return "option \"" + opt.key +
+               "\" is not allowed in a sink (only the producer properties the README lists)";
+      }
+      return "option \"" + opt.key + "\": No such configuration property: \"" + opt.key + "\"";
     }
     char errstr[512];
     errstr[0] = '\0';
@@ -232,21 +251,33 @@ std::optional<std::string> ValidateKafkaOptions(const SinkOptions &options, bool
       }
       return "option \"" + opt.key + "\": " + message;
     }
-    if (allowed == nullptr) {  // librdkafka took what it did not know? Never: refuse.
-      return "option \"" + opt.key + "\" is not allowed in a sink";
-    }
     // The two names are aliases of one property: the last one set wins.
     if (opt.key == "bootstrap.servers" || opt.key == "metadata.broker.list") {
       has_bootstrap = !opt.text.empty();
     }
+    if (opt.key == "security.protocol") protocol = opt.text;
+    if (opt.key == "sasl.mechanisms" || opt.key == "sasl.mechanism") mechanism = opt.text;
   }
   if (!has_bootstrap) return std::string("option \"bootstrap.servers\" is required");
+  // SASL's default mechanism is GSSAPI, which runs Kerberos' kinit through
+  // /bin/sh: like the sasl.kerberos.* properties, a superuser's choice.
+  auto lower = [](std::string t) {
+    for (char &c : t) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+    return t;
+  };
+  const bool sasl = lower(protocol).rfind("sasl_", 0) == 0;
+  if (sasl && !superuser && (mechanism.empty() || lower(mechanism) == "gssapi")) {
+    return std::string(
+        "option \"sasl.mechanisms\" must be PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER "
+        "unless a superuser sets it (GSSAPI, the default, runs Kerberos' kinit)");
+  }
   return std::nullopt;
 }
 
 std::optional<std::string> ParseRedisOptions(const SinkOptions &options, RedisOptions *out) {
   RedisOptions r;
   for (const SinkOption &opt : options) {
+    if (opt.kind == SinkOption::Kind::kUnresolved) return "option \"" + opt.key + "\" " + opt.text;
     const bool numeric_ok = opt.key == "port" || opt.key == "db" || opt.key == "maxlen";
     if (opt.key != "host" && opt.key != "password" && opt.key != "mode" && !numeric_ok) {
       return "unknown option \"" + opt.key + "\" (valid: host, port, db, password, mode, maxlen)";

@@ -12,11 +12,21 @@
 namespace outbox {
 
 struct SinkOption {
-  enum class Kind { kString, kNumber, kOther };
+  // kUnresolved: a reference to an environment variable ({"env": "OUTBOX_X"})
+  // that could not be read; `text` says why (never a value).
+  enum class Kind { kString, kNumber, kOther, kUnresolved };
   std::string key;
   Kind kind = Kind::kString;
   std::string text;  // the string, or the number's text; empty for kOther
 };
+
+// Secrets without SQL text (issue 14, finding 9): an option's value may be
+// {"env": "NAME"}, the value of environment variable NAME of the server's
+// processes (set where the server is started: the service unit, pg_ctl's
+// environment). Only names OUTBOX_[A-Z0-9_]{1,64} may be read, so that a
+// sink owner cannot send other variables of the server's environment to a
+// broker of its choosing. Whether `name` is such a name.
+bool IsSecretVariableName(std::string_view name);
 
 using SinkOptions = std::vector<SinkOption>;
 

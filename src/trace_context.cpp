@@ -27,7 +27,14 @@ bool IsValidTraceparent(std::string_view v) {
     return false;
   }
   if (v.size() == kVersion00Length) return true;
-  // Longer values: only from a future version, and only after a '-'.
+  // Longer values: only from a future version, only after a '-', and (as
+  // every header an application role may attach is bounded, names.hpp) at
+  // most kMaxTraceparentLength characters of printable ASCII: a value of
+  // control characters would grow sixfold as JSON text in the publisher.
+  if (v.size() > kMaxTraceparentLength) return false;
+  for (char c : v) {
+    if (c < 0x21 || c > 0x7e) return false;
+  }
   return v.substr(0, 2) != "00" && v[kVersion00Length] == '-';
 }
 

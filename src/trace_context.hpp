@@ -3,13 +3,16 @@
 // headers, so a trace crosses the broker. PostgreSQL-free.
 #pragma once
 
+#include <cstddef>
 #include <string_view>
 
 namespace outbox {
 
 // "00-<32 hex trace-id>-<16 hex parent-id>-<2 hex flags>", lower-case hex,
 // ids not all zero, version not "ff". Versions above 00 may append
-// "-<more>" (the spec's forward compatibility).
+// "-<more>" (the spec's forward compatibility), up to kMaxTraceparentLength
+// characters of printable ASCII in all.
+constexpr size_t kMaxTraceparentLength = 512;
 bool IsValidTraceparent(std::string_view value);
 
 // At most 512 characters of printable ASCII, as the spec bounds it; the

@@ -232,6 +232,9 @@ int RunCycle() {
     ereport(LOG, (errmsg("outbox: publishing from database \"%s\"", database_name)));
     announced = true;
   }
+  // Everything from here runs as the extension's owner (worker_session.hpp).
+  OwnerScope owner;
+  EnterExtensionOwner(&owner);
   (void)ConfigCurrent(true);
   OUTBOX_FAULT("publisher.after_configure");
   pgstat_report_activity(STATE_RUNNING, "outbox: publishing");
@@ -240,6 +243,7 @@ int RunCycle() {
   const TimestampTz started = GetCurrentTimestamp();
   const int claimed = ClaimAndPublish(dispatcher, Interrupted, ConfigCurrent, &cycle);
   more_waiting = cycle.more_waiting;
+  LeaveExtensionOwner(owner);
   SPI_finish();
   PopActiveSnapshot();
   OUTBOX_FAULT("publisher.before_commit");
@@ -264,7 +268,16 @@ void RunMaintenance() {
   pgstat_report_activity(STATE_RUNNING, "outbox: partition maintenance");
   ReportState("maintaining partitions");
   OUTBOX_FAULT("publisher.maintenance");
-  if (ExtensionInstalled()) MaintainPartitions(GetCurrentTimestamp());
+  if (ExtensionInstalled()) {
+    // Partitions someone else made (a superuser running outbox.maintain(),
+    // or this publisher before it ran as the owner) go to outbox.events'
+    // owner first, as the superuser we are; then the owner maintains them.
+    AlignPartitionOwners();
+    OwnerScope owner;
+    EnterExtensionOwner(&owner);
+    MaintainPartitions(GetCurrentTimestamp());
+    LeaveExtensionOwner(owner);
+  }
   PopActiveSnapshot();
   CommitTransactionCommand();
   (void)pgstat_report_stat(false);
@@ -281,7 +294,12 @@ long IdleWaitMs() {
   PushActiveSnapshot(GetTransactionSnapshot());
   OUTBOX_FAULT("publisher.idle");
   if (SPI_connect() == SPI_OK_CONNECT) {
-    if (ExtensionInstalled()) next = NextRetryAt();
+    if (ExtensionInstalled()) {
+      OwnerScope owner;
+      EnterExtensionOwner(&owner);
+      next = NextRetryAt();
+      LeaveExtensionOwner(owner);
+    }
     SPI_finish();
   }
   PopActiveSnapshot();

@@ -2,8 +2,19 @@
 #include "worker_session.hpp"
 
 extern "C" {
+#include "access/genam.h"
+#include "access/xact.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "catalog/indexing.h"
+#include "catalog/pg_authid.h"
+#include "catalog/pg_extension.h"
+#include "commands/extension.h"
+#include "miscadmin.h"
+#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/guc_tables.h"
+#include "utils/rel.h"
 }
 
 namespace outbox {
@@ -35,6 +46,10 @@ const char *BootValue(struct config_generic *g, char *buf, size_t size) {
 }  // namespace
 
 void DiscardDatabaseSettings() {
+  // Some settings' checks look up the catalogs (session_authorization, role):
+  // in a transaction of our own, as InitPostgres applied them in one.
+  const bool own_transaction = !IsTransactionState();
+  if (own_transaction) StartTransactionCommand();
 #if PG_VERSION_NUM >= 160000
   int n = 0;
   struct config_generic **vars = get_guc_variables(&n);
@@ -51,11 +66,51 @@ void DiscardDatabaseSettings() {
     if (g->source != PGC_S_DATABASE || g->context != PGC_USERSET) continue;
     char buf[64];
     const char *value = BootValue(g, buf, sizeof buf);
+    // session_authorization has no built-in value (NULL): the worker's
+    // session user is the bootstrap superuser it connected as.
+    if (strcmp(g->name, "session_authorization") == 0) {
+      value = GetUserNameFromId(BOOTSTRAP_SUPERUSERID, false);
+    }
     if (value == nullptr) continue;
     ereport(DEBUG1, (errmsg("outbox: ignoring the database's setting of %s", g->name)));
     (void)set_config_option(g->name, value, PGC_SUSET, PGC_S_OVERRIDE, GUC_ACTION_SET, true,
                             WARNING, false);
   }
+  if (own_transaction) CommitTransactionCommand();
+}
+
+Oid ExtensionOwner() {
+  const Oid extension = get_extension_oid("outbox", true);
+  if (!OidIsValid(extension)) return InvalidOid;
+  Relation rel = table_open(ExtensionRelationId, AccessShareLock);
+  ScanKeyData key;
+  ScanKeyInit(&key, Anum_pg_extension_oid, BTEqualStrategyNumber, F_OIDEQ,
+              ObjectIdGetDatum(extension));
+  SysScanDesc scan = systable_beginscan(rel, ExtensionOidIndexId, true, nullptr, 1, &key);
+  HeapTuple tuple = systable_getnext(scan);
+  const Oid owner = HeapTupleIsValid(tuple)
+                        ? reinterpret_cast<Form_pg_extension>(GETSTRUCT(tuple))->extowner
+                        : InvalidOid;
+  systable_endscan(scan);
+  table_close(rel, AccessShareLock);
+  return owner;
+}
+
+void EnterExtensionOwner(OwnerScope *scope) {
+  const Oid owner = ExtensionOwner();
+  if (!OidIsValid(owner)) {
+    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+                    errmsg("outbox: the extension is not installed in this database")));
+  }
+  GetUserIdAndSecContext(&scope->saved_user, &scope->saved_context);
+  SetUserIdAndSecContext(
+      owner, scope->saved_context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
+  scope->guc_nest = NewGUCNestLevel();
+}
+
+void LeaveExtensionOwner(const OwnerScope &scope) {
+  AtEOXact_GUC(false, scope.guc_nest);  // whatever code we ran SET goes
+  SetUserIdAndSecContext(scope.saved_user, scope.saved_context);
 }
 
 void PinWorkerSettings() {

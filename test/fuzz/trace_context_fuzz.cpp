@@ -45,8 +45,15 @@ std::vector<std::string_view> SplitDash(std::string_view s) {
   }
 }
 
-// version "-" trace-id "-" parent-id "-" flags [ "-" anything, versions > 00 ]
+// version "-" trace-id "-" parent-id "-" flags [ "-" anything, versions > 00 ],
+// at most 512 bytes, printable ASCII without space when longer than 55
 bool RefTraceparent(std::string_view v) {
+  if (v.size() > 512) return false;
+  if (v.size() > 55) {
+    for (char c : v) {
+      if (c < 0x21 || c > 0x7e) return false;
+    }
+  }
   const std::vector<std::string_view> f = SplitDash(v);
   if (f.size() < 4) return false;
   if (!LowerHex(f[0], 2) || f[0] == "ff") return false;

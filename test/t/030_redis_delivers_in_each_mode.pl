@@ -20,12 +20,16 @@ my $password = 'redis-s3cret';
 my $redis = OutboxRedis->start(password => $password);
 my $kafka = OutboxKafka->start();
 $kafka->command('create_topic kafka.side 1');
+# The list sink takes its password from the server's environment instead of
+# SQL text (issue 14, finding 9): set before the server starts.
+$ENV{OUTBOX_TEST_REDIS_PASSWORD} = $password;
 my $node = outbox_node('redis', "outbox.max_attempts = 3");
 $node->safe_psql('postgres', 'CREATE EXTENSION outbox');
 my $port = $redis->port;
 for my $mode ('stream', 'list', 'publish') {
 	my $extra = $mode eq 'stream' ? '"maxlen": 100000' : '"host": "127.0.0.1"';
-	my $options = qq({"port": $port, "db": 3, "password": "$password", "mode": "$mode", $extra});
+	my $secret = $mode eq 'list' ? '{"env": "OUTBOX_TEST_REDIS_PASSWORD"}' : qq("$password");
+	my $options = qq({"port": $port, "db": 3, "password": $secret, "mode": "$mode", $extra});
 	$node->safe_psql('postgres', "SELECT outbox.create_sink('redis-$mode', 'redis', '$options')");
 }
 $node->safe_psql('postgres', q{
@@ -132,6 +136,15 @@ my @ours = grep { /outbox: / && !/statement: / } split /\n/, slurp_file($node->l
 ok(scalar(@ours) > 0 && !(grep { /\Q$password\E/ } @ours),
 	'the Redis password never appears in what outbox logs');
 
+unlike($node->safe_psql('postgres', q{SELECT options::text FROM outbox.sinks WHERE name = 'redis-list'}),
+	qr/\Q$password\E/, 'a password given as {"env": ...} is stored as the reference, not the secret');
+for my $case ([ 'OUTBOX_TEST_NOT_SET', qr/names environment variable OUTBOX_TEST_NOT_SET, which the server's environment lacks/ ],
+	[ 'HOME', qr/names an environment variable outbox may not read/ ]) {
+	my ($var, $want) = @$case;
+	my ($rc, $out, $err) = $node->psql('postgres',
+		qq{SELECT outbox.create_sink('r-env', 'redis', '{"password": {"env": "$var"}}')});
+	like($err, $want, "create_sink refuses {\"env\": \"$var\"} (22023)");
+}
 like($node->safe_psql('postgres', 'SELECT sinks FROM outbox.workers'), qr/redis-stream=connected/,
 	'outbox.workers shows the Redis sinks');
 unlike($node->safe_psql('postgres', 'SELECT sinks FROM outbox.workers'), qr/\Q$password\E/,

@@ -78,10 +78,27 @@ my $log = slurp_file($node->logfile);
 my $exits = () = $log =~ /outbox.*(paus|publisher.*exit)/gi;
 note("server log lines about pausing/exiting publishers: $exits");
 
-# A statement that will pass PostgreSQL's checks still steps the publishers
-# aside, and works: the owner drops the database.
+# The database's owner (untrusted too) with CREATEDB: statements PostgreSQL
+# refuses for other reasons than rights do not pause publishing either.
 $node->safe_psql('postgres', 'ALTER DATABASE shop OWNER TO mallory');
 $node->safe_psql('postgres', 'ALTER ROLE mallory CREATEDB');
+my $app = $node->background_psql('shop');    # a session using the database
+for my $stmt ('ALTER DATABASE shop RENAME TO postgres', 'ALTER DATABASE shop SET TABLESPACE nosuch',
+	'DROP DATABASE shop',
+	'ALTER DATABASE shop RENAME TO shop2', 'CREATE DATABASE postgres TEMPLATE shop',
+	q{DO $$ BEGIN EXECUTE 'DROP DATABASE shop'; END $$})
+{
+	my ($rc, $out, $err) = $node->psql('postgres', $stmt, extra_params => [ '-U', 'mallory' ]);
+	isnt($rc, 0, "the owner's \"$stmt\" is refused") or diag($out);
+	my $l = latency();
+	ok(defined $l && $l < 2,
+		sprintf('after the owner\'s refused "%s" an event is published within 2 s (took %s s)', $stmt,
+			defined $l ? sprintf('%.2f', $l) : '>40'));
+}
+$app->quit;
+
+# A statement that will pass PostgreSQL's checks still steps the publishers
+# aside, and works: the owner drops the database.
 my ($rc) = $node->psql('postgres', 'DROP DATABASE shop', extra_params => [ '-U', 'mallory' ]);
 is($rc, 0, "the owner's DROP DATABASE of a database with the extension succeeds");
 

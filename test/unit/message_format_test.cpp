@@ -140,6 +140,40 @@ TEST(MessageFormat, UserHeadersNeverForgeOurs) {
   EXPECT_EQ(headers.back().name, "id");
 }
 
+// Consumers that fold case beyond ASCII (Java's equalsIgnoreCase, Go's
+// strings.ToLower) read these names as ours: U+0130 and U+0131 fold to 'i',
+// U+017F to 's', the Kelvin sign U+212A to 'k'.
+TEST(MessageFormat, UnicodeNamesThatFoldToOursAreNotSent) {
+  const std::vector<std::pair<MessageFormat, std::vector<std::string>>> cases = {
+      {MessageFormat::kRaw, {"outbox-İd", "OUTBOX-TOPıC"}},
+      {MessageFormat::kCloudEvents, {"ce_ıd", "ce_ſource", "ce_partitionKey", "ce_tİme"}},
+      {MessageFormat::kDebezium, {"İD", "ıd"}}};
+  for (const auto &[format, names] : cases) {
+    std::vector<Header> user;
+    for (const std::string &n : names) user.push_back({n, "forged"});
+    user.push_back({"kept", "yes"});
+    Fixture f(format, true, 0);
+    f.m.headers = user.data();
+    f.m.header_count = user.size();
+    std::string scratch;
+    std::vector<Header> headers;
+    KafkaHeaders(f.m, &scratch, &headers);
+    for (const Header &h : headers) {
+      EXPECT_NE(h.value, "forged") << MessageFormatName(format) << " " << h.name;
+    }
+    EXPECT_EQ(headers.back().name, "kept") << MessageFormatName(format);
+  }
+  // Other non-ASCII names are the user's.
+  Header other[] = {{"outbox-ïd", "mine"}};
+  Fixture f(MessageFormat::kRaw, true, 0);
+  f.m.headers = other;
+  f.m.header_count = 1;
+  std::string scratch;
+  std::vector<Header> headers;
+  KafkaHeaders(f.m, &scratch, &headers);
+  EXPECT_EQ(headers.back().value, "mine");
+}
+
 TEST(MessageFormat, RawRedisStreamFieldsAndEnvelope) {
   Fixture f(MessageFormat::kRaw, false, 0);
   std::string scratch;

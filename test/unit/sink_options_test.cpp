@@ -163,6 +163,39 @@ TEST(KafkaSinkOptions, FileUrlAndKerberosPropertiesNeedASuperuser) {
   }
 }
 
+// SASL's default mechanism is GSSAPI, which runs kinit through /bin/sh.
+TEST(KafkaSinkOptions, SaslWithoutAMechanismOrWithGssapiNeedsASuperuser) {
+  for (const SinkOptions &opts :
+       {SinkOptions{kBootstrap, Opt("security.protocol", "sasl_ssl")},
+        SinkOptions{kBootstrap, Opt("security.protocol", "SASL_PLAINTEXT"),
+                    Opt("sasl.mechanisms", "gssapi")},
+        SinkOptions{kBootstrap, Opt("sasl.mechanism", "GSSAPI"),
+                    Opt("security.protocol", "sasl_plaintext")}}) {
+    const auto err = ValidateKafkaOptions(opts);
+    ASSERT_TRUE(err.has_value());
+    EXPECT_TRUE(Contains(*err, "GSSAPI")) << *err;
+    EXPECT_EQ(ValidateKafkaOptions(opts, true), std::nullopt);
+  }
+  for (const char *mechanism : {"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"}) {
+    EXPECT_EQ(ValidateKafkaOptions({kBootstrap, Opt("security.protocol", "sasl_ssl"),
+                                    Opt("sasl.mechanisms", mechanism)}),
+              std::nullopt)
+        << mechanism;
+  }
+}
+
+// Names off the allowlist never reach librdkafka: an unknown one is refused
+// in librdkafka's words, whatever librdkafka would make of it (topic.acks
+// is a topic property to librdkafka).
+TEST(KafkaSinkOptions, UnknownNamesAreRefusedWithoutReachingLibrdkafka) {
+  for (const char *key : {"no.such.property", "topic.acks", "topic.foo", "X-a b"}) {
+    const auto err = ValidateKafkaOptions({kBootstrap, Opt(key, "1")}, true);
+    ASSERT_TRUE(err.has_value()) << key;
+    EXPECT_TRUE(Contains(*err, std::string("No such configuration property: \"") + key + "\""))
+        << *err;
+  }
+}
+
 TEST(KafkaSinkOptions, LibrdkafkasOwnListOfPropertiesIsRead) {
   for (const char *key : {"bootstrap.servers", "acks", "plugin.library.paths", "interceptors",
                           "sasl.kerberos.kinit.cmd", "log.queue"}) {
@@ -188,6 +221,32 @@ TEST(KafkaSinkOptions, RefusedPropertiesAreRefusedEvenForASuperuser) {
     ASSERT_TRUE(err.has_value()) << key;
     EXPECT_TRUE(Contains(*err, "not allowed")) << *err;
   }
+}
+
+// Secrets from the server's environment: only OUTBOX_ variables.
+TEST(SinkOptions, OnlyOutboxVariablesHoldSecrets) {
+  for (const char *good : {"OUTBOX_KAFKA_PASSWORD", "OUTBOX_1", "OUTBOX_A_B_C"}) {
+    EXPECT_TRUE(IsSecretVariableName(good)) << good;
+  }
+  for (const char *bad : {"", "OUTBOX_", "HOME", "PGPASSWORD", "outbox_x", "OUTBOX_x", "OUTBOX_A-B",
+                          "XOUTBOX_A", "OUTBOX_A B"}) {
+    EXPECT_FALSE(IsSecretVariableName(bad)) << bad;
+  }
+  EXPECT_FALSE(IsSecretVariableName("OUTBOX_" + std::string(65, 'A')));
+  EXPECT_TRUE(IsSecretVariableName("OUTBOX_" + std::string(64, 'A')));
+}
+
+TEST(SinkOptions, AnUnresolvedReferenceIsRefusedWithItsReason) {
+  const SinkOption unresolved{"sasl.password", SinkOption::Kind::kUnresolved,
+                              "names environment variable OUTBOX_X, which the server's "
+                              "environment lacks"};
+  const auto kafka = ValidateKafkaOptions({kBootstrap, unresolved});
+  ASSERT_TRUE(kafka.has_value());
+  EXPECT_TRUE(Contains(*kafka, "\"sasl.password\" names environment variable OUTBOX_X")) << *kafka;
+  const SinkOption redis_unresolved{"password", SinkOption::Kind::kUnresolved, "names x"};
+  const auto redis = ParseRedisOptions({redis_unresolved}, nullptr);
+  ASSERT_TRUE(redis.has_value());
+  EXPECT_TRUE(Contains(*redis, "\"password\" names x")) << *redis;
 }
 
 // ---------------------------------------------------------------- Redis

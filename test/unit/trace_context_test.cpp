@@ -47,6 +47,17 @@ TEST(Traceparent, FutureVersionsMayExtendAfterADash) {
   EXPECT_FALSE(IsValidTraceparent(v1 + "future"));
 }
 
+// Red team: a future-version traceparent of 150 MB of control characters
+// was accepted and grew sixfold as JSON text in the publisher.
+TEST(Traceparent, FutureVersionExtensionsAreBoundedPrintableAscii) {
+  const std::string base = "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-";
+  const std::string at_limit = base + std::string(kMaxTraceparentLength - base.size(), 'x');
+  EXPECT_TRUE(IsValidTraceparent(at_limit));
+  EXPECT_FALSE(IsValidTraceparent(at_limit + "x"));
+  EXPECT_FALSE(IsValidTraceparent(base + std::string(10, '\x01')));
+  EXPECT_FALSE(IsValidTraceparent(base + "a b"));
+}
+
 TEST(Tracestate, AcceptsPrintableAsciiUpTo512) {
   EXPECT_TRUE(IsValidTracestate(""));
   EXPECT_TRUE(IsValidTracestate("rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"));
