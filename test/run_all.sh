@@ -315,16 +315,23 @@ fi
 
 # ---------------------------------------------------------------------------
 banner "Unit tests and test broker under ASan + UBSan, a publisher under valgrind (test/sanitize.sh)"
-if timeout -k 30 1200 env OUTBOX_SKIP_DEPS=1 bash test/sanitize.sh /tmp/outbox-ci-sanitize; then
+# Private directories (two runs on one machine must not share them); kept
+# when the suite fails, for its reports and crash inputs.
+SANITIZE_DIR=$(mktemp -d /tmp/outbox-sanitize.XXXXXX)
+chmod 755 "$SANITIZE_DIR"  # the publisher under valgrind runs as the server's OS user
+if timeout -k 30 1200 env OUTBOX_SKIP_DEPS=1 bash test/sanitize.sh "$SANITIZE_DIR"; then
   record sanitizers pass
+  rm -rf "$SANITIZE_DIR"
 else
-  record sanitizers fail "reports above and in /tmp/outbox-ci-sanitize/reports"
+  record sanitizers fail "reports above and in $SANITIZE_DIR/reports"
 fi
 
 # ---------------------------------------------------------------------------
 banner "Fuzzing the parsers and validators (test/fuzz/run.sh, ${FUZZ_SECONDS:-30} s per target)"
-if timeout -k 30 900 bash test/fuzz/run.sh /tmp/outbox-ci-fuzz; then
+FUZZ_DIR=$(mktemp -d /tmp/outbox-fuzz.XXXXXX)
+if timeout -k 30 900 bash test/fuzz/run.sh "$FUZZ_DIR"; then
   record fuzz pass
+  rm -rf "$FUZZ_DIR"
 else
   record fuzz fail "crash inputs named above"
 fi
