@@ -738,10 +738,13 @@ const char *PublisherStatement(const char *name) {
 
 void LoadConfiguration(Dispatcher *dispatcher) {
   // Whoever can write outbox.sinks (its owner, the extension owner, or a
-  // superuser) chose the options: a superuser's options only when the
-  // extension owner is one (sink_options.hpp).
-  if (SPI_execute("SELECT r.rolsuper FROM pg_catalog.pg_extension e"
+  // superuser) chose the options: a superuser's options only when both
+  // owners are superusers (sink_options.hpp).
+  if (SPI_execute("SELECT r.rolsuper AND s.rolsuper FROM pg_catalog.pg_extension e"
                   " JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) e.extowner"
+                  " JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=)"
+                  " 'outbox.sinks'::pg_catalog.regclass"
+                  " JOIN pg_catalog.pg_roles s ON s.oid OPERATOR(pg_catalog.=) c.relowner"
                   " WHERE e.extname OPERATOR(pg_catalog.=) 'outbox'::pg_catalog.name",
                   true, 1) != SPI_OK_SELECT) {
     elog(ERROR, "outbox: cannot read the extension's owner");
@@ -813,9 +816,10 @@ void LoadConfiguration(Dispatcher *dispatcher) {
           " WHERE status = 'pending' AND next_attempt_at = 'infinity' AND" OWNED_KEYS("$1")
           // Only those a route may now take: events of topics no route
           // matches stay as they are, at no cost per reload (patterns are
-          // [A-Za-z0-9._-*]: only '_' needs escaping for LIKE).
-          " AND topic LIKE ANY (ARRAY(SELECT pg_catalog.replace(pg_catalog.replace(r.pattern,"
-          " '_', '\\_'), '*', '%') FROM outbox.routes r WHERE NOT r.paused))",
+          // [A-Za-z0-9._-*]: only '_' needs escaping for LIKE, with '!',
+          // which neither holds, whatever standard_conforming_strings says).
+          " AND EXISTS (SELECT FROM outbox.routes r WHERE NOT r.paused AND topic LIKE"
+          " pg_catalog.replace(pg_catalog.replace(r.pattern, '_', '!_'), '*', '%') ESCAPE '!')",
           1, types, args, nullptr, false, 0) != SPI_OK_UPDATE) {
     elog(ERROR, "outbox: cannot release events that waited for a route");
   }

@@ -40,6 +40,8 @@ extern "C" {
 #include "commands/tablespace.h"
 #include "executor/spi.h"
 #include "storage/procarray.h"
+#include "utils/backend_status.h"
+#include "pgstat.h"
 #include "access/twophase.h"
 #include "commands/defrem.h"
 #include "miscadmin.h"
@@ -111,6 +113,39 @@ int64 PreparedTransactionsIn(Oid dboid) {
   return n;
 }
 
+// Client sessions (not background workers, not autovacuum, which
+// PostgreSQL stops itself) connected to database `dboid`, other than ours.
+int ClientSessionsIn(Oid dboid) {
+  pgstat_clear_snapshot();  // a fresh look each time
+  int n = 0;
+  const int backends = pgstat_fetch_stat_numbackends();
+  for (int i = 1; i <= backends; ++i) {
+#if PG_VERSION_NUM >= 170000
+    LocalPgBackendStatus *local = pgstat_get_local_beentry_by_index(i);
+#else
+    LocalPgBackendStatus *local = pgstat_fetch_stat_local_beentry(i);
+#endif
+    if (local == nullptr) continue;
+    const PgBackendStatus &b = local->backendStatus;
+    if (b.st_procpid > 0 && b.st_procpid != MyProcPid && b.st_databaseid == dboid &&
+        b.st_backendType == B_BACKEND) {
+      ++n;
+    }
+  }
+  return n;
+}
+
+// Whether the database has no client session, waiting up to 5 s for those
+// that are leaving (as PostgreSQL waits before it gives up).
+bool NoClientSessions(Oid dboid) {
+  for (int i = 0; i < 50; ++i) {
+    if (ClientSessionsIn(dboid) == 0) return true;
+    CHECK_FOR_INTERRUPTS();
+    pg_usleep(100 * 1000L);
+  }
+  return false;
+}
+
 // The database named, if the statement will pass PostgreSQL's checks that
 // do not depend on the publishers being gone, so that it will act on the
 // database as `act` says; InvalidOid otherwise (nothing to pause). Those are
@@ -123,7 +158,10 @@ int64 PreparedTransactionsIn(Oid dboid) {
 Oid WillAct(const char *datname, Act act, const char *other, bool top_level, bool force = false) {
   if (datname == nullptr) return InvalidOid;
   const Oid dboid = get_database_oid(datname, true);
-  if (!OidIsValid(dboid) || dboid == MyDatabaseId) return InvalidOid;
+  if (!OidIsValid(dboid)) return InvalidOid;
+  // PostgreSQL refuses to drop, rename or move the session's own database;
+  // copying it is allowed (our publishers must step aside for that).
+  if (dboid == MyDatabaseId && act != Act::kCopy) return InvalidOid;
   if (act != Act::kRename && (!top_level || IsTransactionBlock())) return InvalidOid;
   switch (act) {
     case Act::kDrop:
@@ -156,11 +194,13 @@ Oid WillAct(const char *datname, Act act, const char *other, bool top_level, boo
       if (other == nullptr || OidIsValid(get_database_oid(other, true))) return InvalidOid;
       break;
   }
-  // Sessions other than background workers (ours among them): PostgreSQL
-  // refuses while they are connected (DROP DATABASE ... WITH (FORCE)
-  // terminates them instead).
-  if (!force && CountDBConnections(dboid) > 0) return InvalidOid;
-  if (act != Act::kCopy && PreparedTransactionsIn(dboid) > 0) return InvalidOid;
+  if (PreparedTransactionsIn(dboid) > 0) return InvalidOid;
+  // Other client sessions: PostgreSQL refuses while they are connected.
+  // DROP DATABASE ... WITH (FORCE) terminates them instead, if the caller
+  // may: a superuser always may; anyone else only as their role, which is
+  // not checked here, so then only an empty database is worth a pause.
+  if (force && superuser()) return dboid;
+  if (!NoClientSessions(dboid)) return InvalidOid;
   return dboid;
 }
 

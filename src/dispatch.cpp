@@ -127,18 +127,20 @@ bool Dispatcher::Configure(const RouteRow *routes, size_t nroutes, const SinkRow
       SinkOptions options;
       for (size_t j = 0; j < sinks[i].option_count; ++j) {
         const OptionView &o = sinks[i].options[j];
-        options.push_back(SinkOption{std::string(o.key), o.kind, std::string(o.text)});
+        options.push_back(
+            SinkOption{std::string(o.key), o.kind, std::string(o.text), o.from_environment});
       }
       seen.insert(name);
       auto it = sinks_.find(name);
-      const bool changed =
-          it == sinks_.end() || it->second.kind != sinks[i].kind ||
-          it->second.privileged != sinks[i].privileged ||
-          it->second.options.size() != options.size() ||
-          !std::equal(options.begin(), options.end(), it->second.options.begin(),
-                      [](const SinkOption &a, const SinkOption &b) {
-                        return a.key == b.key && a.kind == b.kind && a.text == b.text;
-                      });
+      const bool changed = it == sinks_.end() || it->second.kind != sinks[i].kind ||
+                           it->second.privileged != sinks[i].privileged ||
+                           it->second.options.size() != options.size() ||
+                           !std::equal(options.begin(), options.end(), it->second.options.begin(),
+                                       [](const SinkOption &a, const SinkOption &b) {
+                                         return a.key == b.key && a.kind == b.kind &&
+                                                a.text == b.text &&
+                                                a.from_environment == b.from_environment;
+                                       });
       if (changed) {
         if (it != sinks_.end()) DrainSinkLogs();
         SinkState fresh;

@@ -21,12 +21,14 @@
 #include "guc.hpp"
 #include "partition_calendar.hpp"
 #include "shmem.hpp"
+#include "worker_session.hpp"
 
 extern "C" {
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
@@ -190,6 +192,14 @@ bool CreateStep(void *p) {
                qname));
   // Before any row arrives: rows moved in below are counted back in by the
   // INSERT trigger after events_default's DELETE trigger counted them out.
+  // Created by a superuser who is not the owner of outbox.events (running
+  // outbox.maintain() by hand): the owner gets it, as the publisher, which
+  // runs as that owner, must update and drop it.
+  const Oid owner = EventsOwner();
+  if (OidIsValid(owner) && owner != GetUserId() && superuser()) {
+    Exec(psprintf("ALTER TABLE outbox.%s OWNER TO %s", qname,
+                  quote_identifier(GetUserNameFromId(owner, false))));
+  }
   Exec(psprintf("SELECT outbox.prepare_partition('outbox.%s'::pg_catalog.regclass)", qname));
   if (arg->move_from_default) {
     // Rows emitted while the day had no partition: move them so ATTACH's check
@@ -380,8 +390,11 @@ void AlignPartitionOwners() {
       " JOIN pg_catalog.pg_class p ON p.oid OPERATOR(pg_catalog.=) i.inhparent"
       " JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) p.relowner"
       " WHERE i.inhparent OPERATOR(pg_catalog.=) '%u'::pg_catalog.oid"
-      " AND c.relowner OPERATOR(pg_catalog.<>) p.relowner",
-      parent);
+      " AND c.relowner OPERATOR(pg_catalog.<>) p.relowner"
+      // Only outbox's own partitions: one attached from another schema is
+      // not ours to give away (and the publisher never updates it by name).
+      " AND c.relnamespace OPERATOR(pg_catalog.=) '%u'::pg_catalog.oid",
+      parent, nsp);
   if (ExecFresh(sql, 0) != SPI_OK_SELECT) elog(ERROR, "outbox: cannot list partition owners");
   const int n = static_cast<int>(SPI_processed);
   OwnerArg *args = static_cast<OwnerArg *>(palloc(sizeof(OwnerArg) * (n + 1)));

@@ -23,6 +23,10 @@ void DescribeCurrentException(std::string *error) noexcept {
 
 std::unique_ptr<Sink> MakeSink(std::string_view name, std::string_view kind,
                                const SinkOptions &options, bool privileged, std::string *error) {
+  if (std::optional<std::string> invalid = CheckSecretSources(options, privileged)) {
+    *error = std::move(*invalid);
+    return nullptr;
+  }
   if (kind == "kafka") return MakeKafkaSink(std::string(name), options, error, privileged);
   if (kind == "redis") return MakeRedisSink(std::string(name), options, error);
   *error = "sinks of kind \"" + std::string(kind) + "\" are not supported by this version";

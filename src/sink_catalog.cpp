@@ -48,10 +48,14 @@ Validation ValidateOptions(bool kafka, const OptionView *raw, int n, bool privil
     SinkOptions options;
     options.reserve(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) {
-      options.push_back(SinkOption{std::string(raw[i].key), raw[i].kind, std::string(raw[i].text)});
+      options.push_back(SinkOption{std::string(raw[i].key), raw[i].kind, std::string(raw[i].text),
+                                   raw[i].from_environment});
     }
-    const std::optional<std::string> error =
-        kafka ? ValidateKafkaOptions(options, privileged) : ParseRedisOptions(options, nullptr);
+    std::optional<std::string> error = CheckSecretSources(options, privileged);
+    if (!error) {
+      error =
+          kafka ? ValidateKafkaOptions(options, privileged) : ParseRedisOptions(options, nullptr);
+    }
     if (!error) return Validation::kValid;
     strlcpy(err, error->c_str(), errlen);
     return Validation::kInvalid;
@@ -143,6 +147,7 @@ bool ReadSecretReference(const JsonbValue &v, OptionView *out) {
   }
   out->kind = SinkOption::Kind::kString;
   out->text = std::string_view(pstrdup(value), strlen(value));
+  out->from_environment = true;
   return true;
 }
 
@@ -199,6 +204,9 @@ OUTBOX_SQL_FUNCTION(outbox_create_sink) {
   }
   Jsonb *options = PG_GETARG_JSONB_P(2);
 
+  // Who may create sinks first: validation reads the environment for
+  // {"env": ...} values.
+  ConnectAsSinkAdmin("create sinks");
   int n = 0;
   OptionView *raw = FlattenSinkOptions(options, &n);
   char err[1024];
@@ -215,7 +223,6 @@ OUTBOX_SQL_FUNCTION(outbox_create_sink) {
                            text_to_cstring(name), err)));
   }
 
-  ConnectAsSinkAdmin("create sinks");
   Oid types[3] = {TEXTOID, TEXTOID, JSONBOID};
   Datum values[3] = {PointerGetDatum(name), PointerGetDatum(kind), PointerGetDatum(options)};
   if (Run("INSERT INTO outbox.sinks (name, kind, options) VALUES ($1, $2, $3) "

@@ -205,6 +205,30 @@ bool IsSecretVariableName(std::string_view name) {
   return true;
 }
 
+std::optional<std::string> CheckSecretSources(const SinkOptions &options, bool superuser) {
+  static const char *const kSecretOptions[] = {"sasl.password",
+                                               "ssl.key.password",
+                                               "ssl.keystore.password",
+                                               "ssl.key.pem",
+                                               "sasl.oauthbearer.client.secret",
+                                               "sasl.oauthbearer.config",
+                                               "password"};
+  for (const SinkOption &opt : options) {
+    if (!opt.from_environment) continue;
+    if (!superuser) {
+      return "option \"" + opt.key +
+             "\": a value from the server's environment may only be given by a superuser";
+    }
+    bool secret = false;
+    for (const char *name : kSecretOptions) secret = secret || opt.key == name;
+    if (!secret) {
+      return "option \"" + opt.key +
+             "\" may not come from the environment (only passwords, keys and secrets may)";
+    }
+  }
+  return std::nullopt;
+}
+
 KafkaPropertyUse ClassifyKafkaProperty(std::string_view key) {
   const AllowedProperty *p = FindAllowed(key);
   if (p == nullptr) return KafkaPropertyUse::kRefused;

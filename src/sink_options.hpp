@@ -17,7 +17,8 @@ struct SinkOption {
   enum class Kind { kString, kNumber, kOther, kUnresolved };
   std::string key;
   Kind kind = Kind::kString;
-  std::string text;  // the string, or the number's text; empty for kOther
+  std::string text;               // the string, or the number's text; empty for kOther
+  bool from_environment = false;  // text was read from {"env": ...}
 };
 
 // Secrets without SQL text (issue 14, finding 9): an option's value may be
@@ -30,12 +31,23 @@ bool IsSecretVariableName(std::string_view name);
 
 using SinkOptions = std::vector<SinkOption>;
 
+// Values from the environment are a superuser's choice (the environment is
+// shared by every database of the server: one database's sink owner must not
+// send another's secret to a broker of its choosing), and only for options
+// that hold secrets, which no message ever quotes (Kafka: sasl.password,
+// ssl.key.password, ssl.keystore.password, ssl.key.pem,
+// sasl.oauthbearer.client.secret, sasl.oauthbearer.config; Redis: password).
+// The reason when an option breaks that; nothing otherwise. Checked before
+// the kind's own validation, by create_sink() and when a sink is built.
+std::optional<std::string> CheckSecretSources(const SinkOptions &options, bool superuser);
+
 // An option as views into someone else's memory (PostgreSQL-facing code
 // flattens jsonb into these without building containers).
 struct OptionView {
   std::string_view key;
   SinkOption::Kind kind = SinkOption::Kind::kString;
   std::string_view text;
+  bool from_environment = false;
 };
 
 // Kafka: every value must be a string, every key a librdkafka property that

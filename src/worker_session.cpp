@@ -8,7 +8,11 @@ extern "C" {
 #include "access/table.h"
 #include "catalog/indexing.h"
 #include "catalog/pg_authid.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_extension.h"
+#include "catalog/namespace.h"
+#include "utils/lsyscache.h"
+#include "utils/syscache.h"
 #include "commands/extension.h"
 #include "miscadmin.h"
 #include "utils/fmgroids.h"
@@ -96,8 +100,22 @@ Oid ExtensionOwner() {
   return owner;
 }
 
+Oid EventsOwner() {
+  const Oid nsp = get_namespace_oid("outbox", true);
+  const Oid events = OidIsValid(nsp) ? get_relname_relid("events", nsp) : InvalidOid;
+  if (!OidIsValid(events)) return InvalidOid;
+  HeapTuple tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(events));
+  if (!HeapTupleIsValid(tuple)) return InvalidOid;
+  const Oid owner = reinterpret_cast<Form_pg_class>(GETSTRUCT(tuple))->relowner;
+  ReleaseSysCache(tuple);
+  return owner;
+}
+
 void EnterExtensionOwner(OwnerScope *scope) {
-  const Oid owner = ExtensionOwner();
+  // The owner of outbox.events, whose triggers, constraints, defaults and
+  // indexes our statements run: the extension's owner, unless a superuser
+  // gave the table to someone else, who must not gain more than its rights.
+  const Oid owner = EventsOwner();
   if (!OidIsValid(owner)) {
     ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
                     errmsg("outbox: the extension is not installed in this database")));

@@ -36,7 +36,8 @@ void DiscardDatabaseSettings();
 // the bootstrap superuser, but every statement that can reach code someone
 // else wrote (the claims and outcome updates fire triggers and evaluate
 // constraints, defaults and index expressions on outbox.events; maintenance
-// moves rows and drops partitions) runs as the extension's owner, in a
+// moves rows and drops partitions) runs as the owner of outbox.events (the
+// extension's owner, unless a superuser gave the table away), in a
 // security-restricted operation, as autovacuum runs index functions as the
 // table owner: a trigger a non-superuser owner adds on outbox.events runs
 // with the owner's rights, never more, and cannot change the session (SET
@@ -51,8 +52,9 @@ struct OwnerScope {
 void EnterExtensionOwner(OwnerScope *scope);
 void LeaveExtensionOwner(const OwnerScope &scope);
 
-// The extension's owner (InvalidOid when it is not installed). Needs a
-// transaction.
+// The extension's owner, and the owner of outbox.events (InvalidOid when it
+// is not installed). Need a transaction.
 Oid ExtensionOwner();
+Oid EventsOwner();
 
 }  // namespace outbox

@@ -236,6 +236,25 @@ TEST(SinkOptions, OnlyOutboxVariablesHoldSecrets) {
   EXPECT_TRUE(IsSecretVariableName("OUTBOX_" + std::string(64, 'A')));
 }
 
+// Red team: any OUTBOX_ variable could be read into any option, where a
+// validator quoted it back (Redis mode), or into another database's sink.
+TEST(SinkOptions, ValuesFromTheEnvironmentAreASuperusersAndOnlyForSecrets) {
+  SinkOption password{"sasl.password", SinkOption::Kind::kString, "s3cret", true};
+  EXPECT_EQ(CheckSecretSources({password}, true), std::nullopt);
+  const auto not_super = CheckSecretSources({password}, false);
+  ASSERT_TRUE(not_super.has_value());
+  EXPECT_TRUE(Contains(*not_super, "superuser")) << *not_super;
+  EXPECT_FALSE(Contains(*not_super, "s3cret"));
+  for (const char *key : {"mode", "compression.type", "bootstrap.servers", "port"}) {
+    const auto err = CheckSecretSources({{key, SinkOption::Kind::kString, "s3cret", true}}, true);
+    ASSERT_TRUE(err.has_value()) << key;
+    EXPECT_FALSE(Contains(*err, "s3cret")) << *err;
+  }
+  EXPECT_EQ(CheckSecretSources({{"password", SinkOption::Kind::kString, "x", true}}, true),
+            std::nullopt);
+  EXPECT_EQ(CheckSecretSources({Opt("mode", "stream")}, false), std::nullopt);
+}
+
 TEST(SinkOptions, AnUnresolvedReferenceIsRefusedWithItsReason) {
   const SinkOption unresolved{"sasl.password", SinkOption::Kind::kUnresolved,
                               "names environment variable OUTBOX_X, which the server's "
