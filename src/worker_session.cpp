@@ -2,20 +2,15 @@
 #include "worker_session.hpp"
 
 extern "C" {
-#include "access/genam.h"
 #include "access/xact.h"
 #include "access/htup_details.h"
-#include "access/table.h"
-#include "catalog/indexing.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_class.h"
-#include "catalog/pg_extension.h"
 #include "catalog/namespace.h"
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
 #include "commands/extension.h"
 #include "miscadmin.h"
-#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/guc_tables.h"
 #include "utils/rel.h"
@@ -81,23 +76,6 @@ void DiscardDatabaseSettings() {
                             WARNING, false);
   }
   if (own_transaction) CommitTransactionCommand();
-}
-
-Oid ExtensionOwner() {
-  const Oid extension = get_extension_oid("outbox", true);
-  if (!OidIsValid(extension)) return InvalidOid;
-  Relation rel = table_open(ExtensionRelationId, AccessShareLock);
-  ScanKeyData key;
-  ScanKeyInit(&key, Anum_pg_extension_oid, BTEqualStrategyNumber, F_OIDEQ,
-              ObjectIdGetDatum(extension));
-  SysScanDesc scan = systable_beginscan(rel, ExtensionOidIndexId, true, nullptr, 1, &key);
-  HeapTuple tuple = systable_getnext(scan);
-  const Oid owner = HeapTupleIsValid(tuple)
-                        ? reinterpret_cast<Form_pg_extension>(GETSTRUCT(tuple))->extowner
-                        : InvalidOid;
-  systable_endscan(scan);
-  table_close(rel, AccessShareLock);
-  return owner;
 }
 
 Oid EventsOwner() {

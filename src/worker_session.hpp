@@ -52,9 +52,8 @@ struct OwnerScope {
 void EnterExtensionOwner(OwnerScope *scope);
 void LeaveExtensionOwner(const OwnerScope &scope);
 
-// The extension's owner, and the owner of outbox.events (InvalidOid when it
-// is not installed). Need a transaction.
-Oid ExtensionOwner();
+// The owner of outbox.events (InvalidOid when the extension is not
+// installed). Needs a transaction.
 Oid EventsOwner();
 
 }  // namespace outbox
