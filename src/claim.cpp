@@ -329,6 +329,117 @@ void WriteOutcomes(Oid partition, const Claimed *claimed, const RowOutcome *outc
   }
 }
 
+// Late outcomes (dispatch.hpp, "Slow sinks") are written only into rows
+// still exactly as the dispatcher parked them: anything else (replayed,
+// paused, claimed again after the park ran out) means the row has moved on,
+// and the answer is dropped (at least once: the row is or was sent again).
+// Through the parent, so that its statement trigger counts the change once.
+constexpr const char *kLateOutcomeSql =
+    "UPDATE outbox.events e SET status = u.status, attempts = u.attempts,"
+    " next_attempt_at = CASE WHEN u.status OPERATOR(pg_catalog.=) 'published'::pg_catalog.text"
+    " THEN e.next_attempt_at ELSE u.next END,"
+    " published_at = CASE WHEN u.status OPERATOR(pg_catalog.=) 'published'::pg_catalog.text"
+    " THEN pg_catalog.clock_timestamp() END,"
+    " last_error = u.error"
+    " FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3),"
+    " pg_catalog.unnest($4), pg_catalog.unnest($5), pg_catalog.unnest($6),"
+    " pg_catalog.unnest($7), pg_catalog.unnest($8))"
+    " AS u(id, created, expected, parked, status, attempts, next, error)"
+    " WHERE e.id OPERATOR(pg_catalog.=) u.id"
+    " AND e.created_at OPERATOR(pg_catalog.=) u.created"
+    " AND e.status OPERATOR(pg_catalog.=) 'pending'::pg_catalog.text"
+    " AND e.attempts OPERATOR(pg_catalog.=) u.expected"
+    " AND e.next_attempt_at OPERATOR(pg_catalog.=) u.parked";
+const Oid kLateOutcomeTypes[8] = {UUIDARRAYOID,        TIMESTAMPTZARRAYOID, INT4ARRAYOID,
+                                  TIMESTAMPTZARRAYOID, TEXTARRAYOID,        INT4ARRAYOID,
+                                  TIMESTAMPTZARRAYOID, TEXTARRAYOID};
+SPIPlanPtr late_outcome_plan = nullptr;
+
+// Judge the late answers that have come in and write them. The order state
+// has them already (SettleLate); if this transaction fails, the error path
+// reloads it from the rows, which then still say "parked".
+void WriteLateOutcomes(Dispatcher *dispatcher, const DispatchSettings &settings,
+                       CycleStats *stats) {
+  if (!dispatcher->HasLate()) return;
+  if (!dispatcher->SettleLate(settings)) {
+    ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY),
+                    errmsg("outbox: the publisher ran out of memory while judging late answers "
+                           "from its sinks; their events wait and are sent again")));
+  }
+  int capacity = 16, n = 0;
+  auto grow = [&capacity](Datum *a) {
+    return static_cast<Datum *>(repalloc(a, sizeof(Datum) * capacity));
+  };
+  Datum *ids = static_cast<Datum *>(palloc(sizeof(Datum) * capacity));
+  Datum *created = static_cast<Datum *>(palloc(sizeof(Datum) * capacity));
+  Datum *expected = static_cast<Datum *>(palloc(sizeof(Datum) * capacity));
+  Datum *parked = static_cast<Datum *>(palloc(sizeof(Datum) * capacity));
+  Datum *statuses = static_cast<Datum *>(palloc(sizeof(Datum) * capacity));
+  Datum *attempts = static_cast<Datum *>(palloc(sizeof(Datum) * capacity));
+  Datum *next = static_cast<Datum *>(palloc(sizeof(Datum) * capacity));
+  bool *next_null = static_cast<bool *>(palloc(sizeof(bool) * capacity));
+  Datum *errors = static_cast<Datum *>(palloc(sizeof(Datum) * capacity));
+  bool *error_null = static_cast<bool *>(palloc(sizeof(bool) * capacity));
+  LateOutcome late;  // plain data: nothing to destroy if an ERROR jumps out
+  while (dispatcher->NextLateOutcome(&late)) {
+    if (n == capacity) {
+      capacity *= 2;
+      ids = grow(ids);
+      created = grow(created);
+      expected = grow(expected);
+      parked = grow(parked);
+      statuses = grow(statuses);
+      attempts = grow(attempts);
+      next = grow(next);
+      errors = grow(errors);
+      next_null = static_cast<bool *>(repalloc(next_null, sizeof(bool) * capacity));
+      error_null = static_cast<bool *>(repalloc(error_null, sizeof(bool) * capacity));
+    }
+    const RowOutcome &o = late.outcome;
+    ids[n] = DirectFunctionCall1(uuid_in, CStringGetDatum(late.id));
+    created[n] = TimestampTzGetDatum(late.created_at);
+    expected[n] = Int32GetDatum(late.attempts);
+    parked[n] = TimestampTzGetDatum(late.parked_until_us);
+    const bool published = o.outcome == Outcome::kPublished;
+    statuses[n] = CStringGetTextDatum(published ? "published" : OutcomeStatus(o.outcome));
+    attempts[n] = Int32GetDatum(o.attempts);
+    next_null[n] = o.outcome == Outcome::kDead || published;
+    next[n] = TimestampTzGetDatum(o.next_attempt_us);  // INT64_MAX is 'infinity'
+    error_null[n] = published;
+    errors[n] = published ? static_cast<Datum>(0) : CStringGetTextDatum(o.error);
+    if (published) stats->published++;
+    if (o.outcome == Outcome::kRetry || o.outcome == Outcome::kDead) {
+      stats->failed++;
+      strlcpy(stats->last_error, o.error, sizeof stats->last_error);
+    }
+    ++n;
+  }
+  if (n == 0) return;
+  if (late_outcome_plan == nullptr)
+    late_outcome_plan = Prepare(kLateOutcomeSql, 8, kLateOutcomeTypes);
+  int dims[1] = {n};
+  int lbs[1] = {1};
+  Datum args[8] = {
+      PointerGetDatum(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR)),
+      PointerGetDatum(
+          construct_array(created, n, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
+      PointerGetDatum(construct_array(expected, n, INT4OID, 4, true, TYPALIGN_INT)),
+      PointerGetDatum(
+          construct_array(parked, n, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
+      PointerGetDatum(construct_array(statuses, n, TEXTOID, -1, false, TYPALIGN_INT)),
+      PointerGetDatum(construct_array(attempts, n, INT4OID, 4, true, TYPALIGN_INT)),
+      PointerGetDatum(construct_md_array(next, next_null, 1, dims, lbs, TIMESTAMPTZOID, 8,
+                                         FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
+      PointerGetDatum(
+          construct_md_array(errors, error_null, 1, dims, lbs, TEXTOID, -1, false, TYPALIGN_INT))};
+  OUTBOX_FAULT("publisher.before_late_outcomes");
+  const int rc = SPI_execute_plan(late_outcome_plan, args, nullptr, false, 0);
+  if (rc != SPI_OK_UPDATE) elog(ERROR, "outbox: recording late answers failed");
+  ereport(DEBUG1, (errmsg("outbox: recorded %d late answer(s) from the sinks; %d found their "
+                          "event changed meanwhile and were dropped",
+                          static_cast<int>(SPI_processed), n - static_cast<int>(SPI_processed))));
+}
+
 Datum OwnedBitmap() { return PointerGetDatum(OwnedSlots().bitmap); }
 
 // Topics the claims leave alone this cycle (a text[] in the cycle's memory).
@@ -638,6 +749,8 @@ int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted,
   settings.backoff_max_ms = guc::backoff_max_ms;
   settings.now_us = now;
   settings.source = guc::CloudEventsSource();
+  settings.ack_wait_ms = guc::ack_wait_ms;
+  WriteLateOutcomes(dispatcher, settings, stats);
 
   // The window: claim a batch and send it; while the brokers answer, claim
   // and send the next, as long as claims come back full. Then finish them in

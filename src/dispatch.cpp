@@ -1,6 +1,7 @@
 #include "dispatch.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <set>
@@ -22,6 +23,13 @@ void SetError(RowOutcome *out, std::string_view text) {
   const size_t n = std::min(text.size(), sizeof out->error - 1);
   std::memcpy(out->error, text.data(), n);
   out->error[n] = '\0';
+}
+
+// Milliseconds on a clock that only goes forward (ack wait deadlines).
+int64_t SteadyMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 std::string Seconds(int64_t us) {
@@ -100,8 +108,10 @@ bool Dispatcher::Configure(const RouteRow *routes, size_t nroutes, const SinkRow
   // Sinks may be replaced below: no batch may still point at them.
   if (!flights_.empty()) {
     LogFailure("configuration reloaded with batches in flight", "they are abandoned");
-    AbandonAll();
   }
+  // Late groups go too (their events wait as parked, and are sent again when
+  // that time is up): their route indexes are about to change.
+  AbandonAll();
   try {
     OUTBOX_FAULT_CPP("dispatch.configure");
     std::vector<Route> fresh;
@@ -378,7 +388,19 @@ bool Dispatcher::Finish(Ticket ticket, Sink::InterruptCheck interrupted) noexcep
 void Dispatcher::FinishFront(Sink::InterruptCheck interrupted) {
   Flight &flight = flights_.front();
   const Ticket ticket = flight.ticket;
-  for (Group &group : flight.groups) SettleGroup(flight, &group, interrupted);
+  // One ack wait for the whole window: its batches are finished one after
+  // the other, and a slow sink must not hold up the others once per batch.
+  if (window_deadline_ms_ == 0 && flight.settings.ack_wait_ms > 0) {
+    window_deadline_ms_ = SteadyMs() + flight.settings.ack_wait_ms;
+  }
+  const int64_t deadline = flight.settings.ack_wait_ms > 0 ? window_deadline_ms_ : 0;
+  for (Group &group : flight.groups) {
+    if (CollectGroup(&group, deadline, interrupted)) {
+      SettleGroup(flight, &group, interrupted);
+    } else {
+      MakeLate(flight, &group);
+    }
+  }
   OUTBOX_FAULT_CPP("dispatch.finish");
   if (!flight.deferred.empty()) {
     if (interrupted != nullptr && interrupted()) {
@@ -399,13 +421,176 @@ void Dispatcher::FinishFront(Sink::InterruptCheck interrupted) {
       }
       SendGroups(&flight, &groups, interrupted);
       for (size_t g = settled; g < flight.groups.size(); ++g) {
-        SettleGroup(flight, &flight.groups[g], interrupted);
+        if (CollectGroup(&flight.groups[g], deadline, interrupted)) {
+          SettleGroup(flight, &flight.groups[g], interrupted);
+        } else {
+          MakeLate(flight, &flight.groups[g]);
+        }
       }
     }
   }
   flights_.pop_front();
   ForgetKeysOf(ticket);
-  if (flights_.empty()) untouched_keys_.clear();
+  if (flights_.empty()) {
+    untouched_keys_.clear();
+    window_deadline_ms_ = 0;
+  }
+}
+
+// Wait for a group's answers until deadline_ms (SteadyMs; 0: as long as the
+// sink takes). True when they are all in.
+bool Dispatcher::CollectGroup(Group *group, int64_t deadline_ms, Sink::InterruptCheck interrupted) {
+  if (group->sink == nullptr || group->sink_ticket == 0) return true;
+  if (deadline_ms == 0) {
+    group->sink->Collect(group->sink_ticket, interrupted);
+    return true;
+  }
+  const int64_t left = std::max<int64_t>(0, deadline_ms - SteadyMs());
+  return group->sink->CollectFor(group->sink_ticket, left, interrupted);
+}
+
+// The group's sink has not answered in time: park its events until the sink
+// must have settled them, keep their keys held back, and keep what is
+// needed to judge the answers when they come (SettleLate). May throw (out
+// of memory): the Late is complete (sink_ticket set) only once the answers'
+// array has changed hands, so an abandon in between leaves nothing the sink
+// could write into after it is freed.
+void Dispatcher::MakeLate(const Flight &flight, Group *group) {
+  SinkState &state = sinks_[group->sink_name];
+  late_.emplace_back();
+  Late &late = late_.back();
+  late.sink_name = group->sink_name;
+  late.sink = group->sink;
+  late.parked_until_us =
+      flight.settings.now_us + (group->sink->SettleLimitMs() + kLateMarginMs) * kUsecPerMs;
+  late.rows.reserve(group->members.size());
+  late.route_of.reserve(group->members.size());
+  for (size_t i : group->members) {
+    const EventRow &row = flight.rows[i];
+    late.rows.push_back(LateRow{std::string(row.id), std::string(row.topic), std::string(row.key),
+                                row.has_key, row.attempts, row.created_at});
+    late.route_of.push_back(flight.route_of[i]);
+  }
+  const std::string why = "waiting for sink \"" + group->sink_name + "\" to answer";
+  for (size_t k = 0; k < group->members.size(); ++k) {
+    const size_t i = group->members[k];
+    const EventRow &row = flight.rows[i];
+    RowOutcome &out = flight.out[i];
+    out.outcome = Outcome::kPark;
+    out.next_attempt_us = late.parked_until_us;
+    SetError(&out, why);
+    if (row.has_key) {
+      const std::string &pattern = routes_[flight.route_of[i]].pattern;
+      guard_.Block(pattern, row.key, row.id, late.parked_until_us);
+      late_keys_.emplace(pattern, std::string(row.key));
+    }
+  }
+  if (!state.slow) {
+    Log(LogLevel::kInfo, "sink \"" + group->sink_name +
+                             "\" has not answered within outbox.ack_wait; its outcomes are "
+                             "recorded when it answers, the other sinks' go ahead");
+  }
+  state.slow = true;
+  late.results.swap(group->results);  // the sink writes here from now on
+  late.sink_ticket = group->sink_ticket;
+  group->sink = nullptr;  // the group is now the Late's
+  group->sink_ticket = 0;
+}
+
+bool Dispatcher::LateArrived() noexcept {
+  bool any = false;
+  for (Late &late : late_) {
+    if (!late.complete && late.sink_ticket != 0) {
+      late.complete = late.sink->CollectFor(late.sink_ticket, 0, nullptr);
+    }
+    any = any || late.complete;
+  }
+  return any;
+}
+
+bool Dispatcher::SettleLate(const DispatchSettings &settings) noexcept {
+  late_outcomes_.clear();
+  next_late_outcome_ = 0;
+  if (late_.empty()) return true;
+  try {
+    (void)LateArrived();
+    for (auto it = late_.begin(); it != late_.end();) {
+      if (!it->complete) {
+        ++it;
+        continue;
+      }
+      Late &late = *it;
+      const size_t n = late.rows.size();
+      std::vector<EventRow> rows(n);
+      std::vector<size_t> members(n);
+      std::vector<RowOutcome> out(n);
+      for (size_t k = 0; k < n; ++k) {
+        const LateRow &r = late.rows[k];
+        rows[k].id = r.id;
+        rows[k].topic = r.topic;
+        rows[k].has_key = r.has_key;
+        rows[k].key = r.key;
+        rows[k].attempts = r.attempts;
+        rows[k].created_at = r.created_at;
+        members[k] = k;
+        out[k].attempts = r.attempts;
+        if (r.has_key) late_keys_.erase(RouteKey(routes_[late.route_of[k]].pattern, r.key));
+      }
+      Judging j;
+      j.rows = rows.data();
+      j.route_of = late.route_of.data();
+      j.members = &members;
+      j.results = &late.results;
+      j.settings = &settings;
+      j.out = out.data();
+      j.sink_name = &late.sink_name;
+      Judge(j, nullptr);
+      for (size_t k = 0; k < n; ++k) {
+        if (out[k].outcome == Outcome::kUntouched) continue;
+        LateOutcome o;
+        CopyOut(late.rows[k].id, o.id, sizeof o.id);
+        o.created_at = late.rows[k].created_at;
+        o.attempts = late.rows[k].attempts;
+        o.parked_until_us = late.parked_until_us;
+        o.outcome = out[k];
+        late_outcomes_.push_back(o);
+      }
+      it = late_.erase(it);
+    }
+    return true;
+  } catch (const std::exception &e) {
+    LogFailure("could not judge late answers", e.what());
+  } catch (...) {
+    LogFailure("could not judge late answers", "unexpected error");
+  }
+  // The guard may hold half of what was judged: the caller reloads it.
+  AbandonAll();
+  guard_.Clear();
+  late_outcomes_.clear();
+  return false;
+}
+
+bool Dispatcher::NextLateOutcome(LateOutcome *out) noexcept {
+  if (next_late_outcome_ >= late_outcomes_.size()) return false;
+  *out = late_outcomes_[next_late_outcome_++];
+  return true;
+}
+
+void Dispatcher::DropLate() noexcept {
+  if (late_.empty()) return;
+  try {
+    Log(LogLevel::kDebug, std::to_string(late_.size()) +
+                              " batch(es) awaiting late answers given up; their events wait");
+  } catch (...) {
+  }
+  // The sinks first, while the answer arrays they write into exist.
+  for (const Late &late : late_) {
+    if (late.sink != nullptr && late.sink_ticket != 0) {
+      late.sink->AbandonAll("abandoned: its late answers were given up");
+    }
+  }
+  late_.clear();
+  late_keys_.clear();
 }
 
 void Dispatcher::NoteUntouched(const Route &route, const EventRow &row) {
@@ -422,6 +607,8 @@ void Dispatcher::AbandonAll() noexcept {
     }
     flights_.clear();
   }
+  window_deadline_ms_ = 0;
+  DropLate();
   keys_in_flight_.clear();
   untouched_keys_.clear();
 }
@@ -450,7 +637,9 @@ void Dispatcher::SendGroup(const Flight &flight, Group *group, Sink::InterruptCh
   group->results.resize(group->members.size());
   // A sink with batches in flight is not recreated under them: a failed one
   // refuses this batch at once (retriable), and is recreated once idle.
-  Sink *sink = SinkFor(group->sink_name, state, flights_.size() == 1);
+  const bool late = std::any_of(late_.begin(), late_.end(),
+                                [&](const Late &l) { return l.sink_name == group->sink_name; });
+  Sink *sink = SinkFor(group->sink_name, state, flights_.size() == 1 && !late);
   if (sink == nullptr) {
     for (Delivery &d : group->results) d = Delivery{DeliveryStatus::kRetriable, state->last_error};
     return;
@@ -463,16 +652,35 @@ void Dispatcher::SendGroup(const Flight &flight, Group *group, Sink::InterruptCh
 }
 
 void Dispatcher::SettleGroup(const Flight &flight, Group *group, Sink::InterruptCheck interrupted) {
-  Sink *sink = group->sink;
-  if (sink != nullptr) sink->Collect(group->sink_ticket, interrupted);
-  const std::string &sink_name = group->sink_name;
+  SinkState &state = sinks_[group->sink_name];
+  if (state.slow && group->sink != nullptr) {
+    state.slow = false;
+    Log(LogLevel::kInfo, "sink \"" + group->sink_name + "\" answers within outbox.ack_wait again");
+  }
+  Judging j;
+  j.rows = flight.rows;
+  j.route_of = flight.route_of.data();
+  j.members = &group->members;
+  j.results = &group->results;
+  j.settings = &flight.settings;
+  j.out = flight.out;
+  j.sink_name = &group->sink_name;
+  j.solo_sink = group->sink;
+  j.solo_flight = &flight;
+  Judge(j, interrupted);
+}
+
+// Decide a group's rows from its sink's answers (all in).
+void Dispatcher::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
+  Sink *sink = j.solo_sink;
+  const std::string &sink_name = *j.sink_name;
   SinkState *state = &sinks_[sink_name];
-  const std::vector<size_t> &members = group->members;
-  const std::vector<Delivery> &results = group->results;
-  const EventRow *rows = flight.rows;
-  const std::vector<int> &route_of = flight.route_of;
-  const DispatchSettings &settings = flight.settings;
-  RowOutcome *out = flight.out;
+  const std::vector<size_t> &members = *j.members;
+  const std::vector<Delivery> &results = *j.results;
+  const EventRow *rows = j.rows;
+  const int *route_of = j.route_of;
+  const DispatchSettings &settings = *j.settings;
+  RowOutcome *out = j.out;
 
   size_t delivered = 0, retriable = 0;
   for (const Delivery &d : results) {
@@ -484,8 +692,9 @@ void Dispatcher::SettleGroup(const Flight &flight, Group *group, Sink::Interrupt
   }
   const bool interrupted_now = interrupted != nullptr && interrupted();
 
-  // Nothing delivered, nothing refused: the sink is down. Park its events
-  // until the sink's backoff expires; attempts are not counted.
+  // Nothing delivered, nothing refused, and no target refused by a broker
+  // that answered: the sink is down. Park its events until the sink's
+  // backoff expires; attempts are not counted.
   if (delivered == 0 && retriable == results.size() && !interrupted_now) {
     state->failures++;
     const int64_t wait_ms =
@@ -546,7 +755,7 @@ void Dispatcher::SettleGroup(const Flight &flight, Group *group, Sink::Interrupt
     }
     if (result.status == DeliveryStatus::kRejected && members.size() > 1 && sink != nullptr) {
       // Kafka fails every message of a produce request when the broker
-      // refuses one (too large, not authorised): try this one alone before
+      // refuses one (too large, invalid): try this one alone before
       // counting it against the event. Not while shutting down (no verdict,
       // no attempt), and not while an earlier event of its key has just
       // failed in this call: sent alone it would overtake that one, so it
@@ -559,7 +768,7 @@ void Dispatcher::SettleGroup(const Flight &flight, Group *group, Sink::Interrupt
       if (ParkBehindEarlier(rows[i], route, nullptr, settings.now_us, kWaitingForKey, &out[i])) {
         continue;
       }
-      OutMessage alone = MessageFor(flight, i);
+      OutMessage alone = MessageFor(*j.solo_flight, i);
       Delivery solo;
       sink->Publish(&alone, 1, &solo, interrupted);
       if (solo.status == DeliveryStatus::kRetriable && stopping()) {
@@ -585,6 +794,11 @@ bool Dispatcher::ParkBehindEarlier(const EventRow &row, const Route &route,
   }
   out->outcome = Outcome::kPark;
   out->next_attempt_us = std::max(until, now_us);
+  if (!late_keys_.empty() && late_keys_.count(RouteKey(route.pattern, std::string(row.key))) != 0) {
+    // Behind an event whose sink has not answered yet: its answer may come
+    // any moment (the earlier event is parked for the sink's whole timeout).
+    out->next_attempt_us = std::min(out->next_attempt_us, now_us + kLateRecheckUs);
+  }
   SetError(out, error);
   guard_.Block(route.pattern, row.key, row.id, out->next_attempt_us);
   return true;

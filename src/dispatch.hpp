@@ -16,6 +16,9 @@
 //   for that event; a message the broker refuses (kRejected) in a call with
 //   others is first retried on its own, and counts an attempt only then, so
 //   one poison event never takes its neighbours down.
+// - A target the broker refuses (kTargetRefused: a Kafka topic the cluster
+//   lacks or the producer may not write) counts an attempt per event, never
+//   makes the sink down, and is not retried alone.
 // - After outbox.max_attempts failed attempts an event is dead, and stops
 //   holding back its key.
 //
@@ -37,6 +40,18 @@
 // whole cycle (its events stay pending; per-key order is rebuilt from the
 // database). Deciding what is left of a window after part of it went wrong
 // is where order used to break.
+//
+// Slow sinks: Finish waits at most settings.ack_wait_ms for a sink's answers
+// (0: as long as the sink's own delivery timeout). A sink that has not
+// answered by then does not hold up the batch: its events are parked until
+// the sink must have settled them (SettleLimitMs plus a margin), without an
+// attempt, their keys held back, and the sink's answers, when they come, are
+// judged as usual and handed out as late outcomes (SettleLate,
+// NextLateOutcome), which the caller writes if the row is still as parked.
+// So an unknown topic that librdkafka holds for message.timeout.ms delays
+// neither other sinks' outcomes nor later cycles; a later event of a key
+// whose earlier event awaits a late answer is parked for kLateRecheckUs at a
+// time, and goes once that answer is in.
 //
 // Lifetime of a batch: Begin returns a ticket that no later batch reuses;
 // the rows and the outcome array stay the caller's and must stay valid until
@@ -99,6 +114,7 @@ struct DispatchSettings {
   int64_t backoff_max_ms = 60000;
   int64_t now_us = 0;       // the caller's clock, in the unit next_attempt_us uses
   std::string_view source;  // the CloudEvents source of this database's events
+  int64_t ack_wait_ms = 0;  // see "Slow sinks"; 0: wait for every answer
 };
 
 enum class Outcome {
@@ -117,6 +133,16 @@ struct RowOutcome {
   int attempts = 0;             // the row's attempts after this batch
   int64_t next_attempt_us = 0;  // for kRetry and kPark
   char error[256] = {0};        // for everything but kPublished and kUntouched
+};
+
+// An answer a sink gave after its batch was finished (see "Slow sinks"),
+// judged. Plain data: the caller may hold it across a longjmp.
+struct LateOutcome {
+  char id[40] = {0};            // canonical UUID text
+  int64_t created_at = 0;       // the event's (finds its partition)
+  int attempts = 0;             // the row's attempts while it was parked
+  int64_t parked_until_us = 0;  // the row's next_attempt_us while it was parked
+  RowOutcome outcome;           // never kUntouched
 };
 
 // Sinks are created by this factory; tests substitute fakes. `privileged`:
@@ -195,6 +221,25 @@ class Dispatcher {
   // Batches begun and not yet finished or abandoned.
   size_t InFlight() const noexcept { return flights_.size(); }
 
+  // Slow sinks (see above). HasLate: some answers are still awaited.
+  // LateArrived: gathers what has arrived without waiting, true when some
+  // late group is complete. SettleLate judges the complete ones (with this
+  // cycle's settings) into late outcomes, which NextLateOutcome hands out one
+  // by one. SettleLate fails (out of memory) like Finish: everything late is
+  // abandoned, the order state is cleared, and the caller reloads it before
+  // deciding anything. Late outcomes not written (the caller's transaction
+  // failed) are lost harmlessly: their rows wait as parked and are sent
+  // again when that time is up (at least once).
+  bool HasLate() const noexcept { return !late_.empty(); }
+  bool LateArrived() noexcept;
+  bool SettleLate(const DispatchSettings &settings) noexcept;
+  bool NextLateOutcome(LateOutcome *out) noexcept;
+  // How long a later event of a key waits, at a time, behind an event of
+  // that key whose sink has not answered yet.
+  static constexpr int64_t kLateRecheckUs = 1000000;
+  // Added to a sink's SettleLimitMs when parking its late events.
+  static constexpr int64_t kLateMarginMs = 2000;
+
   // Serve the sinks' background work while idle.
   void Poll() noexcept;
 
@@ -230,6 +275,7 @@ class Dispatcher {
     int failures = 0;         // consecutive calls that delivered nothing
     int64_t retry_at_us = 0;  // while down: when to try again
     bool down = false;
+    bool slow = false;  // its last batch was left to late answers
     std::string last_error;
   };
   struct Route {
@@ -265,6 +311,40 @@ class Dispatcher {
   };
   using RouteKey = std::pair<std::string, std::string>;  // route pattern, key
 
+  // A group whose sink had not answered by the ack wait: what is needed to
+  // judge it later, copied (the batch's rows are the caller's and go).
+  struct LateRow {
+    std::string id, topic, key;
+    bool has_key = false;
+    int attempts = 0;
+    int64_t created_at = 0;
+  };
+  struct Late {
+    std::string sink_name;
+    Sink *sink = nullptr;
+    uint64_t sink_ticket = 0;  // 0 until the group is fully copied
+    bool complete = false;     // every answer is in
+    int64_t parked_until_us = 0;
+    std::vector<LateRow> rows;
+    std::vector<int> route_of;
+    std::vector<Delivery> results;  // the sink fills these (its Send's `out`)
+  };
+
+  // What Judge needs to decide a group's rows from its sink's answers.
+  struct Judging {
+    const EventRow *rows = nullptr;
+    const int *route_of = nullptr;
+    const std::vector<size_t> *members = nullptr;
+    const std::vector<Delivery> *results = nullptr;
+    const DispatchSettings *settings = nullptr;
+    RowOutcome *out = nullptr;
+    const std::string *sink_name = nullptr;
+    // For retrying a refused message alone; null for late groups (their
+    // rows' payloads are gone): a refusal then counts an attempt at once.
+    Sink *solo_sink = nullptr;
+    const Flight *solo_flight = nullptr;
+  };
+
   void NoteBehindDownSink(std::string_view topic, const std::string &sink);
   int RouteIndex(std::string_view topic) const;
   Sink *SinkFor(const std::string &name, SinkState *state, bool may_recreate = true);
@@ -287,6 +367,10 @@ class Dispatcher {
   OutMessage MessageFor(const Flight &flight, size_t i) const;
   void SendGroup(const Flight &flight, Group *group, Sink::InterruptCheck interrupted);
   void SettleGroup(const Flight &flight, Group *group, Sink::InterruptCheck interrupted);
+  bool CollectGroup(Group *group, int64_t deadline_ms, Sink::InterruptCheck interrupted);
+  void MakeLate(const Flight &flight, Group *group);
+  void Judge(const Judging &j, Sink::InterruptCheck interrupted);
+  void DropLate() noexcept;
   bool ParkBehindEarlier(const EventRow &row, const Route &route,
                          const std::set<std::string> *in_batch, int64_t now_us,
                          std::string_view error, RowOutcome *out);
@@ -301,6 +385,9 @@ class Dispatcher {
   OrderGuard guard_;
   std::deque<Flight> flights_;  // begun, not finished; oldest first
   Ticket last_ticket_ = 0;      // never reused: a 64-bit counter
+  // While a window is being finished: when its ack wait ends (SteadyMs), 0
+  // before its first Finish.
+  int64_t window_deadline_ms_ = 0;
   // (route, key) -> the last batch in flight that carries an event of it,
   // and whether that batch defers its events of the key. Empty when nothing
   // is in flight.
@@ -315,6 +402,11 @@ class Dispatcher {
   std::set<RouteKey> untouched_keys_;
   // Topic -> its sink, for topics with events parked while the sink is down.
   std::map<std::string, std::string, std::less<>> behind_down_sinks_;
+  // Groups awaiting late answers, oldest first; the keys of their events.
+  std::deque<Late> late_;
+  std::set<RouteKey> late_keys_;
+  std::vector<LateOutcome> late_outcomes_;
+  size_t next_late_outcome_ = 0;
   std::vector<std::pair<LogLevel, std::string>> logs_;
   size_t next_log_ = 0;
   std::mt19937_64 rng_;

@@ -24,6 +24,7 @@ int premake_days = 3;
 int batch_size = 1000;
 int max_batch_bytes = 4 * 1024 * 1024;
 int batches_in_flight = 4;
+int ack_wait_ms = 500;
 int max_attempts = 10;
 int backoff_min_ms = 100;
 int backoff_max_ms = 60000;
@@ -149,6 +150,14 @@ void Define() {
                           "outbox.backoff_min is used.",
                           &backoff_max_ms, 60000, 1, 86400000, PGC_SUSET, GUC_UNIT_MS, nullptr,
                           nullptr, nullptr);
+
+  DefineCustomIntVariable(
+      "outbox.ack_wait", "How long a publish cycle waits for a sink's acknowledgements.",
+      "A sink that has not answered by then does not hold up the cycle: its "
+      "events wait, parked, and its answers are recorded by a later cycle, "
+      "so one slow sink or topic never delays the others. 0 waits for "
+      "every answer. Valid range is 0 .. 1 hour.",
+      &ack_wait_ms, 500, 0, 3600000, PGC_SUSET, GUC_UNIT_MS, nullptr, nullptr, nullptr);
 
   DefineCustomIntVariable("outbox.poll_interval",
                           "Safety poll of the publisher; commits wake it at once.",

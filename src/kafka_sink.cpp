@@ -69,6 +69,9 @@ constexpr int kWaitSliceMs = 100;
 constexpr int kPipelinedSliceMs = 2;
 // Wait while librdkafka's queue is full before producing again.
 constexpr int kQueueFullWaitMs = 10;
+// How long to wait for a broker's answer about a topic whose messages timed
+// out (ExplainTimeouts).
+constexpr int kTopicProbeMs = 1000;
 // After a purge, how long to serve the purged messages' delivery reports.
 constexpr int kPurgeDrainMs = 1000;
 // Destructor: how long librdkafka may take to account for purged messages.
@@ -137,6 +140,8 @@ class KafkaSink final : public Sink {
   uint64_t Send(const OutMessage *messages, size_t n, Delivery *out,
                 InterruptCheck interrupted) override;
   void Collect(uint64_t ticket, InterruptCheck interrupted) override;
+  bool CollectFor(uint64_t ticket, int64_t wait_ms, InterruptCheck interrupted) override;
+  int64_t SettleLimitMs() const override { return wait_limit_ms_; }
   void AbandonAll(const char *reason) noexcept override;
   void Poll() override;
   std::vector<LogLine> TakeLogs() override;
@@ -159,7 +164,12 @@ class KafkaSink final : public Sink {
     std::vector<unsigned char> settled;  // per slot: has an outcome
     size_t unsettled = 0;                // handed to librdkafka, no outcome yet
     Clock::time_point deadline;
+    // Slots whose report said _MSG_TIMED_OUT, with their topic (see
+    // ExplainTimeouts).
+    std::vector<std::pair<size_t, rd_kafka_topic_t *>> timed_out;
   };
+  bool Wait(uint64_t ticket, int64_t wait_ms, InterruptCheck interrupted);
+  void ExplainTimeouts(Batch *batch) noexcept;
 
   void AddLog(LogLevel level, std::string text) noexcept;
   void Record(const rd_kafka_message_t *message) noexcept;
@@ -333,7 +343,17 @@ void KafkaSink::Record(const rd_kafka_message_t *message) noexcept {
     Settle(batch, slot, DeliveryStatus::kRetriable, purge_reason_);
   } else {
     try {
-      Settle(batch, slot, StatusOf(err), KafkaErrorText(err));
+      const DeliveryStatus status = StatusOf(err);
+      std::string text = KafkaErrorText(err);
+      if (status == DeliveryStatus::kTargetRefused && message->rkt != nullptr) {
+        text += " (topic \"";  // which topic: the DBA's next question
+        text += rd_kafka_topic_name(message->rkt);
+        text += "\")";
+      }
+      Settle(batch, slot, status, std::move(text));
+      if (err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT && message->rkt != nullptr && !NeedsRecreate()) {
+        batch->timed_out.emplace_back(slot, message->rkt);
+      }
     } catch (...) {
       Settle(batch, slot, StatusOf(err), rd_kafka_err2name(err));
     }
@@ -443,33 +463,54 @@ void KafkaSink::SendBatch(Batch *batch, const OutMessage *messages, size_t n,
       Settle(batch, i, DeliveryStatus::kRetriable, stop);
     } else {
       std::string text = KafkaErrorText(err);
+      const DeliveryStatus status = StatusOf(err);
       if (err == RD_KAFKA_RESP_ERR__INVALID_ARG && !IsValidKafkaTopic(message.target)) {
         text += ": not a valid Kafka topic name: \"";
         text += message.target;
         text += '"';
+      } else if (status == DeliveryStatus::kTargetRefused) {
+        text += " (topic \"";
+        text += message.target;
+        text += "\")";
       }
-      Settle(batch, i, StatusOf(err), std::move(text));
+      Settle(batch, i, status, std::move(text));
       if (message.has_key) refused.emplace(message.target, message.key);
     }
   }
 }
 
 void KafkaSink::Collect(uint64_t ticket, InterruptCheck interrupted) {
+  (void)Wait(ticket, -1, interrupted);
+}
+
+bool KafkaSink::CollectFor(uint64_t ticket, int64_t wait_ms, InterruptCheck interrupted) {
+  return Wait(ticket, wait_ms < 0 ? 0 : wait_ms, interrupted);
+}
+
+// Collect and CollectFor: wait_ms < 0 waits until the batch's deadline.
+bool KafkaSink::Wait(uint64_t ticket, int64_t wait_ms, InterruptCheck interrupted) {
   auto it = std::find_if(open_.begin(), open_.end(),
                          [ticket](const Batch &b) { return b.ticket == ticket; });
-  if (it == open_.end()) return;  // settled within Send, or abandoned
+  if (it == open_.end()) return true;  // settled within Send, or abandoned
   Batch *batch = &*it;
+  const Clock::time_point wait_until =
+      wait_ms < 0 ? batch->deadline : std::min(batch->deadline, Clock::now() + Millis(wait_ms));
   const char *reason = nullptr;
+  bool first = true;
   while (batch->unsettled > 0) {
-    const auto left = std::chrono::duration_cast<Millis>(batch->deadline - Clock::now()).count();
-    if (left <= 0) {
+    const Clock::time_point now = Clock::now();
+    if (now >= batch->deadline) {
       reason = "timed out";
       break;
     }
+    const auto left = std::chrono::duration_cast<Millis>(wait_until - now).count();
+    if (left <= 0 && !first) return false;  // still open: the caller comes back
+    first = false;
+    const int slice = static_cast<int>(std::max<long long>(0, left));
     if (open_.size() == 1) {
-      rd_kafka_flush(rk_, static_cast<int>(std::min<long long>(kWaitSliceMs, left)));
+      rd_kafka_flush(rk_, std::min(kWaitSliceMs, slice));
     } else {
-      rd_kafka_poll(rk_, static_cast<int>(std::min<long long>(kPipelinedSliceMs, left)));
+      rd_kafka_poll(rk_, std::min(kPipelinedSliceMs, slice));
     }
     if (batch->unsettled == 0) break;
     if (rd_kafka_outq_len(rk_) == 0) {
@@ -484,7 +525,46 @@ void KafkaSink::Collect(uint64_t ticket, InterruptCheck interrupted) {
     }
   }
   if (batch->unsettled > 0) Abandon(reason != nullptr ? reason : "timed out");
-  open_.erase(it);  // Abandon and Record never add or remove batches
+  ExplainTimeouts(batch);
+  open_.erase(it);  // Abandon, Record and ExplainTimeouts never add or remove batches
+  return true;
+}
+
+// Messages that timed out in librdkafka's queue may have waited for a topic
+// the cluster does not have (librdkafka holds them until message.timeout.ms
+// before it gives up on a topic's metadata), or for brokers that are down.
+// Only the brokers can tell: ask them about each such topic. A broker that
+// answers "unknown topic" or "not authorised" makes those messages
+// kTargetRefused (an attempt each; the sink is not down); no answer leaves
+// them retriable (an outage). Never throws.
+void KafkaSink::ExplainTimeouts(Batch *batch) noexcept {
+  if (batch->timed_out.empty()) return;
+  try {
+    std::vector<rd_kafka_topic_t *> asked;
+    for (const auto &[slot, topic] : batch->timed_out) {
+      if (std::find(asked.begin(), asked.end(), topic) != asked.end()) continue;
+      asked.push_back(topic);
+      const struct rd_kafka_metadata *md = nullptr;
+      if (rd_kafka_metadata(rk_, 0, topic, &md, kTopicProbeMs) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        continue;  // no broker answered: nothing learnt
+      }
+      rd_kafka_resp_err_t topic_err = RD_KAFKA_RESP_ERR_NO_ERROR;
+      if (md->topic_cnt == 1) topic_err = md->topics[0].err;
+      rd_kafka_metadata_destroy(md);
+      if (ClassifyKafkaError(topic_err) != DeliveryStatus::kTargetRefused) continue;
+      std::string text = KafkaErrorText(topic_err);
+      text += " (topic \"";
+      text += rd_kafka_topic_name(topic);
+      text += "\")";
+      for (const auto &[other, other_topic] : batch->timed_out) {
+        if (other_topic == topic)
+          Settle(batch, other, DeliveryStatus::kTargetRefused, text.c_str());
+      }
+    }
+  } catch (...) {
+    // Out of memory: they stay retriable, as before the question.
+  }
+  batch->timed_out.clear();
 }
 
 rd_kafka_resp_err_t KafkaSink::Produce(const OutMessage &message, uintptr_t tag) {
@@ -644,7 +724,6 @@ DeliveryStatus ClassifyKafkaError(int err) {
     case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
     case RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE:
     case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
-    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
     case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
     case RD_KAFKA_RESP_ERR_INVALID_RECORD:
     case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:  // invalid topic name
@@ -654,11 +733,17 @@ DeliveryStatus ClassifyKafkaError(int err) {
     case RD_KAFKA_RESP_ERR_POLICY_VIOLATION:
     case RD_KAFKA_RESP_ERR_INVALID_TIMESTAMP:
       return DeliveryStatus::kRejected;
+    // The broker answered that the topic cannot take messages: each event
+    // counts an attempt (it may be created or granted before they run out:
+    // outbox.max_attempts with backoff gives minutes), and the sink is not
+    // down for it (its other topics flow).
+    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
+    case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
+      return DeliveryStatus::kTargetRefused;
     // Everything else may pass later: brokers down, timeouts, leader changes,
     // not enough replicas, purged, a fatal producer error (the next producer
-    // retries) and an unknown topic, which an administrator or the broker's
-    // auto-creation may create: an event must not die because its topic is
-    // created after it was emitted.
+    // retries).
     default:
       return DeliveryStatus::kRetriable;
   }

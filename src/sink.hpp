@@ -44,13 +44,17 @@ struct OutMessage {
 };
 
 enum class DeliveryStatus {
-  kDelivered,  // the broker acknowledged it
-  kRetriable,  // transient (broker down, timeout, leader change): back off, retry
-  kRejected,   // the broker refused this message (too large, not authorised,
-               // wrong type): counts as a failed attempt once seen alone
-  kNotSent,    // deliberately not sent: an earlier message of the same target
-               // and key failed in this call, and sending this one could
-               // overtake it. Not an attempt: it waits behind that message.
+  kDelivered,      // the broker acknowledged it
+  kRetriable,      // transient (broker down, timeout, leader change): back off, retry
+  kRejected,       // the broker refused this message (too large, not authorised,
+                   // wrong type): counts as a failed attempt once seen alone
+  kNotSent,        // deliberately not sent: an earlier message of the same target
+                   // and key failed in this call, and sending this one could
+                   // overtake it. Not an attempt: it waits behind that message.
+  kTargetRefused,  // the broker answered, and its target cannot take messages
+                   // now (Kafka: unknown topic, not authorised for it): an
+                   // attempt for the event, not retried alone (its neighbours
+                   // are not the cause), and never a sign that the sink is down.
 };
 
 struct Delivery {
@@ -97,6 +101,23 @@ class Sink {
     return 0;
   }
   virtual void Collect(uint64_t ticket, InterruptCheck interrupted) {}
+
+  // Collect, waiting at most wait_ms (0: only what has arrived): true when
+  // every message of the Send has its outcome (the Send is then closed, as
+  // after Collect), false when some have none yet. The Send then stays open
+  // and its `out` keeps being filled as answers come (from Poll or a later
+  // CollectFor); the sink's own delivery timeout still bounds it. Sinks that
+  // deliver within Send are always done (this default).
+  virtual bool CollectFor(uint64_t ticket, int64_t wait_ms, InterruptCheck interrupted) {
+    (void)wait_ms;
+    Collect(ticket, interrupted);
+    return true;
+  }
+
+  // The longest a Send may take to settle every message, in ms, from the
+  // Send (its delivery timeout plus margin); 0 for sinks that deliver within
+  // Send.
+  virtual int64_t SettleLimitMs() const { return 0; }
 
   // Give up every open Send at once: stop waiting, fill each open Send's
   // missing outcomes as kRetriable with `reason` (their `out` arrays are

@@ -316,10 +316,25 @@ long IdleWaitMs() {
   return wait;
 }
 
+// While a sink's late answers are awaited (dispatch.hpp, "Slow sinks"),
+// how often the idle publisher looks for them.
+constexpr long kLatePollMs = 10;
+
 void Sleep(long ms) {
   if (ms <= 0) return;
-  (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, ms, PG_WAIT_EXTENSION);
-  ResetLatch(MyLatch);
+  const TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ms);
+  for (;;) {
+    long slice = static_cast<long>((until - GetCurrentTimestamp()) / 1000);
+    if (slice <= 0) return;
+    // Late answers come through the sinks' queues, not the latch: look for
+    // them every few ms while any are awaited.
+    const bool late = dispatcher->HasLate();
+    if (late && slice > kLatePollMs) slice = kLatePollMs;
+    const int rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, slice,
+                             PG_WAIT_EXTENSION);
+    ResetLatch(MyLatch);
+    if ((rc & WL_LATCH_SET) != 0 || !late || dispatcher->LateArrived()) return;
+  }
 }
 
 // The backoff after an error: commits setting our latch do not cut it
@@ -461,6 +476,7 @@ void PublisherMain(Datum main_arg) {
       dispatcher->Poll();
     });
     FlushDispatcherLogs();
+    if (dispatcher->LateArrived()) continue;  // record them now
     old = MemoryContextSwitchTo(cycle_context);
     const long wait = IdleWaitMs();
     MemoryContextSwitchTo(old);

@@ -54,6 +54,11 @@ my @SCENARIOS = (
 	  'dispatch.*=exception/8, publisher.poll=exception/4' ],
 	[ terminate => 'terminate (SIGTERM) at a random step of a publisher',
 	  'publisher.*=terminate/150' ],
+	# Kafka answers after outbox.ack_wait: batches are recorded from late
+	# answers (dispatch.hpp, "Slow sinks"), and the faults land between a
+	# late batch and its answer, and while the answers are written.
+	[ slow => 'ERROR and out of memory while Kafka answers after outbox.ack_wait',
+	  'publisher.*=error/30, dispatch.*=oom/20', 700 ],
 	# Publishers that exit now and then make the launcher start them again,
 	# through the points it fails at.
 	[ launcher => 'ERROR, cancel and terminate in the launcher while publishers exit',
@@ -110,7 +115,8 @@ sub fetch_redis {
 # Inject one scenario's rules for $SECS seconds (the Kafka broker refusing
 # some Produce requests meanwhile); returns what the suite records.
 sub inject {
-	my ($suite, $rules, $refusals) = @_;
+	my ($suite, $rules, $refusals, $rtt) = @_;
+	$kafka->command_ok("rtt all $rtt") if $rtt;
 	my $offset = -s $node->logfile;
 	my $pids = $node->safe_psql('postgres',
 		q{SELECT string_agg(pid::text, ',' ORDER BY pid) FROM pg_stat_activity
@@ -127,6 +133,7 @@ sub inject {
 	}
 	set_faults($node, '');
 	$kafka->command_ok('clear_errors Produce') if $refusals;
+	$kafka->command_ok('rtt all 0') if $rtt;
 	my $end = time();
 	my $log = slurp_file($node->logfile, $offset);
 	my %by_action;
@@ -157,11 +164,13 @@ for my $sink ('kafka', 'redis') {
 		$suite->start;
 	}
 	for my $s (@SCENARIOS) {
-		my ($name, $what, $rules) = @$s;
+		my ($name, $what, $rules, $rtt) = @$s;
 		$suite->run($name,
 			fault => "injected: $what",
 			lose_nothing => "$sink: nothing is lost with $what",
-			inject => sub { return inject("$sink $name", $rules, $sink eq 'kafka') });
+			inject => sub {
+				return inject("$sink $name", $rules, $sink eq 'kafka', $sink eq 'kafka' ? $rtt : undef);
+			});
 		# Publishing carries on by itself: the two publishers own the key
 		# slots again (the launcher restarted whatever exited).
 		ok(defined OutboxFaults::wait_publishers($node, 2, [], 30),

@@ -68,6 +68,9 @@ struct FakeBroker {
   // script decides each outcome at Collect, as a broker answering later.
   bool pipelined = false;
   int abandoned = 0;  // AbandonAll calls that found open Sends
+  // Pipelined and slow: CollectFor finds no answer yet (the Send stays open)
+  // until this is cleared.
+  bool slow = false;
 
   // Ids of the messages of call c, in the order the sink got them.
   std::vector<std::string> Ids(size_t c) const {
@@ -164,6 +167,18 @@ class FakeSink : public Sink {
       return;
     }
   }
+  bool CollectFor(uint64_t ticket, int64_t wait_ms, InterruptCheck interrupted) override {
+    (void)wait_ms;
+    if (broker_->slow) {
+      for (const Open &o : open_) {
+        if (o.ticket == ticket) return false;
+      }
+      return true;
+    }
+    Collect(ticket, interrupted);
+    return true;
+  }
+  int64_t SettleLimitMs() const override { return broker_->pipelined ? 10000 : 0; }
   void AbandonAll(const char *reason) noexcept override {
     if (open_.empty()) return;
     ++broker_->abandoned;
@@ -352,15 +367,22 @@ class DispatcherTest : public ::testing::Test {
     return row;
   }
 
-  std::vector<RowOutcome> Dispatch(const std::vector<Event> &events, int64_t now_us = kNow) {
-    std::vector<std::vector<Header>> headers(events.size());
-    std::vector<EventRow> rows;
-    for (size_t i = 0; i < events.size(); ++i) rows.push_back(Row(events[i], &headers[i]));
+  // The settings every test runs with, at now_us.
+  DispatchSettings Settings(int64_t now_us) const {
     DispatchSettings settings;
     settings.max_attempts = kMaxAttempts;
     settings.backoff_min_ms = kMinMs;
     settings.backoff_max_ms = kMaxMs;
     settings.now_us = now_us;
+    settings.ack_wait_ms = ack_wait_ms_;
+    return settings;
+  }
+
+  std::vector<RowOutcome> Dispatch(const std::vector<Event> &events, int64_t now_us = kNow) {
+    std::vector<std::vector<Header>> headers(events.size());
+    std::vector<EventRow> rows;
+    for (size_t i = 0; i < events.size(); ++i) rows.push_back(Row(events[i], &headers[i]));
+    const DispatchSettings settings = Settings(now_us);
     std::vector<RowOutcome> out(events.size());
     dispatcher_.Dispatch(rows.data(), rows.size(), settings, out.data(), &Interrupted);
     return out;
@@ -383,11 +405,7 @@ class DispatcherTest : public ::testing::Test {
       b->rows.push_back(Row(b->events[i], &b->headers[i]));
     }
     b->out.resize(events.size());
-    DispatchSettings settings;
-    settings.max_attempts = kMaxAttempts;
-    settings.backoff_min_ms = kMinMs;
-    settings.backoff_max_ms = kMaxMs;
-    settings.now_us = kNow;
+    const DispatchSettings settings = Settings(kNow);
     b->ticket =
         dispatcher_.Begin(b->rows.data(), b->rows.size(), settings, b->out.data(), &Interrupted);
     return b;
@@ -404,6 +422,16 @@ class DispatcherTest : public ::testing::Test {
     std::vector<Header> headers;
     dispatcher_.NoteWaiting(Row(e, &headers), until_us);
   }
+
+  // Late answers (ack wait): what SettleLate judged, all of it.
+  std::vector<LateOutcome> SettleLate(int64_t now_us) {
+    std::vector<LateOutcome> outcomes;
+    EXPECT_TRUE(dispatcher_.SettleLate(Settings(now_us)));
+    LateOutcome o;
+    while (dispatcher_.NextLateOutcome(&o)) outcomes.push_back(o);
+    return outcomes;
+  }
+  int64_t ack_wait_ms_ = 0;
 
   // Drains the dispatcher's log into logs_ and returns it.
   const std::vector<LogLine> &Logs() {
@@ -1809,6 +1837,125 @@ TEST_F(DispatcherTest, ConfigureAbandonsBatchesInFlight) {
   EXPECT_TRUE(Is(first->out[0], Outcome::kUntouched));
   const auto later = Dispatch({Ev(2, "orders.a", "k")});
   EXPECT_TRUE(Is(later[0], Outcome::kPublished));
+}
+
+// ------------------------------------------------------------ slow sinks
+
+// Two routes, two sinks: "kafka" pipelined and slow when told, "redis" at once.
+class SlowSinkTest : public DispatcherTest {
+ protected:
+  void SetUp() override {
+    DispatcherTest::SetUp();
+    Configure({{"orders.*", "kafka", std::nullopt}, {"mail.*", "redis", std::nullopt}},
+              {SinkNamed("kafka"), SinkNamed("redis")});
+    Broker("kafka").pipelined = true;
+    ack_wait_ms_ = 50;
+  }
+  static constexpr int64_t kParkedUntil = kNow + (10000 + Dispatcher::kLateMarginMs) * 1000;
+};
+
+TEST_F(SlowSinkTest, ASlowSinkDoesNotHoldUpAnotherSinksOutcomes) {
+  Broker("kafka").slow = true;
+  const auto out = Dispatch({Ev(1, "orders.a", "k"), Ev(2, "mail.a", "m")});
+  EXPECT_TRUE(Is(out[1], Outcome::kPublished)) << "the fast sink's outcome is not held back";
+  ASSERT_TRUE(Is(out[0], Outcome::kPark));
+  EXPECT_EQ(out[0].attempts, 0) << "waiting for an answer is not an attempt";
+  EXPECT_EQ(out[0].next_attempt_us, kParkedUntil) << "parked until the sink must have answered";
+  EXPECT_NE(std::string(out[0].error).find("waiting for sink \"kafka\""), std::string::npos);
+  EXPECT_TRUE(dispatcher_.HasLate());
+  EXPECT_FALSE(dispatcher_.LateArrived());
+  EXPECT_TRUE(SettleLate(kNow + 1000).empty()) << "nothing to judge before the answer";
+  EXPECT_EQ(CountLogs(LogLevel::kInfo, "has not answered within outbox.ack_wait"), 1);
+
+  Broker("kafka").slow = false;  // the answer comes
+  EXPECT_TRUE(dispatcher_.LateArrived());
+  const auto late = SettleLate(kNow + 2000);
+  ASSERT_EQ(late.size(), 1u);
+  EXPECT_EQ(std::string(late[0].id), Id(1));
+  EXPECT_TRUE(Is(late[0].outcome, Outcome::kPublished));
+  EXPECT_EQ(late[0].attempts, 0);
+  EXPECT_EQ(late[0].parked_until_us, kParkedUntil);
+  EXPECT_FALSE(dispatcher_.HasLate());
+}
+
+TEST_F(SlowSinkTest, ALaterEventOfTheKeyWaitsForTheLateAnswerAndGoesAfterIt) {
+  Broker("kafka").slow = true;
+  Dispatch({Ev(1, "orders.a", "k")});
+  // A later event of the key: not sent while the first one's fate is open,
+  // and looked at again soon (not after the sink's whole timeout).
+  const auto second = Dispatch({Ev(2, "orders.a", "k"), Ev(3, "orders.a", "other")}, kNow + 1000);
+  ASSERT_TRUE(Is(second[0], Outcome::kPark));
+  EXPECT_EQ(second[0].next_attempt_us, kNow + 1000 + Dispatcher::kLateRecheckUs);
+  EXPECT_EQ(Broker("kafka").AllIds(), (std::vector<std::string>{Id(1), Id(3)}));
+
+  Broker("kafka").slow = false;
+  ASSERT_TRUE(dispatcher_.LateArrived());
+  const auto late = SettleLate(kNow + 2000);
+  ASSERT_EQ(late.size(), 2u) << "both the first event and the other key's";
+  const auto again = Dispatch({Ev(2, "orders.a", "k")}, kNow + Dispatcher::kLateRecheckUs + 1000);
+  EXPECT_TRUE(Is(again[0], Outcome::kPublished));
+  EXPECT_EQ(Broker("kafka").AllIds(), (std::vector<std::string>{Id(1), Id(3), Id(2)}));
+}
+
+TEST_F(SlowSinkTest, ALateFailureCountsAnAttemptAndHoldsTheKeyBack) {
+  Broker("kafka").slow = true;
+  Broker("kafka").script = [](const OutMessage &m, int) {
+    return m.id == Id(1) ? Retriable("Local: Message timed out") : Delivered();
+  };
+  Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.a", "j")});
+  Broker("kafka").slow = false;
+  ASSERT_TRUE(dispatcher_.LateArrived());
+  const auto late = SettleLate(kNow + 2000);
+  ASSERT_EQ(late.size(), 2u);
+  EXPECT_TRUE(Is(late[0].outcome, Outcome::kRetry)) << "delivered beside it: not an outage";
+  EXPECT_EQ(late[0].outcome.attempts, 1);
+  EXPECT_GT(late[0].outcome.next_attempt_us, kNow + 2000);
+  EXPECT_TRUE(Is(late[1].outcome, Outcome::kPublished));
+  const auto behind = Dispatch({Ev(3, "orders.a", "k")}, kNow + 3000);
+  EXPECT_TRUE(Is(behind[0], Outcome::kPark)) << "behind the retry of its key";
+}
+
+TEST_F(SlowSinkTest, AbandoningDropsLateGroupsAndTheSinkForgetsThem) {
+  Broker("kafka").slow = true;
+  Dispatch({Ev(1, "orders.a", "k")});
+  ASSERT_TRUE(dispatcher_.HasLate());
+  dispatcher_.AbandonAll();
+  EXPECT_FALSE(dispatcher_.HasLate());
+  EXPECT_EQ(Broker("kafka").abandoned, 1);
+  // A reload replaces the sink: nothing late may point at the old one.
+  Dispatch({Ev(2, "orders.a", "j")});
+  SinkDef changed = SinkNamed("kafka");
+  changed.options = {SinkOption{"bootstrap.servers", SinkOption::Kind::kString, "k2:9092"}};
+  Configure({{"orders.*", "kafka", std::nullopt}}, {changed});
+  EXPECT_FALSE(dispatcher_.HasLate());
+  EXPECT_EQ(Broker("kafka").abandoned, 2);
+}
+
+TEST_F(SlowSinkTest, WithoutAnAckWaitEveryAnswerIsWaitedFor) {
+  ack_wait_ms_ = 0;
+  const auto out = Dispatch({Ev(1, "orders.a", "k")});
+  EXPECT_TRUE(Is(out[0], Outcome::kPublished));
+  EXPECT_FALSE(dispatcher_.HasLate());
+}
+
+TEST_F(DispatcherTest, ARefusedTargetCountsAttemptsAndNeverTakesTheSinkDown) {
+  ConfigureOneSink();
+  Broker("kafka").script = [](const OutMessage &m, int) {
+    if (m.topic == "orders.missing") {
+      return Delivery{DeliveryStatus::kTargetRefused, "UNKNOWN_TOPIC_OR_PART: unknown topic"};
+    }
+    return Delivered();
+  };
+  // The refused topic's events are a call's only events: still not an outage.
+  auto out = Dispatch({Ev(1, "orders.missing", "k")});
+  ASSERT_TRUE(Is(out[0], Outcome::kRetry));
+  EXPECT_EQ(out[0].attempts, 1);
+  EXPECT_EQ(dispatcher_.NextSinkRetryUs(), 0) << "the sink is not down";
+  EXPECT_EQ(Broker("kafka").calls.size(), 1u) << "not retried alone";
+  out = Dispatch({Ev(1, "orders.missing", "k", 2), Ev(2, "orders.ok", "k")}, kNow + kMaxUs * 10);
+  EXPECT_TRUE(Is(out[0], Outcome::kDead)) << "its attempts run out";
+  EXPECT_TRUE(Is(out[1], Outcome::kPublished));
+  EXPECT_EQ(SinkStates(), "kafka=connected");
 }
 
 }  // namespace
