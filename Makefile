@@ -15,7 +15,7 @@ PG_SRCS = src/pg_bridge.cpp src/outbox.cpp src/guc.cpp src/emit.cpp src/event_in
           src/emit_horizon.cpp src/worker_session.cpp src/fault_injection.cpp \
           src/publisher_statements.cpp src/commit_prepared.cpp
 FREE_SRCS = src/uuid7.cpp src/names.cpp src/route_match.cpp src/partition_calendar.cpp \
-            src/sink_options.cpp src/backoff.cpp src/order_guard.cpp src/dispatch.cpp \
+            src/sink_options.cpp src/backoff.cpp src/order_guard.cpp src/keyed_hash.cpp src/dispatch.cpp \
             src/sink.cpp src/kafka_sink.cpp src/redis_sink.cpp src/trace_context.cpp \
             src/message_format.cpp src/key_slots.cpp src/fault_points.cpp
 OBJS = $(PG_SRCS:.cpp=.o) $(FREE_SRCS:.cpp=.o)

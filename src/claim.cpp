@@ -36,6 +36,7 @@ extern "C" {
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 }
@@ -354,6 +355,9 @@ const Oid kLateOutcomeTypes[8] = {UUIDARRAYOID,        TIMESTAMPTZARRAYOID, INT4
                                   TIMESTAMPTZARRAYOID, TEXTARRAYOID,        INT4ARRAYOID,
                                   TIMESTAMPTZARRAYOID, TEXTARRAYOID};
 SPIPlanPtr late_outcome_plan = nullptr;
+
+// Rows the order state rebuild reads at a time (LoadConfiguration).
+constexpr long kRebuildChunkRows = 1000;
 
 // Judge the late answers that have come in and write them. The order state
 // has them already (SettleLate); if this transaction fails, the error path
@@ -938,31 +942,48 @@ void LoadConfiguration(Dispatcher *dispatcher) {
   }
 
   // Rebuild the per-key order state from the events of our keys that wait
-  // for a retry.
-  if (SPI_execute_with_args("SELECT id, topic, key, next_attempt_at FROM outbox.events"
-                            " WHERE status = 'pending' AND next_attempt_at IS NOT NULL"
-                            " AND next_attempt_at < 'infinity'"
-                            " AND key IS NOT NULL AND" OWNED_KEYS("$1") " ORDER BY id",
-                            1, types, args, nullptr, false, 0) != SPI_OK_SELECT) {
-    elog(ERROR, "outbox: cannot read waiting events");
-  }
-  for (uint64 i = 0; i < SPI_processed; ++i) {
-    HeapTuple row = SPI_tuptable->vals[i];
-    TupleDesc desc = SPI_tuptable->tupdesc;
-    bool isnull = false;
-    EventRow event;
-    event.id =
-        View(DatumGetCString(DirectFunctionCall1(uuid_out, SPI_getbinval(row, desc, 1, &isnull))));
-    event.topic = View(TextColumn(row, desc, 2, &isnull));
-    event.has_key = true;
-    event.key = View(TextColumn(row, desc, 3, &isnull));
-    const TimestampTz until = DatumGetTimestampTz(SPI_getbinval(row, desc, 4, &isnull));
-    if (!dispatcher->NoteWaiting(event, until)) {
-      ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY),
-                      errmsg("outbox: the publisher ran out of memory while rebuilding the "
-                             "per-key order state")));
+  // for a retry. Their number has no bound (a poison event parks every later
+  // event of its key, and keys may be 4 kB): a cursor reads them a chunk at
+  // a time into memory reset per chunk, and the guard keeps ~60 bytes per
+  // event whatever its key (order_guard.hpp).
+  Portal portal = SPI_cursor_open_with_args(
+      nullptr,
+      "SELECT id, topic, key, next_attempt_at FROM outbox.events"
+      " WHERE status OPERATOR(pg_catalog.=) 'pending'::pg_catalog.text"
+      " AND next_attempt_at IS NOT NULL"
+      " AND next_attempt_at OPERATOR(pg_catalog.<) 'infinity'::pg_catalog.timestamptz"
+      " AND key IS NOT NULL AND" OWNED_KEYS("$1") " ORDER BY id",
+      // Not read-only: it must see the events released above (now due).
+      1, types, args, nullptr, false, 0);
+  MemoryContext chunk_context = AllocSetContextCreate(
+      CurrentMemoryContext, "outbox order state rebuild", ALLOCSET_DEFAULT_SIZES);
+  for (;;) {
+    SPI_cursor_fetch(portal, true, kRebuildChunkRows);
+    if (SPI_processed == 0) break;
+    MemoryContext caller = MemoryContextSwitchTo(chunk_context);
+    for (uint64 i = 0; i < SPI_processed; ++i) {
+      HeapTuple row = SPI_tuptable->vals[i];
+      TupleDesc desc = SPI_tuptable->tupdesc;
+      bool isnull = false;
+      EventRow event;
+      event.id = View(
+          DatumGetCString(DirectFunctionCall1(uuid_out, SPI_getbinval(row, desc, 1, &isnull))));
+      event.topic = View(TextColumn(row, desc, 2, &isnull));
+      event.has_key = true;
+      event.key = View(TextColumn(row, desc, 3, &isnull));
+      const TimestampTz until = DatumGetTimestampTz(SPI_getbinval(row, desc, 4, &isnull));
+      if (!dispatcher->NoteWaiting(event, until)) {
+        ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY),
+                        errmsg("outbox: the publisher ran out of memory while rebuilding the "
+                               "per-key order state")));
+      }
     }
+    MemoryContextSwitchTo(caller);
+    MemoryContextReset(chunk_context);
+    SPI_freetuptable(SPI_tuptable);
   }
+  SPI_cursor_close(portal);
+  MemoryContextDelete(chunk_context);
 }
 
 TimestampTz NextRetryAt() {

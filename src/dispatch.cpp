@@ -40,7 +40,11 @@ std::string Seconds(int64_t us) {
 
 }  // namespace
 
-Dispatcher::Dispatcher(SinkFactory factory) : factory_(factory), rng_(std::random_device{}()) {}
+Dispatcher::Dispatcher(SinkFactory factory) : factory_(factory), rng_(std::random_device{}()) {
+  // The order guard's pair hash gets a secret nobody outside this process
+  // knows (order_guard.hpp).
+  guard_.SetHashKey(HashKey{rng_(), rng_()});
+}
 
 Dispatcher::~Dispatcher() = default;
 
@@ -394,13 +398,7 @@ void Dispatcher::FinishFront(Sink::InterruptCheck interrupted) {
     window_deadline_ms_ = SteadyMs() + flight.settings.ack_wait_ms;
   }
   const int64_t deadline = flight.settings.ack_wait_ms > 0 ? window_deadline_ms_ : 0;
-  for (Group &group : flight.groups) {
-    if (CollectGroup(&group, deadline, interrupted)) {
-      SettleGroup(flight, &group, interrupted);
-    } else {
-      MakeLate(flight, &group);
-    }
-  }
+  for (Group &group : flight.groups) FinishGroup(flight, &group, deadline, interrupted);
   OUTBOX_FAULT_CPP("dispatch.finish");
   if (!flight.deferred.empty()) {
     if (interrupted != nullptr && interrupted()) {
@@ -421,11 +419,7 @@ void Dispatcher::FinishFront(Sink::InterruptCheck interrupted) {
       }
       SendGroups(&flight, &groups, interrupted);
       for (size_t g = settled; g < flight.groups.size(); ++g) {
-        if (CollectGroup(&flight.groups[g], deadline, interrupted)) {
-          SettleGroup(flight, &flight.groups[g], interrupted);
-        } else {
-          MakeLate(flight, &flight.groups[g]);
-        }
+        FinishGroup(flight, &flight.groups[g], deadline, interrupted);
       }
     }
   }
@@ -435,6 +429,22 @@ void Dispatcher::FinishFront(Sink::InterruptCheck interrupted) {
     untouched_keys_.clear();
     window_deadline_ms_ = 0;
   }
+}
+
+// Settle a group from its answers, or leave it to late answers when they
+// are not in by deadline_ms. Late groups hold copies of their events' ids
+// and keys: past kMaxLateGroups (a sink slow for long under a steady
+// stream), groups are waited for in full instead, which bounds that memory.
+void Dispatcher::FinishGroup(const Flight &flight, Group *group, int64_t deadline_ms,
+                             Sink::InterruptCheck interrupted) {
+  if (!CollectGroup(group, deadline_ms, interrupted)) {
+    if (late_.size() < kMaxLateGroups) {
+      MakeLate(flight, group);
+      return;
+    }
+    (void)CollectGroup(group, 0, interrupted);
+  }
+  SettleGroup(flight, group, interrupted);
 }
 
 // Wait for a group's answers until deadline_ms (SteadyMs; 0: as long as the

@@ -239,6 +239,9 @@ class Dispatcher {
   static constexpr int64_t kLateRecheckUs = 1000000;
   // Added to a sink's SettleLimitMs when parking its late events.
   static constexpr int64_t kLateMarginMs = 2000;
+  // Most groups awaiting late answers at once (their events' ids and keys
+  // are copied): beyond, a group is waited for in full.
+  static constexpr size_t kMaxLateGroups = 16;
 
   // Serve the sinks' background work while idle.
   void Poll() noexcept;
@@ -368,6 +371,8 @@ class Dispatcher {
   void SendGroup(const Flight &flight, Group *group, Sink::InterruptCheck interrupted);
   void SettleGroup(const Flight &flight, Group *group, Sink::InterruptCheck interrupted);
   bool CollectGroup(Group *group, int64_t deadline_ms, Sink::InterruptCheck interrupted);
+  void FinishGroup(const Flight &flight, Group *group, int64_t deadline_ms,
+                   Sink::InterruptCheck interrupted);
   void MakeLate(const Flight &flight, Group *group);
   void Judge(const Judging &j, Sink::InterruptCheck interrupted);
   void DropLate() noexcept;

@@ -9,14 +9,26 @@
 //
 // Owned by one publisher process (which owns the keys it publishes); rebuilt
 // from the retry index when the process starts or routes change.
+//
+// Memory: what waits is known by the thousands (a poison event parks every
+// later event of its key, and a reload notes them all), and keys may be
+// 4 kB: so no key is kept. A (route, key) pair is known by a 64-bit SipHash
+// with a secret per process (keyed_hash.hpp), an event by its 16 id bytes:
+// about 60 bytes per waiting event, whatever its key. Two pairs with the
+// same hash share one entry, so an event may wait behind an unrelated one
+// (never the other way round: order always holds); with a secret hash
+// nobody can aim for that, and by chance it takes billions of waiting keys.
 #pragma once
 
+#include <array>
 #include <cstdint>
-#include <map>
 #include <set>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
+
+#include "keyed_hash.hpp"
 
 namespace outbox {
 
@@ -41,12 +53,30 @@ class OrderGuard {
   // Number of (route, key) pairs with waiting events.
   size_t size() const { return waiting_.size(); }
 
+  // The secret of the pair hash; set it before anything is blocked (the
+  // dispatcher draws one at random). Clears the guard.
+  void SetHashKey(const HashKey &key) {
+    hash_key_ = key;
+    waiting_.clear();
+  }
+
+  // An event id as 16 bytes: parsed from canonical UUID text (byte order is
+  // emit order for UUIDv7, as the text's). Other text (never produced by
+  // the publisher) maps to a stable value of its own.
+  using Id = std::array<unsigned char, 16>;
+  static Id IdOf(std::string_view text);
+  static std::string TextOf(const Id &id);
+
  private:
   struct Waiting {
-    std::set<std::string> ids;  // canonical UUID text: byte order is emit order for UUIDv7
+    std::set<Id> ids;
     int64_t until = 0;
   };
-  std::map<std::pair<std::string, std::string>, Waiting> waiting_;
+  uint64_t PairOf(std::string_view route, std::string_view key) const {
+    return KeyedHash(hash_key_, route, key);
+  }
+  HashKey hash_key_;
+  std::unordered_map<uint64_t, Waiting> waiting_;
 };
 
 }  // namespace outbox

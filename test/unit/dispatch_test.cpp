@@ -1938,6 +1938,18 @@ TEST_F(SlowSinkTest, WithoutAnAckWaitEveryAnswerIsWaitedFor) {
   EXPECT_FALSE(dispatcher_.HasLate());
 }
 
+TEST_F(SlowSinkTest, LateGroupsAreBoundedAndThenWaitedForInFull) {
+  Broker("kafka").slow = true;
+  for (size_t n = 0; n < Dispatcher::kMaxLateGroups; ++n) {
+    const auto out = Dispatch({Ev(static_cast<int>(n) + 1, "orders.a", "k" + std::to_string(n))});
+    ASSERT_TRUE(Is(out[0], Outcome::kPark));
+  }
+  // The next group cannot go late: it is waited for in full (the fake
+  // answers a Collect without a time limit even while slow).
+  const auto out = Dispatch({Ev(100, "orders.a", "other")});
+  EXPECT_TRUE(Is(out[0], Outcome::kPublished));
+}
+
 TEST_F(DispatcherTest, ARefusedTargetCountsAttemptsAndNeverTakesTheSinkDown) {
   ConfigureOneSink();
   Broker("kafka").script = [](const OutMessage &m, int) {

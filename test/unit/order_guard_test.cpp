@@ -207,5 +207,45 @@ TEST(OrderGuard, SizeCountsRouteKeyPairsAndClearForgetsThem) {
   EXPECT_TRUE(May(g, "r2", "k", 9));
 }
 
+TEST(OrderGuard, IdsAreKeptAsTheirSixteenBytesInEmitOrder) {
+  const std::string text = "0190f5f0-1a2b-7c3d-8e4f-a0b1c2d3e4f5";
+  EXPECT_EQ(OrderGuard::TextOf(OrderGuard::IdOf(text)), text);
+  EXPECT_LT(OrderGuard::IdOf(Id(9)), OrderGuard::IdOf(Id(10)));
+  // Not canonical: a stable stand-in of its own, never mistaken for another.
+  EXPECT_EQ(OrderGuard::IdOf("not-an-id"), OrderGuard::IdOf("not-an-id"));
+  EXPECT_NE(OrderGuard::IdOf("not-an-id"), OrderGuard::IdOf("not-an-iD"));
+}
+
+TEST(OrderGuard, KeysOfAnySizeAndASecretHashKeepTheRules) {
+  OrderGuard g;
+  g.SetHashKey(HashKey{0x1234, 0x5678});
+  const std::string big(4096, 'x');
+  g.Block("orders.*", big, Id(1), 7000);
+  int64_t until = 0;
+  EXPECT_FALSE(May(g, "orders.*", big, 2, &until));
+  EXPECT_EQ(until, 7000);
+  EXPECT_TRUE(May(g, "orders.*", big.substr(1), 2)) << "a different key";
+  EXPECT_TRUE(May(g, "orders.*", big + "x", 2)) << "a different key";
+  g.Release("orders.*", big, Id(1));
+  EXPECT_TRUE(May(g, "orders.*", big, 2));
+  EXPECT_EQ(g.size(), 0u);
+}
+
+TEST(OrderGuard, ManyWaitingEventsOfHugeKeysKeepNoKeyText) {
+  // 2,000 keys of 4 kB, 5 waiting events each: 40 MB of key text that the
+  // guard must not hold. Its entries are fixed-size (hash, 16-byte ids), so
+  // this only checks that every key still blocks exactly its own events.
+  OrderGuard g;
+  for (int k = 0; k < 2000; ++k) {
+    const std::string key = std::string(4090, 'k') + std::to_string(k);
+    for (int e = 0; e < 5; ++e) g.Block("orders.*", key, Id(k * 10 + e), 100 + k);
+  }
+  EXPECT_EQ(g.size(), 2000u);
+  int64_t until = 0;
+  EXPECT_FALSE(May(g, "orders.*", std::string(4090, 'k') + "1999", 1999 * 10 + 9, &until));
+  EXPECT_EQ(until, 100 + 1999);
+  EXPECT_TRUE(May(g, "orders.*", std::string(4090, 'k') + "2000", 1));
+}
+
 }  // namespace
 }  // namespace outbox
