@@ -11,7 +11,7 @@ DATA = $(wildcard sql/outbox--*.sql) outbox--0.1.0.control
 # the unit tests) after it.
 PG_SRCS = src/pg_bridge.cpp src/outbox.cpp src/guc.cpp src/emit.cpp src/event_insert.cpp src/partition.cpp \
           src/sink_catalog.cpp src/shmem.cpp src/launcher.cpp src/worker.cpp src/claim.cpp \
-          src/payload_json.cpp src/database_guard.cpp src/workers_view.cpp src/key_ownership.cpp \
+          src/payload_json.cpp src/database_guard.cpp src/restored_partition.cpp src/workers_view.cpp src/key_ownership.cpp \
           src/emit_horizon.cpp src/worker_session.cpp src/fault_injection.cpp \
           src/publisher_statements.cpp src/commit_prepared.cpp
 FREE_SRCS = src/uuid7.cpp src/names.cpp src/route_match.cpp src/partition_calendar.cpp \

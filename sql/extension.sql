@@ -87,10 +87,16 @@ LANGUAGE sql AS $$
 $$;
 CREATE TEMP TABLE fresh_shape AS SELECT * FROM pg_temp.outbox_shape();
 SELECT count(*) > 0 AS has_members FROM fresh_shape;
+SELECT pg_catalog.array_agg(c::regclass::text ORDER BY c::regclass::text) AS dumped_members
+  FROM pg_extension, pg_catalog.unnest(extconfig) c WHERE extname = 'outbox';
 DROP EXTENSION outbox;
 CREATE EXTENSION outbox VERSION '0.1.0';
 ALTER EXTENSION outbox UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'outbox';
+-- What pg_dump dumps the rows of, among the members: the same as a fresh
+-- install's (the events of the default partition included).
+SELECT pg_catalog.array_agg(c::regclass::text ORDER BY c::regclass::text) AS dumped_members
+  FROM pg_extension, pg_catalog.unnest(extconfig) c WHERE extname = 'outbox';
 CREATE TEMP TABLE updated_shape AS SELECT * FROM pg_temp.outbox_shape();
 -- The one difference: 0.1.0's CREATE EXTENSION made the schema without
 -- making it a member (0.2.0's script creates it), and an update cannot

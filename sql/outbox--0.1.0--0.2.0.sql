@@ -15,3 +15,7 @@ AS 'MODULE_PATHNAME', 'outbox_publisher_statements';
 COMMENT ON FUNCTION outbox.publisher_statements() IS
     'The SQL of the publisher''s claim statements (parameters: see src/claim.cpp)';
 REVOKE ALL ON FUNCTION outbox.publisher_statements() FROM PUBLIC;
+
+-- pg_dump leaves out a member table's rows unless it is marked: the events
+-- the default partition holds must be dumped.
+SELECT pg_catalog.pg_extension_config_dump('outbox.events_default', '');

@@ -250,6 +250,11 @@ COMMENT ON TABLE outbox.routes IS
 
 SELECT pg_catalog.pg_extension_config_dump('outbox.sinks', '');
 SELECT pg_catalog.pg_extension_config_dump('outbox.routes', '');
+-- The default partition is a member (CREATE EXTENSION makes it): without
+-- this, pg_dump would leave out the events it holds. The day partitions are
+-- ordinary tables (maintain() makes them outside the extension) and are
+-- dumped with their rows like any table.
+SELECT pg_catalog.pg_extension_config_dump('outbox.events_default', '');
 
 -- ---------------------------------------------------------------------------
 -- Functions. Every one pins search_path.

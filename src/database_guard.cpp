@@ -25,6 +25,8 @@
 // extension publishes at once instead of at the launcher's next scan.
 #include "database_guard.hpp"
 
+#include "restored_partition.hpp"
+
 #include "pg_bridge.hpp"
 
 #include "commit_prepared.hpp"
@@ -277,6 +279,12 @@ void GuardedProcessUtility(PlannedStmt *pstmt, const char *query_string, bool re
                            QueryEnvironment *query_env, DestReceiver *dest, QueryCompletion *qc) {
   Node *stmt = pstmt->utilityStmt;
   const bool top_level = context == PROCESS_UTILITY_TOPLEVEL;
+  // Not a database statement: restoring a dump (restored_partition.hpp).
+  if (IsA(stmt, CreateStmt)) MakeRoomForRestoredPartition(castNode(CreateStmt, stmt));
+  if (IsA(stmt, IndexStmt) && MadeByAttachingRestoredPartition(castNode(IndexStmt, stmt))) {
+    if (qc != nullptr) SetQueryCompletion(qc, CMDTAG_CREATE_INDEX, 0);
+    return;
+  }
   Oid paused = InvalidOid;
   bool created_database = false;
   if (Shared() != nullptr) {
