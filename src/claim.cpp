@@ -723,6 +723,17 @@ int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted,
   // Due retries first (they are older), then never-tried events from the
   // floor on (or from the beginning, every kFullScanIntervalUs).
   const TimestampTz now = GetCurrentTimestamp();
+  DispatchSettings settings;
+  settings.max_attempts = guc::max_attempts;
+  settings.backoff_min_ms = guc::backoff_min_ms;
+  settings.backoff_max_ms = guc::backoff_max_ms;
+  settings.now_us = now;
+  settings.source = guc::CloudEventsSource();
+  settings.ack_wait_ms = guc::ack_wait_ms;
+  settings.clock_us = [] { return static_cast<int64_t>(GetCurrentTimestamp()); };
+  // First the late answers that came in: a sink whose answers all came in
+  // takes new events again, and its topics are claimed again (below).
+  WriteLateOutcomes(dispatcher, settings, stats);
   const pg_uuid_t bound = SafeBound(now);
   // Reasons to start the ready claims from the beginning. Each resets the
   // remembered floor itself, not this cycle's copy: a cycle may run no ready
@@ -747,14 +758,6 @@ int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted,
     last_full_scan = now;
   }
   pg_uuid_t floor = ready_floor;
-  DispatchSettings settings;
-  settings.max_attempts = guc::max_attempts;
-  settings.backoff_min_ms = guc::backoff_min_ms;
-  settings.backoff_max_ms = guc::backoff_max_ms;
-  settings.now_us = now;
-  settings.source = guc::CloudEventsSource();
-  settings.ack_wait_ms = guc::ack_wait_ms;
-  WriteLateOutcomes(dispatcher, settings, stats);
 
   // The window: claim a batch and send it; while the brokers answer, claim
   // and send the next, as long as claims come back full. Then finish them in

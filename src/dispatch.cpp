@@ -113,9 +113,11 @@ bool Dispatcher::Configure(const RouteRow *routes, size_t nroutes, const SinkRow
   if (!flights_.empty()) {
     LogFailure("configuration reloaded with batches in flight", "they are abandoned");
   }
-  // Late groups go too (their events wait as parked, and are sent again when
-  // that time is up): their route indexes are about to change.
-  AbandonAll();
+  // With batches in flight, everything goes (abandoning them purges the
+  // sinks' queues). Otherwise late groups of sinks that stay as they are
+  // keep waiting for their answers (they name their routes by pattern);
+  // those of sinks replaced or removed go below.
+  if (!flights_.empty()) AbandonAll();
   try {
     OUTBOX_FAULT_CPP("dispatch.configure");
     std::vector<Route> fresh;
@@ -156,6 +158,7 @@ bool Dispatcher::Configure(const RouteRow *routes, size_t nroutes, const SinkRow
                                                 a.from_environment == b.from_environment;
                                        });
       if (changed) {
+        DropLateOf(name);  // before the sink they wait on goes
         if (it != sinks_.end()) DrainSinkLogs();
         SinkState fresh;
         fresh.kind = std::string(sinks[i].kind);
@@ -166,6 +169,7 @@ bool Dispatcher::Configure(const RouteRow *routes, size_t nroutes, const SinkRow
     }
     for (auto it = sinks_.begin(); it != sinks_.end();) {
       if (seen.count(it->first) == 0) {
+        DropLateOf(it->first);
         DrainSinkLogs();
         it = sinks_.erase(it);
       } else {
@@ -173,6 +177,13 @@ bool Dispatcher::Configure(const RouteRow *routes, size_t nroutes, const SinkRow
       }
     }
     guard_.Clear();
+    // Late groups kept above still hold their keys back (the caller's
+    // rebuild from the database finds their rows parked too).
+    for (const Late &late : late_) {
+      for (const LateRow &r : late.rows) {
+        if (r.has_key) guard_.Block(r.pattern, r.key, r.id, late.parked_until_us);
+      }
+    }
     behind_down_sinks_.clear();
     return true;
   } catch (const std::exception &e) {
@@ -270,6 +281,15 @@ void Dispatcher::Decide(Flight *flight, size_t i, std::set<std::string> *admitte
     out[i].outcome = Outcome::kPark;
     out[i].next_attempt_us = state.retry_at_us;
     SetError(&out[i], "sink \"" + route.sink + "\" is unavailable: " + state.last_error);
+    if (row.has_key) guard_.Block(route.pattern, row.key, row.id, out[i].next_attempt_us);
+    NoteBehindDownSink(row.topic, route.sink);
+    return;
+  }
+  if (!late_.empty() && SinkHasLate(route.sink)) {
+    // Its earlier groups' answers are awaited: nothing more goes to it.
+    out[i].outcome = Outcome::kPark;
+    out[i].next_attempt_us = settings.now_us + kLateRecheckUs;
+    SetError(&out[i], "waiting for sink \"" + route.sink + "\" to answer earlier events");
     if (row.has_key) guard_.Block(route.pattern, row.key, row.id, out[i].next_attempt_us);
     NoteBehindDownSink(row.topic, route.sink);
     return;
@@ -437,6 +457,7 @@ void Dispatcher::FinishFront(Sink::InterruptCheck interrupted) {
 // stream), groups are waited for in full instead, which bounds that memory.
 void Dispatcher::FinishGroup(const Flight &flight, Group *group, int64_t deadline_ms,
                              Sink::InterruptCheck interrupted) {
+  if (sinks_[group->sink_name].wait_in_full) deadline_ms = 0;
   if (!CollectGroup(group, deadline_ms, interrupted)) {
     if (late_.size() < kMaxLateGroups) {
       MakeLate(flight, group);
@@ -471,15 +492,17 @@ void Dispatcher::MakeLate(const Flight &flight, Group *group) {
   Late &late = late_.back();
   late.sink_name = group->sink_name;
   late.sink = group->sink;
-  late.parked_until_us =
-      flight.settings.now_us + (group->sink->SettleLimitMs() + kLateMarginMs) * kUsecPerMs;
+  // From now, not from the cycle's start: it was sent at the latest now.
+  const int64_t now_us = flight.settings.clock_us != nullptr
+                             ? std::max(flight.settings.now_us, flight.settings.clock_us())
+                             : flight.settings.now_us;
+  late.parked_until_us = now_us + (group->sink->SettleLimitMs() + kLateMarginMs) * kUsecPerMs;
   late.rows.reserve(group->members.size());
-  late.route_of.reserve(group->members.size());
   for (size_t i : group->members) {
     const EventRow &row = flight.rows[i];
     late.rows.push_back(LateRow{std::string(row.id), std::string(row.topic), std::string(row.key),
-                                row.has_key, row.attempts, row.created_at});
-    late.route_of.push_back(flight.route_of[i]);
+                                routes_[flight.route_of[i]].pattern, row.has_key, row.attempts,
+                                row.created_at});
   }
   const std::string why = "waiting for sink \"" + group->sink_name + "\" to answer";
   for (size_t k = 0; k < group->members.size(); ++k) {
@@ -532,7 +555,8 @@ bool Dispatcher::SettleLate(const DispatchSettings &settings) noexcept {
       Late &late = *it;
       const size_t n = late.rows.size();
       std::vector<EventRow> rows(n);
-      std::vector<size_t> members(n);
+      std::vector<int> route_of(n, -1);
+      std::vector<size_t> members;
       std::vector<RowOutcome> out(n);
       for (size_t k = 0; k < n; ++k) {
         const LateRow &r = late.rows[k];
@@ -542,15 +566,35 @@ bool Dispatcher::SettleLate(const DispatchSettings &settings) noexcept {
         rows[k].key = r.key;
         rows[k].attempts = r.attempts;
         rows[k].created_at = r.created_at;
-        members[k] = k;
         out[k].attempts = r.attempts;
-        if (r.has_key) late_keys_.erase(RouteKey(routes_[late.route_of[k]].pattern, r.key));
+        if (r.has_key) {
+          // Judged afresh below: the hold MakeLate put on the key (until the
+          // sink's whole timeout) goes, and the verdict sets the new one.
+          late_keys_.erase(RouteKey(r.pattern, r.key));
+          guard_.Release(r.pattern, r.key, r.id);
+        }
+        for (size_t x = 0; x < routes_.size(); ++x) {
+          if (routes_[x].pattern == r.pattern) route_of[k] = static_cast<int>(x);
+        }
+        if (route_of[k] < 0) {
+          // Its route went while the answer was awaited: no verdict under a
+          // route it no longer has; due now, routed afresh.
+          out[k].outcome = Outcome::kPark;
+          out[k].next_attempt_us = settings.now_us;
+          SetError(&out[k], "its route changed while its sink's answer was awaited");
+          continue;
+        }
+        members.push_back(k);
       }
+      // Judge reads results member by member, in members' order.
+      std::vector<Delivery> results;
+      results.reserve(members.size());
+      for (size_t k : members) results.push_back(late.results[k]);
       Judging j;
       j.rows = rows.data();
-      j.route_of = late.route_of.data();
+      j.route_of = route_of.data();
       j.members = &members;
-      j.results = &late.results;
+      j.results = &results;
       j.settings = &settings;
       j.out = out.data();
       j.sink_name = &late.sink_name;
@@ -584,6 +628,32 @@ bool Dispatcher::NextLateOutcome(LateOutcome *out) noexcept {
   if (next_late_outcome_ >= late_outcomes_.size()) return false;
   *out = late_outcomes_[next_late_outcome_++];
   return true;
+}
+
+void Dispatcher::DropLateOf(const std::string &sink) noexcept {
+  bool any = false;
+  for (const Late &late : late_) any = any || late.sink_name == sink;
+  if (!any) return;
+  for (const Late &late : late_) {
+    if (late.sink_name == sink && late.sink != nullptr && late.sink_ticket != 0) {
+      late.sink->AbandonAll("abandoned: the sink was changed or removed");
+      break;  // one call forgets every open Send of that sink
+    }
+  }
+  for (auto it = late_.begin(); it != late_.end();) {
+    it = it->sink_name == sink ? late_.erase(it) : std::next(it);
+  }
+  // The keys still held are those of the late groups left.
+  try {
+    late_keys_.clear();
+    for (const Late &late : late_) {
+      for (const LateRow &r : late.rows) {
+        if (r.has_key) late_keys_.emplace(r.pattern, r.key);
+      }
+    }
+  } catch (...) {
+    late_keys_.clear();  // only shortens later events' rechecks: order holds
+  }
 }
 
 void Dispatcher::DropLate() noexcept {
@@ -663,6 +733,7 @@ void Dispatcher::SendGroup(const Flight &flight, Group *group, Sink::InterruptCh
 
 void Dispatcher::SettleGroup(const Flight &flight, Group *group, Sink::InterruptCheck interrupted) {
   SinkState &state = sinks_[group->sink_name];
+  state.wait_in_full = false;  // this group's refusals are retried alone
   if (state.slow && group->sink != nullptr) {
     state.slow = false;
     Log(LogLevel::kInfo, "sink \"" + group->sink_name + "\" answers within outbox.ack_wait again");
@@ -692,20 +763,25 @@ void Dispatcher::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
   const DispatchSettings &settings = *j.settings;
   RowOutcome *out = j.out;
 
-  size_t delivered = 0, retriable = 0;
+  size_t delivered = 0, retriable = 0, target_refused = 0;
   for (const Delivery &d : results) {
     if (d.status == DeliveryStatus::kDelivered) ++delivered;
     // A message held back behind a transient failure fails with it.
     if (d.status == DeliveryStatus::kRetriable || d.status == DeliveryStatus::kNotSent) {
       ++retriable;
     }
+    if (d.status == DeliveryStatus::kTargetRefused) ++target_refused;
   }
   const bool interrupted_now = interrupted != nullptr && interrupted();
 
-  // Nothing delivered, nothing refused, and no target refused by a broker
-  // that answered: the sink is down. Park its events until the sink's
-  // backoff expires; attempts are not counted.
-  if (delivered == 0 && retriable == results.size() && !interrupted_now) {
+  // Nothing delivered and nothing refused, only transient failures (beside
+  // targets a broker refused, which say nothing of the others: a refused
+  // topic next to a partition without a leader must not make that
+  // partition's events count attempts): the sink is down. Park those events
+  // until the sink's backoff expires, without counting attempts; the
+  // refused targets' events count theirs.
+  if (delivered == 0 && retriable > 0 && retriable + target_refused == results.size() &&
+      !interrupted_now) {
     state->failures++;
     const int64_t wait_ms =
         BackoffMs(state->failures, settings.backoff_min_ms, settings.backoff_max_ms, Random());
@@ -719,6 +795,10 @@ void Dispatcher::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
     state->down = true;
     for (size_t k = 0; k < members.size(); ++k) {
       const size_t i = members[k];
+      if (results[k].status == DeliveryStatus::kTargetRefused) {
+        Attempted(rows[i], routes_[route_of[i]], results[k], settings, &out[i]);
+        continue;
+      }
       out[i].outcome = Outcome::kPark;
       out[i].next_attempt_us = state->retry_at_us;
       SetError(&out[i], results[k].error);
@@ -760,6 +840,23 @@ void Dispatcher::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
         out[i].outcome = Outcome::kPark;
         out[i].next_attempt_us = settings.now_us;
         SetError(&out[i], why);
+      }
+      continue;
+    }
+    if (result.status == DeliveryStatus::kRejected && members.size() > 1 && sink == nullptr) {
+      // A late answer (no payload left to retry it alone): Kafka refuses a
+      // whole request for one message, so this may be a neighbour's fault.
+      // No attempt; it is sent again soon, and the sink's next group is
+      // waited for in full, where a refusal is retried alone.
+      state->wait_in_full = true;
+      if (ParkBehindEarlier(rows[i], route, nullptr, settings.now_us, kWaitingForKey, &out[i])) {
+        continue;
+      }
+      out[i].outcome = Outcome::kPark;
+      out[i].next_attempt_us = settings.now_us + settings.backoff_min_ms * kUsecPerMs;
+      SetError(&out[i], result.error + " (sent with others: retried alone)");
+      if (rows[i].has_key) {
+        guard_.Block(route.pattern, rows[i].key, rows[i].id, out[i].next_attempt_us);
       }
       continue;
     }
@@ -850,12 +947,18 @@ void Dispatcher::NoteBehindDownSink(std::string_view topic, const std::string &s
   if (it == behind_down_sinks_.end()) behind_down_sinks_.emplace(std::string(topic), sink);
 }
 
+bool Dispatcher::SinkHasLate(const std::string &sink) const {
+  return std::any_of(late_.begin(), late_.end(),
+                     [&sink](const Late &l) { return l.sink_name == sink; });
+}
+
 std::vector<std::string> Dispatcher::TopicsBehindDownSinks(int64_t now_us) const {
   std::vector<std::string> topics;
   try {
     for (const auto &[topic, sink] : behind_down_sinks_) {
       auto it = sinks_.find(sink);
-      if (it != sinks_.end() && it->second.down && now_us < it->second.retry_at_us) {
+      if (it == sinks_.end()) continue;
+      if ((it->second.down && now_us < it->second.retry_at_us) || SinkHasLate(sink)) {
         topics.push_back(topic);
       }
     }

@@ -51,7 +51,12 @@
 // So an unknown topic that librdkafka holds for message.timeout.ms delays
 // neither other sinks' outcomes nor later cycles; a later event of a key
 // whose earlier event awaits a late answer is parked for kLateRecheckUs at a
-// time, and goes once that answer is in.
+// time, and goes once that answer is in. While a sink has a group awaiting
+// late answers, no new group is sent to it: its events are parked (at most
+// kLateRecheckUs) and its topics are left alone by the claims
+// (TopicsBehindDownSinks), so a sink that stopped answering holds one
+// window's batches, not one per cycle. A refusal in a late answer is not
+// counted against the events sent with it (see SinkState::wait_in_full).
 //
 // Lifetime of a batch: Begin returns a ticket that no later batch reuses;
 // the rows and the outcome array stay the caller's and must stay valid until
@@ -115,6 +120,11 @@ struct DispatchSettings {
   int64_t now_us = 0;       // the caller's clock, in the unit next_attempt_us uses
   std::string_view source;  // the CloudEvents source of this database's events
   int64_t ack_wait_ms = 0;  // see "Slow sinks"; 0: wait for every answer
+  // The caller's clock now (same unit as now_us), read when a group is left
+  // to late answers: a cycle may have waited long (a lock) since now_us, and
+  // a late event must stay parked until its sink must have answered, counted
+  // from when it was sent. Null: now_us.
+  int64_t (*clock_us)() = nullptr;
 };
 
 enum class Outcome {
@@ -279,6 +289,10 @@ class Dispatcher {
     int64_t retry_at_us = 0;  // while down: when to try again
     bool down = false;
     bool slow = false;  // its last batch was left to late answers
+    // A late answer refused a message sent with others, which could not be
+    // retried alone then (its payload was gone): the sink's next groups are
+    // waited for in full, so that such a refusal is retried alone at once.
+    bool wait_in_full = false;
     std::string last_error;
   };
   struct Route {
@@ -318,6 +332,7 @@ class Dispatcher {
   // judge it later, copied (the batch's rows are the caller's and go).
   struct LateRow {
     std::string id, topic, key;
+    std::string pattern;  // its route's (routes may be reloaded meanwhile)
     bool has_key = false;
     int attempts = 0;
     int64_t created_at = 0;
@@ -329,7 +344,6 @@ class Dispatcher {
     bool complete = false;     // every answer is in
     int64_t parked_until_us = 0;
     std::vector<LateRow> rows;
-    std::vector<int> route_of;
     std::vector<Delivery> results;  // the sink fills these (its Send's `out`)
   };
 
@@ -376,6 +390,8 @@ class Dispatcher {
   void MakeLate(const Flight &flight, Group *group);
   void Judge(const Judging &j, Sink::InterruptCheck interrupted);
   void DropLate() noexcept;
+  void DropLateOf(const std::string &sink) noexcept;
+  bool SinkHasLate(const std::string &sink) const;
   bool ParkBehindEarlier(const EventRow &row, const Route &route,
                          const std::set<std::string> *in_batch, int64_t now_us,
                          std::string_view error, RowOutcome *out);

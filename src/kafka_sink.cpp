@@ -30,6 +30,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <map>
@@ -71,7 +72,7 @@ constexpr int kPipelinedSliceMs = 2;
 constexpr int kQueueFullWaitMs = 10;
 // How long to wait for a broker's answer about a topic whose messages timed
 // out (ExplainTimeouts).
-constexpr int kTopicProbeMs = 1000;
+constexpr int kTopicProbeMs = 500;
 // After a purge, how long to serve the purged messages' delivery reports.
 constexpr int kPurgeDrainMs = 1000;
 // Destructor: how long librdkafka may take to account for purged messages.
@@ -525,7 +526,12 @@ bool KafkaSink::Wait(uint64_t ticket, int64_t wait_ms, InterruptCheck interrupte
     }
   }
   if (batch->unsettled > 0) Abandon(reason != nullptr ? reason : "timed out");
-  ExplainTimeouts(batch);
+  // Not when giving up (interrupted: shutting down, or no report coming).
+  if (reason == nullptr) {
+    ExplainTimeouts(batch);
+  } else {
+    batch->timed_out.clear();
+  }
   open_.erase(it);  // Abandon, Record and ExplainTimeouts never add or remove batches
   return true;
 }
@@ -539,31 +545,38 @@ bool KafkaSink::Wait(uint64_t ticket, int64_t wait_ms, InterruptCheck interrupte
 // them retriable (an outage). Never throws.
 void KafkaSink::ExplainTimeouts(Batch *batch) noexcept {
   if (batch->timed_out.empty()) return;
+  // No broker reachable: nobody can answer, and asking would only wait.
+  if (connection_ == Connection::kDown) {
+    batch->timed_out.clear();
+    return;
+  }
+  // One request for every topic this producer knows (not one per topic): at
+  // most kTopicProbeMs, however many topics timed out.
+  const struct rd_kafka_metadata *md = nullptr;
+  if (rd_kafka_metadata(rk_, 0, nullptr, &md, kTopicProbeMs) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    md = nullptr;  // no broker answered: nothing learnt
+  }
   try {
-    std::vector<rd_kafka_topic_t *> asked;
-    for (const auto &[slot, topic] : batch->timed_out) {
-      if (std::find(asked.begin(), asked.end(), topic) != asked.end()) continue;
-      asked.push_back(topic);
-      const struct rd_kafka_metadata *md = nullptr;
-      if (rd_kafka_metadata(rk_, 0, topic, &md, kTopicProbeMs) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        continue;  // no broker answered: nothing learnt
-      }
-      rd_kafka_resp_err_t topic_err = RD_KAFKA_RESP_ERR_NO_ERROR;
-      if (md->topic_cnt == 1) topic_err = md->topics[0].err;
-      rd_kafka_metadata_destroy(md);
-      if (ClassifyKafkaError(topic_err) != DeliveryStatus::kTargetRefused) continue;
-      std::string text = KafkaErrorText(topic_err);
-      text += " (topic \"";
-      text += rd_kafka_topic_name(topic);
-      text += "\")";
-      for (const auto &[other, other_topic] : batch->timed_out) {
-        if (other_topic == topic)
-          Settle(batch, other, DeliveryStatus::kTargetRefused, text.c_str());
+    if (md != nullptr) {
+      for (const auto &[slot, topic] : batch->timed_out) {
+        const char *name = rd_kafka_topic_name(topic);
+        for (int t = 0; t < md->topic_cnt; ++t) {
+          const rd_kafka_metadata_topic &m = md->topics[t];
+          if (m.topic == nullptr || strcmp(m.topic, name) != 0) continue;
+          if (ClassifyKafkaError(m.err) != DeliveryStatus::kTargetRefused) break;
+          std::string text = KafkaErrorText(m.err);
+          text += " (topic \"";
+          text += name;
+          text += "\")";
+          Settle(batch, slot, DeliveryStatus::kTargetRefused, text.c_str());
+          break;
+        }
       }
     }
   } catch (...) {
     // Out of memory: they stay retriable, as before the question.
   }
+  if (md != nullptr) rd_kafka_metadata_destroy(md);
   batch->timed_out.clear();
 }
 

@@ -1883,18 +1883,71 @@ TEST_F(SlowSinkTest, ALaterEventOfTheKeyWaitsForTheLateAnswerAndGoesAfterIt) {
   Dispatch({Ev(1, "orders.a", "k")});
   // A later event of the key: not sent while the first one's fate is open,
   // and looked at again soon (not after the sink's whole timeout).
-  const auto second = Dispatch({Ev(2, "orders.a", "k"), Ev(3, "orders.a", "other")}, kNow + 1000);
+  const auto second = Dispatch({Ev(2, "orders.a", "k")}, kNow + 1000);
   ASSERT_TRUE(Is(second[0], Outcome::kPark));
   EXPECT_EQ(second[0].next_attempt_us, kNow + 1000 + Dispatcher::kLateRecheckUs);
-  EXPECT_EQ(Broker("kafka").AllIds(), (std::vector<std::string>{Id(1), Id(3)}));
+  EXPECT_EQ(Broker("kafka").AllIds(), (std::vector<std::string>{Id(1)}));
 
   Broker("kafka").slow = false;
   ASSERT_TRUE(dispatcher_.LateArrived());
   const auto late = SettleLate(kNow + 2000);
-  ASSERT_EQ(late.size(), 2u) << "both the first event and the other key's";
+  ASSERT_EQ(late.size(), 1u);
   const auto again = Dispatch({Ev(2, "orders.a", "k")}, kNow + Dispatcher::kLateRecheckUs + 1000);
   EXPECT_TRUE(Is(again[0], Outcome::kPublished));
-  EXPECT_EQ(Broker("kafka").AllIds(), (std::vector<std::string>{Id(1), Id(3), Id(2)}));
+  EXPECT_EQ(Broker("kafka").AllIds(), (std::vector<std::string>{Id(1), Id(2)}));
+}
+
+TEST_F(SlowSinkTest, NothingMoreGoesToASinkWhoseAnswersAreAwaitedAndItsTopicsAreLeftAlone) {
+  Broker("kafka").slow = true;
+  Dispatch({Ev(1, "orders.a", "k")});
+  // Another key, another topic of the same sink: parked, not sent (a sink
+  // that stopped answering must not pile up a batch per cycle).
+  const auto more = Dispatch({Ev(2, "orders.b", "other"), Ev(3, "mail.x", "m")}, kNow + 1000);
+  ASSERT_TRUE(Is(more[0], Outcome::kPark));
+  EXPECT_EQ(more[0].attempts, 0);
+  EXPECT_EQ(more[0].next_attempt_us, kNow + 1000 + Dispatcher::kLateRecheckUs);
+  EXPECT_NE(std::string(more[0].error).find("to answer earlier events"), std::string::npos);
+  EXPECT_TRUE(Is(more[1], Outcome::kPublished)) << "the other sink goes on";
+  EXPECT_EQ(Broker("kafka").AllIds(), (std::vector<std::string>{Id(1)}));
+  // The claims leave its topics alone until the answers are in.
+  auto topics = dispatcher_.TopicsBehindDownSinks(kNow + 1000);
+  std::sort(topics.begin(), topics.end());
+  EXPECT_EQ(topics, (std::vector<std::string>{"orders.b"}));
+  Broker("kafka").slow = false;
+  ASSERT_TRUE(dispatcher_.LateArrived());
+  SettleLate(kNow + 2000);
+  EXPECT_TRUE(dispatcher_.TopicsBehindDownSinks(kNow + 2000).empty());
+  const auto after = Dispatch({Ev(2, "orders.b", "other")}, kNow + 3000);
+  EXPECT_TRUE(Is(after[0], Outcome::kPublished));
+}
+
+TEST_F(SlowSinkTest, ALateRefusalAmongOthersCostsNoAttemptAndIsRetriedAloneNextTime) {
+  // Kafka refuses a whole request for one message: answered late, there is
+  // no payload left to try each alone, so none is charged; the sink's next
+  // group is waited for in full, where the refused one is tried alone.
+  Broker("kafka").slow = true;
+  Broker("kafka").script = [](const OutMessage &m, int) {
+    return m.id == Id(1) || m.id == Id(2) ? Rejected() : Delivered();
+  };
+  Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.a", "j")});
+  Broker("kafka").slow = false;
+  ASSERT_TRUE(dispatcher_.LateArrived());
+  const auto late = SettleLate(kNow + 2000);
+  ASSERT_EQ(late.size(), 2u);
+  for (const LateOutcome &o : late) {
+    EXPECT_TRUE(Is(o.outcome, Outcome::kPark));
+    EXPECT_EQ(o.outcome.attempts, 0);
+  }
+  Broker("kafka").slow = true;  // still slow: waited for in full all the same
+  Broker("kafka").script = [](const OutMessage &m, int) {
+    return m.id == Id(1) ? Rejected() : Delivered();
+  };
+  const auto retried =
+      Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.a", "j")}, kNow + kMaxUs * 10);
+  EXPECT_TRUE(Is(retried[0], Outcome::kRetry)) << "refused alone: an attempt";
+  EXPECT_EQ(retried[0].attempts, 1);
+  EXPECT_TRUE(Is(retried[1], Outcome::kPublished)) << "its neighbour went through";
+  EXPECT_FALSE(dispatcher_.HasLate());
 }
 
 TEST_F(SlowSinkTest, ALateFailureCountsAnAttemptAndHoldsTheKeyBack) {
@@ -1913,6 +1966,36 @@ TEST_F(SlowSinkTest, ALateFailureCountsAnAttemptAndHoldsTheKeyBack) {
   EXPECT_TRUE(Is(late[1].outcome, Outcome::kPublished));
   const auto behind = Dispatch({Ev(3, "orders.a", "k")}, kNow + 3000);
   EXPECT_TRUE(Is(behind[0], Outcome::kPark)) << "behind the retry of its key";
+}
+
+TEST_F(SlowSinkTest, AReloadKeepsTheLateGroupsOfSinksThatStayTheSame) {
+  Broker("kafka").slow = true;
+  Dispatch({Ev(1, "orders.a", "k")});
+  // A route added elsewhere: the Kafka sink is the same, its answer still
+  // counts, and the key stays held meanwhile.
+  Configure({{"orders.*", "kafka", std::nullopt},
+             {"mail.*", "redis", std::nullopt},
+             {"news.*", "redis", std::nullopt}},
+            {SinkNamed("kafka"), SinkNamed("redis")});
+  EXPECT_TRUE(dispatcher_.HasLate());
+  EXPECT_EQ(Broker("kafka").abandoned, 0);
+  const auto behind = Dispatch({Ev(2, "orders.a", "k")}, kNow + 1000);
+  EXPECT_TRUE(Is(behind[0], Outcome::kPark));
+  Broker("kafka").slow = false;
+  ASSERT_TRUE(dispatcher_.LateArrived());
+  const auto late = SettleLate(kNow + 2000);
+  ASSERT_EQ(late.size(), 1u);
+  EXPECT_TRUE(Is(late[0].outcome, Outcome::kPublished));
+  // Its route removed while the answer was awaited: routed afresh, no verdict.
+  Broker("kafka").slow = true;
+  Dispatch({Ev(3, "orders.a", "j")}, kNow + 3000);
+  Configure({{"orders.a", "kafka", std::nullopt}}, {SinkNamed("kafka")});
+  Broker("kafka").slow = false;
+  ASSERT_TRUE(dispatcher_.LateArrived());
+  const auto rerouted = SettleLate(kNow + 4000);
+  ASSERT_EQ(rerouted.size(), 1u);
+  EXPECT_TRUE(Is(rerouted[0].outcome, Outcome::kPark));
+  EXPECT_EQ(rerouted[0].outcome.next_attempt_us, kNow + 4000);
 }
 
 TEST_F(SlowSinkTest, AbandoningDropsLateGroupsAndTheSinkForgetsThem) {
@@ -1939,15 +2022,45 @@ TEST_F(SlowSinkTest, WithoutAnAckWaitEveryAnswerIsWaitedFor) {
 }
 
 TEST_F(SlowSinkTest, LateGroupsAreBoundedAndThenWaitedForInFull) {
-  Broker("kafka").slow = true;
-  for (size_t n = 0; n < Dispatcher::kMaxLateGroups; ++n) {
-    const auto out = Dispatch({Ev(static_cast<int>(n) + 1, "orders.a", "k" + std::to_string(n))});
+  // One late group per sink at a time (above); across sinks, at most
+  // kMaxLateGroups: beyond, groups are waited for in full.
+  std::vector<RouteDef> routes;
+  std::vector<SinkDef> sinks;
+  const size_t n = Dispatcher::kMaxLateGroups + 1;
+  for (size_t i = 0; i < n; ++i) {
+    const std::string name = "slow" + std::to_string(i);
+    routes.push_back({"t" + std::to_string(i) + ".*", name, std::nullopt});
+    sinks.push_back(SinkNamed(name));
+    Broker(name).pipelined = true;
+    Broker(name).slow = true;
+  }
+  Configure(routes, sinks);
+  for (size_t i = 0; i + 1 < n; ++i) {
+    const auto out = Dispatch({Ev(static_cast<int>(i) + 1, "t" + std::to_string(i) + ".a", "k")});
     ASSERT_TRUE(Is(out[0], Outcome::kPark));
   }
   // The next group cannot go late: it is waited for in full (the fake
   // answers a Collect without a time limit even while slow).
-  const auto out = Dispatch({Ev(100, "orders.a", "other")});
+  const auto out = Dispatch({Ev(100, "t" + std::to_string(n - 1) + ".a", "k")});
   EXPECT_TRUE(Is(out[0], Outcome::kPublished));
+}
+
+TEST_F(DispatcherTest, ARefusedTopicBesideAnOutageLeavesTheOtherEventsAttemptsAlone) {
+  ConfigureOneSink();
+  // One topic refused, another timing out (a partition without a leader):
+  // the timeouts are the sink's, not the events'.
+  Broker("kafka").script = [](const OutMessage &m, int) {
+    if (m.topic == "orders.missing") {
+      return Delivery{DeliveryStatus::kTargetRefused, "UNKNOWN_TOPIC_OR_PART: unknown topic"};
+    }
+    return Retriable("Local: Message timed out");
+  };
+  const auto out = Dispatch({Ev(1, "orders.missing", "a"), Ev(2, "orders.leaderless", "b")});
+  EXPECT_TRUE(Is(out[0], Outcome::kRetry)) << "the refused topic's event counts an attempt";
+  EXPECT_EQ(out[0].attempts, 1);
+  EXPECT_TRUE(Is(out[1], Outcome::kPark)) << "the timed-out one waits for the sink";
+  EXPECT_EQ(out[1].attempts, 0);
+  EXPECT_NE(dispatcher_.NextSinkRetryUs(), 0) << "the sink is down";
 }
 
 TEST_F(DispatcherTest, ARefusedTargetCountsAttemptsAndNeverTakesTheSinkDown) {
