@@ -763,13 +763,12 @@ void Dispatcher::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
   const DispatchSettings &settings = *j.settings;
   RowOutcome *out = j.out;
 
-  size_t delivered = 0, retriable = 0, target_refused = 0;
+  size_t delivered = 0, transient = 0, held_back = 0, target_refused = 0;
   for (const Delivery &d : results) {
     if (d.status == DeliveryStatus::kDelivered) ++delivered;
-    // A message held back behind a transient failure fails with it.
-    if (d.status == DeliveryStatus::kRetriable || d.status == DeliveryStatus::kNotSent) {
-      ++retriable;
-    }
+    if (d.status == DeliveryStatus::kRetriable) ++transient;
+    // Held back behind an earlier failure of its key (which decides).
+    if (d.status == DeliveryStatus::kNotSent) ++held_back;
     if (d.status == DeliveryStatus::kTargetRefused) ++target_refused;
   }
   const bool interrupted_now = interrupted != nullptr && interrupted();
@@ -780,7 +779,7 @@ void Dispatcher::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
   // partition's events count attempts): the sink is down. Park those events
   // until the sink's backoff expires, without counting attempts; the
   // refused targets' events count theirs.
-  if (delivered == 0 && retriable > 0 && retriable + target_refused == results.size() &&
+  if (delivered == 0 && transient > 0 && transient + held_back + target_refused == results.size() &&
       !interrupted_now) {
     state->failures++;
     const int64_t wait_ms =

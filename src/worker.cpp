@@ -42,6 +42,8 @@
 #include "shmem.hpp"
 #include "worker_session.hpp"
 
+#include <malloc.h>
+
 extern "C" {
 #include "access/xact.h"
 #include "commands/dbcommands.h"
@@ -320,6 +322,22 @@ long IdleWaitMs() {
 // how often the idle publisher looks for them.
 constexpr long kLatePollMs = 10;
 
+// After a busy spell (a backlog drained, a sink's late answers settled) the
+// heap holds megabytes freed in small pieces, which glibc keeps: when idle,
+// and more than kTrimFreeBytes lie free, give those pages back to the
+// system. Looked at no more than every kTrimCheckMs (mallinfo2 walks the
+// heap's free lists).
+constexpr long kTrimCheckMs = 1000;
+constexpr size_t kTrimFreeBytes = 4 * 1024 * 1024;
+TimestampTz last_trim_check = 0;
+
+void ReturnFreedMemory() {
+  const TimestampTz now = GetCurrentTimestamp();
+  if (now - last_trim_check < kTrimCheckMs * 1000L) return;
+  last_trim_check = now;
+  if (mallinfo2().fordblks > kTrimFreeBytes) (void)malloc_trim(0);
+}
+
 void Sleep(long ms) {
   if (ms <= 0) return;
   const TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ms);
@@ -482,6 +500,7 @@ void PublisherMain(Datum main_arg) {
     MemoryContextSwitchTo(old);
     MemoryContextReset(cycle_context);
     ReportState("idle");
+    ReturnFreedMemory();
     (void)pgstat_report_stat(true);  // what the last second's cycles left pending
     Sleep(wait);
   }

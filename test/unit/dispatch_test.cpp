@@ -2063,6 +2063,23 @@ TEST_F(DispatcherTest, ARefusedTopicBesideAnOutageLeavesTheOtherEventsAttemptsAl
   EXPECT_NE(dispatcher_.NextSinkRetryUs(), 0) << "the sink is down";
 }
 
+TEST_F(DispatcherTest, EventsHeldBackBehindARefusedTopicDoNotMakeTheSinkDown) {
+  ConfigureOneSink();
+  // The sink refuses the topic's first event and holds back the key's next
+  // ones (kNotSent): the broker answered, nothing says the sink is down.
+  Broker("kafka").script = [](const OutMessage &m, int) {
+    if (m.id == Id(1)) {
+      return Delivery{DeliveryStatus::kTargetRefused, "UNKNOWN_TOPIC_OR_PART: unknown topic"};
+    }
+    return Delivery{DeliveryStatus::kNotSent, "not sent: an earlier event failed"};
+  };
+  const auto out = Dispatch({Ev(1, "orders.missing", "k"), Ev(2, "orders.missing", "k")});
+  EXPECT_TRUE(Is(out[0], Outcome::kRetry));
+  EXPECT_TRUE(Is(out[1], Outcome::kPark));
+  EXPECT_EQ(out[1].attempts, 0);
+  EXPECT_EQ(dispatcher_.NextSinkRetryUs(), 0) << "the sink is not down";
+}
+
 TEST_F(DispatcherTest, ARefusedTargetCountsAttemptsAndNeverTakesTheSinkDown) {
   ConfigureOneSink();
   Broker("kafka").script = [](const OutMessage &m, int) {
