@@ -631,9 +631,7 @@ bool Dispatcher::NextLateOutcome(LateOutcome *out) noexcept {
 }
 
 void Dispatcher::DropLateOf(const std::string &sink) noexcept {
-  bool any = false;
-  for (const Late &late : late_) any = any || late.sink_name == sink;
-  if (!any) return;
+  if (!SinkHasLate(sink)) return;
   for (const Late &late : late_) {
     if (late.sink_name == sink && late.sink != nullptr && late.sink_ticket != 0) {
       late.sink->AbandonAll("abandoned: the sink was changed or removed");
@@ -717,9 +715,8 @@ void Dispatcher::SendGroup(const Flight &flight, Group *group, Sink::InterruptCh
   group->results.resize(group->members.size());
   // A sink with batches in flight is not recreated under them: a failed one
   // refuses this batch at once (retriable), and is recreated once idle.
-  const bool late = std::any_of(late_.begin(), late_.end(),
-                                [&](const Late &l) { return l.sink_name == group->sink_name; });
-  Sink *sink = SinkFor(group->sink_name, state, flights_.size() == 1 && !late);
+  Sink *sink =
+      SinkFor(group->sink_name, state, flights_.size() == 1 && !SinkHasLate(group->sink_name));
   if (sink == nullptr) {
     for (Delivery &d : group->results) d = Delivery{DeliveryStatus::kRetriable, state->last_error};
     return;
