@@ -1,23 +1,20 @@
 # PGXS build of the outbox extension (C++17). `make && make install` builds and
 # installs outbox.so, outbox.control and the install/upgrade scripts.
-# `make installcheck` runs the pg_regress and isolation suites against the
-# server PGHOST/PGPORT point at (test/run_all.sh starts one for them).
+# `make installcheck` runs the pg_regress and isolation suites, each against a
+# throwaway server of its own (test/lib/private_server.sh; as root it runs as
+# the `postgres` OS user); `make installcheck OUTBOX_SERVER=existing` runs them
+# against the server PGHOST/PGPORT name instead. The other targets
+# (test-fast, test, test-tap) run test/run_all.sh's suites: see test/README.md.
 
 EXTENSION = outbox
 MODULE_big = outbox
 DATA = $(wildcard sql/outbox--*.sql) outbox--0.1.0.control
 
-# PostgreSQL-facing code first, PostgreSQL-free code (also built by CMake for
-# the unit tests) after it.
-PG_SRCS = src/pg_bridge.cpp src/outbox.cpp src/guc.cpp src/emit.cpp src/event_insert.cpp src/partition.cpp \
-          src/sink_catalog.cpp src/shmem.cpp src/launcher.cpp src/worker.cpp src/claim.cpp \
-          src/payload_json.cpp src/database_guard.cpp src/restored_partition.cpp src/workers_view.cpp src/key_ownership.cpp \
-          src/emit_horizon.cpp src/worker_session.cpp src/fault_injection.cpp \
-          src/publisher_statements.cpp src/commit_prepared.cpp
-FREE_SRCS = src/uuid7.cpp src/names.cpp src/route_match.cpp src/partition_calendar.cpp \
-            src/sink_options.cpp src/backoff.cpp src/order_guard.cpp src/keyed_hash.cpp src/dispatch.cpp \
-            src/sink.cpp src/kafka_sink.cpp src/redis_sink.cpp src/trace_context.cpp \
-            src/message_format.cpp src/key_slots.cpp src/fault_points.cpp
+# One source list, derived from the folders (src/README.md): src/ and
+# src/publisher/ use PostgreSQL; src/core/ and src/sinks/ never include a
+# PostgreSQL header (CMake builds them alone for the unit tests).
+PG_SRCS = $(sort $(wildcard src/*.cpp src/publisher/*.cpp))
+FREE_SRCS = $(sort $(wildcard src/core/*.cpp src/sinks/*.cpp))
 OBJS = $(PG_SRCS:.cpp=.o) $(FREE_SRCS:.cpp=.o)
 
 REGRESS = setup emit tracing sinks routes controls stats partitions privileges emit_writes_like_insert extension
@@ -27,8 +24,13 @@ ISOLATION_OPTS = --inputdir=test/isolation --outputdir=test/results/isolation
 
 PG_CONFIG ?= pg_config
 
+# Headers are included by their path under src/ ("core/dispatch.hpp").
+PG_CPPFLAGS = -I$(srcdir)/src
+# -Wno-cast-function-type: from 16 on, PGXS passes -Wcast-function-type, and
+# nodeFuncs.h's walker casts from `bool (*)()`, which C calls unprototyped and
+# C++ calls a function of no arguments.
 PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Wno-unused-parameter \
-              -Wno-missing-field-initializers -Wno-register
+              -Wno-missing-field-initializers -Wno-register -Wno-cast-function-type
 ifeq ($(WERROR),1)
 PG_CXXFLAGS += -Werror
 endif
@@ -36,7 +38,9 @@ SHLIB_LINK = -lrdkafka -lhiredis -lstdc++
 
 # Track header dependencies in every build (.deps/): a header change, such as
 # a new member in a class another file allocates, must rebuild every file
-# that includes it, or the objects disagree about the layout.
+# that includes it, or the objects disagree about the layout. PGXS names each
+# dependency file after its source's file name alone: file names are unique
+# across src/'s folders.
 override autodepend = yes
 
 # No LLVM bitcode: the JIT never inlines our functions, and this keeps clang
@@ -47,3 +51,23 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 EXTRA_CLEAN = test/results build
+
+# PGXS's commands read `echo "+++ ... +++" && pg_regress ...`: the server
+# wrapper goes in front of pg_regress (or of the whole command, should a
+# version lack the echo).
+PRIVATE_SERVER = bash test/lib/private_server.sh
+with_private_server = $(if $(findstring && ,$(1)),$(subst && ,&& $(PRIVATE_SERVER) ,$(1)),$(PRIVATE_SERVER) $(1))
+ifneq ($(OUTBOX_SERVER),existing)
+pg_regress_installcheck := $(call with_private_server,$(pg_regress_installcheck))
+pg_isolation_regress_installcheck := $(call with_private_server,$(pg_isolation_regress_installcheck))
+endif
+
+# The test tiers (test/README.md). Each installs what is missing, builds and
+# ends with "N passed, N failed"; they need root (apt-get, make install).
+.PHONY: test test-fast test-tap
+test-fast: # minutes: format, unit, regression, isolation
+	OUTBOX_SUITES="format unit regression isolation" bash test/run_all.sh
+test-tap: # the TAP suites on this machine's PostgreSQL
+	OUTBOX_SUITES="TAP" bash test/run_all.sh
+test: # everything, the other majors in chroots included (what CI runs)
+	bash test/run_all.sh

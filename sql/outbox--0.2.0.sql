@@ -89,12 +89,16 @@ CREATE TABLE outbox.events_default PARTITION OF outbox.events DEFAULT;
 -- outbox.recount() after doing so. Dropping a partition deletes its day's
 -- rows here (maintenance does both in one transaction).
 --
--- Each (day, topic) is split into shards by the writing process
--- (pg_backend_pid() % 64): a counted change locks its shard's row until its
--- transaction ends, and parallel publishers writing one shared row would
--- wait for each other's commits. A shard's numbers alone mean nothing (an
--- event can become waiting in one shard and published in another); only
--- their sums per day and topic do.
+-- Each (day, topic) is split into shards (src/event_counts.cpp says how
+-- they are picked): a counted change locks its shard's row until its
+-- transaction ends, so parallel publishers writing one shared row would
+-- wait for each other's commits, and an operator's retry_dead() under
+-- REPEATABLE READ would fail on a row a publisher changed after its
+-- snapshot. A publisher writes the shard of its slot in the proc array;
+-- anyone else one of 1024 negative shards, picked per transaction;
+-- recount() writes shard 0. A shard's numbers alone mean nothing (an event
+-- can become waiting in one shard and published in another); only their
+-- sums per day and topic do.
 CREATE TABLE outbox.counts (
     day       date     NOT NULL,
     topic     text     NOT NULL,
@@ -109,47 +113,14 @@ COMMENT ON TABLE outbox.counts IS
 
 -- The statement trigger of every change to outbox.events (see above): adds
 -- the new rows' states and subtracts the old ones', per day and topic, in
--- (day, topic) order so that concurrent writers cannot deadlock on it.
+-- (day, topic) order so that concurrent writers cannot deadlock on it; a
+-- TRUNCATE recounts. In C (src/event_counts.cpp): it runs after every
+-- statement the publisher records outcomes with.
 CREATE FUNCTION outbox.count_changes()
 RETURNS trigger
-LANGUAGE plpgsql
+LANGUAGE c
 SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    delta outbox.counts[] := '{}';
-BEGIN
-    IF TG_OP = 'TRUNCATE' THEN
-        PERFORM outbox.recount();
-        RETURN NULL;
-    END IF;
-    IF TG_OP IN ('INSERT', 'UPDATE') THEN
-        delta := delta || ARRAY(
-            SELECT ROW((created_at AT TIME ZONE 'UTC')::date, topic,
-                       (status = 'pending' AND next_attempt_at IS NOT NULL)::int,
-                       (status = 'published')::int, (status = 'dead')::int, 0)::outbox.counts
-              FROM new_rows);
-    END IF;
-    IF TG_OP IN ('UPDATE', 'DELETE') THEN
-        delta := delta || ARRAY(
-            SELECT ROW((created_at AT TIME ZONE 'UTC')::date, topic,
-                       -(status = 'pending' AND next_attempt_at IS NOT NULL)::int,
-                       -(status = 'published')::int, -(status = 'dead')::int, 0)::outbox.counts
-              FROM old_rows);
-    END IF;
-    INSERT INTO outbox.counts AS c (day, topic, waiting, published, dead, shard)
-    SELECT d.day, d.topic, sum(d.waiting), sum(d.published), sum(d.dead),
-           pg_backend_pid() % 64
-      FROM unnest(delta) d
-     GROUP BY d.day, d.topic
-    HAVING sum(d.waiting) <> 0 OR sum(d.published) <> 0 OR sum(d.dead) <> 0
-     ORDER BY d.day, d.topic
-        ON CONFLICT (day, topic, shard) DO UPDATE
-       SET waiting = c.waiting + excluded.waiting,
-           published = c.published + excluded.published,
-           dead = c.dead + excluded.dead;
-    RETURN NULL;
-END
-$$;
+AS 'MODULE_PATHNAME', 'outbox_count_changes';
 COMMENT ON FUNCTION outbox.count_changes() IS
     'Trigger keeping outbox.counts in step with outbox.events';
 
@@ -241,7 +212,7 @@ CREATE TABLE outbox.routes (
     target     text,
     paused     boolean     NOT NULL DEFAULT false,
     format     text        NOT NULL DEFAULT 'raw'
-               CHECK (format IN ('raw', 'cloudevents', 'debezium')),
+               CHECK (format IN ('raw', 'cloudevents', 'debezium', 'debezium-expanded')),
     created_at timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX routes_sink_idx ON outbox.routes (sink);
@@ -286,8 +257,8 @@ SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'outbox_drop_sink';
 COMMENT ON FUNCTION outbox.drop_sink(text) IS 'Remove a sink no route uses';
 
--- format: how messages look at the broker (README "Message formats"):
--- raw (the contract's format), cloudevents or debezium.
+-- format: how messages look at the broker (docs/formats.md): raw (the
+-- contract's format), cloudevents, debezium or debezium-expanded.
 CREATE FUNCTION outbox.add_route(pattern text, sink text, target text DEFAULT NULL,
                                  format text DEFAULT 'raw')
 RETURNS void
@@ -337,6 +308,18 @@ AS 'MODULE_PATHNAME', 'outbox_route_for';
 COMMENT ON FUNCTION outbox.route_for(text) IS
     'The route events of this topic take now, with the target resolved; no row if none';
 
+-- The pattern among `patterns` whose route events of `topic` take: an exact
+-- pattern beats any wildcard, a longer wildcard a shorter one, then byte
+-- order; NULL when none matches. The publisher's own precedence (the one
+-- definition, src/core/route_match.cpp), for outbox.route_lag and for
+-- anyone's queries: it reads no table, so every role may call it.
+CREATE FUNCTION outbox.best_pattern(topic text, patterns text[]) RETURNS text
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'outbox_best_pattern';
+COMMENT ON FUNCTION outbox.best_pattern(text, text[]) IS
+    'The pattern a route for this topic takes among the given ones (route precedence); NULL if none matches';
+
 CREATE FUNCTION outbox.retry_dead(topic text DEFAULT NULL)
 RETURNS bigint
 LANGUAGE sql VOLATILE
@@ -378,7 +361,7 @@ LANGUAGE c STABLE
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'outbox_publisher_statements';
 COMMENT ON FUNCTION outbox.publisher_statements() IS
-    'The SQL of the publisher''s claim statements (parameters: see src/claim.cpp)';
+    'The SQL of the publisher''s claim statements (parameters: see src/publisher/claim.cpp)';
 
 CREATE FUNCTION outbox.publisher_preloaded()
 RETURNS boolean
@@ -433,31 +416,30 @@ COMMENT ON VIEW outbox.stats IS
     'Per topic: pending, published and dead events retained, and the age of the oldest pending';
 
 -- Per route: the lag (age of its oldest pending event) and backlog, from
--- outbox.stats. Each topic goes to the route route_for() would pick: an
--- exact pattern beats wildcards, then the longest, then the first in byte
--- order. Topics no route matches are summed in one row with pattern NULL.
+-- outbox.stats. Each topic goes to the route the publisher picks
+-- (outbox.best_pattern). Topics no route matches are summed in one row with
+-- pattern NULL.
 CREATE VIEW outbox.route_lag AS
-WITH topic_route AS (
-    SELECT DISTINCT ON (s.topic) s.topic, s.pending, s.dead, s.oldest_pending_age, r.pattern
-      FROM outbox.stats s
-      LEFT JOIN outbox.routes r
-        ON s.topic LIKE replace(replace(r.pattern, '_', '\_'), '*', '%')
-     ORDER BY s.topic, (strpos(r.pattern, '*') = 0) DESC, length(r.pattern) DESC,
-              r.pattern COLLATE "C")
+WITH patterns AS (
+    SELECT pg_catalog.array_agg(pattern) AS patterns FROM outbox.routes),
+topic_route AS (
+    SELECT s.topic, s.pending, s.dead, s.oldest_pending_age,
+           outbox.best_pattern(s.topic, p.patterns) AS pattern
+      FROM outbox.stats s, patterns p)
 SELECT r.pattern, r.sink, r.target, r.format, r.paused,
-       count(t.topic) AS topics,
-       coalesce(sum(t.pending), 0)::bigint AS pending,
-       coalesce(sum(t.dead), 0)::bigint AS dead,
-       max(t.oldest_pending_age) AS oldest_pending_age
+       pg_catalog.count(t.topic) AS topics,
+       coalesce(pg_catalog.sum(t.pending), 0)::bigint AS pending,
+       coalesce(pg_catalog.sum(t.dead), 0)::bigint AS dead,
+       pg_catalog.max(t.oldest_pending_age) AS oldest_pending_age
   FROM outbox.routes r
-  LEFT JOIN topic_route t ON t.pattern = r.pattern
+  LEFT JOIN topic_route t ON t.pattern OPERATOR(pg_catalog.=) r.pattern
  GROUP BY r.pattern, r.sink, r.target, r.format, r.paused
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, count(*), sum(pending)::bigint, sum(dead)::bigint,
-       max(oldest_pending_age)
+SELECT NULL, NULL, NULL, NULL, NULL, pg_catalog.count(*), pg_catalog.sum(pending)::bigint,
+       pg_catalog.sum(dead)::bigint, pg_catalog.max(oldest_pending_age)
   FROM topic_route
  WHERE pattern IS NULL
-HAVING count(*) > 0;
+HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 0;
 COMMENT ON VIEW outbox.route_lag IS
     'Per route: topics, pending and dead events, and the age of its oldest pending event (lag)';
 
@@ -480,15 +462,15 @@ CREATE VIEW outbox.workers AS SELECT * FROM outbox.worker_stats();
 COMMENT ON VIEW outbox.workers IS
     'The publishers: state, sinks, counts, last error, last batch, index, key slots owned';
 
--- Which key slot a key hashes into. With outbox.workers > 1 each slot is
--- owned by one publisher at a time, which handles every event of the keys in
--- it. Must match OUTBOX_KEY_SLOT_SQL in src/key_slots.hpp (the claim queries
--- use that expression on the key column; the regression test "routes"
--- compares the two).
+-- Which key slot a key hashes into: hashtext(key) & 1023. With
+-- outbox.workers > 1 each slot is owned by one publisher at a time, which
+-- handles every event of the keys in it. The one definition of the hash
+-- (src/key_slot.cpp): emit() uses it to wake the key's publisher, and the
+-- claims call this function on the key column.
 CREATE FUNCTION outbox.key_slot(key text) RETURNS int
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
-RETURN (pg_catalog.hashtext(key) & 1023);
+AS 'MODULE_PATHNAME', 'outbox_key_slot';
 COMMENT ON FUNCTION outbox.key_slot(text) IS
     'The key slot (0 .. 1023) of an event key; with outbox.workers > 1 one publisher owns each slot';
 
@@ -529,6 +511,9 @@ COMMENT ON VIEW outbox.partitions IS
 GRANT USAGE ON SCHEMA outbox TO PUBLIC;
 REVOKE ALL ON ALL TABLES IN SCHEMA outbox FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM PUBLIC;
+-- Reads no table and shows nothing: outbox.route_lag calls it for whoever
+-- may read that view.
+GRANT EXECUTE ON FUNCTION outbox.best_pattern(text, text[]) TO PUBLIC;
 
 -- ---------------------------------------------------------------------------
 -- First partitions, and a word if the publisher cannot run here.

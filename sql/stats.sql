@@ -120,6 +120,21 @@ SELECT outbox.drop_sink('st_sink');
 SELECT pattern IS NULL AS unrouted, topics >= 1 AS has_topics, pending >= 5 AS has_pending
   FROM outbox.route_lag WHERE pattern IS NULL;
 
+-- The counting trigger reads the events' columns as their types: fired on
+-- another table whose columns have those names and other types, it stops
+-- with an error instead of reading one type as another.
+CREATE TABLE not_events (created_at timestamptz, topic text, status int, next_attempt_at timestamptz);
+CREATE TRIGGER not_events_count AFTER INSERT ON not_events REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION outbox.count_changes();
+SELECT error_of($$INSERT INTO not_events VALUES (now(), 't', 1, NULL)$$);
+DROP TABLE not_events;
+CREATE TABLE not_events (id int);
+CREATE TRIGGER not_events_count AFTER INSERT ON not_events REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION outbox.count_changes();
+SELECT error_of($$INSERT INTO not_events VALUES (1)$$);
+DROP TABLE not_events;
+SELECT error_of($$SELECT outbox.count_changes()$$);
+
 -- Leave nothing behind for the next files.
 DELETE FROM outbox.events WHERE topic LIKE 'st.%';
 SELECT count(*) FROM stats_of('st.');

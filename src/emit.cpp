@@ -13,11 +13,12 @@
 #include "emit_horizon.hpp"
 #include "event_insert.hpp"
 #include "guc.hpp"
-#include "names.hpp"
-#include "partition_calendar.hpp"
+#include "key_slot.hpp"
+#include "core/names.hpp"
+#include "core/partition_calendar.hpp"
 #include "payload_json.hpp"
 #include "shmem.hpp"
-#include "uuid7.hpp"
+#include "core/uuid7.hpp"
 
 extern "C" {
 #include "catalog/pg_collation.h"
@@ -182,15 +183,13 @@ extern "C" Datum outbox_emit(PG_FUNCTION_ARGS) {
   InsertEvent(values, isnull);
 
   // Not now: at commit, and only if the transaction commits; and only the
-  // publisher that handles this key (key_slots.hpp: the same hash the claims
-  // use on the key column, whose collation is the default one). With one
+  // publisher that handles this key (key_slot.hpp: the hash the claims use
+  // on the key column, through outbox.key_slot()). With one
   // publisher there is no choice to make: it is woken as for a keyless event,
   // and the hash is not computed.
   int key_slot = -1;
   if (has_key && Shared() != nullptr && guc::workers > 1) {
-    key_slot = DatumGetInt32(
-                   DirectFunctionCall1Coll(hashtext, DEFAULT_COLLATION_OID, PG_GETARG_DATUM(2))) &
-               (kKeySlots - 1);
+    key_slot = KeySlotOf(PG_GETARG_DATUM(2));
   }
   WakeKeyOwnerAtCommit(key_slot);
   PG_RETURN_UUID_P(uuid);

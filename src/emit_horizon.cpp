@@ -54,7 +54,7 @@ int BackendCount() { return MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xac
 
 BackendEmit *Mine() {
   if (state == nullptr || MyProc == nullptr) return nullptr;
-  const int procno = MyProc->pgprocno;
+  const int procno = MyProcIndex();
   return procno >= 0 && procno < state->nbackends ? &state->backends[procno] : nullptr;
 }
 

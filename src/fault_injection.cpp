@@ -8,6 +8,8 @@
 
 extern "C" {
 #include "miscadmin.h"
+#include "storage/latch.h"
+#include "utils/wait_event.h"
 #include "utils/guc.h"
 }
 
@@ -43,7 +45,7 @@ void DefineSetting() {
   DefineCustomStringVariable(
       "outbox.fault_injection",
       "Test builds only: where the publisher and launcher fail on purpose.",
-      "Comma-separated rules point=action[/N][#K] (src/fault_points.hpp); empty: none.",
+      "Comma-separated rules point=action[/N][#K] (src/core/fault_points.hpp); empty: none.",
       &rules_text, "", PGC_SUSET, GUC_NOT_IN_SAMPLE, CheckRules, AssignRules, nullptr);
 }
 
@@ -79,6 +81,15 @@ void Hit(const char *point) {
         pg_usleep(100 * 1000L);
         CHECK_FOR_INTERRUPTS();
       }
+      break;
+    case Action::kLatch:
+      // As a lock or condition variable wait inside the transaction does:
+      // returns when the latch is set (by a commit asking for a cycle, say)
+      // and resets it, so the wake-up is gone when the loop looks.
+      (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 2000,
+                      PG_WAIT_EXTENSION);
+      ResetLatch(MyLatch);
+      CHECK_FOR_INTERRUPTS();
       break;
     default:
       break;

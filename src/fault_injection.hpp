@@ -11,7 +11,7 @@
 
 #include "pg_bridge.hpp"
 
-#include "fault_points.hpp"
+#include "core/fault_points.hpp"
 
 namespace outbox {
 namespace fault {

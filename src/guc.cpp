@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "fault_injection.hpp"
-#include "trace_context.hpp"
+#include "core/trace_context.hpp"
 
 extern "C" {
 #include "commands/dbcommands.h"
@@ -29,6 +29,7 @@ int max_attempts = 10;
 int backoff_min_ms = 100;
 int backoff_max_ms = 60000;
 int poll_interval_ms = 1000;
+int wake_interval_ms = 5;
 int workers = 1;
 int max_payload_bytes = 1024 * 1024;
 int maintenance_lock_timeout_ms = 100;
@@ -52,8 +53,10 @@ bool ParseInterval(const char *text, Interval *out) {
   int nf = 0;
   int dtype = 0;
   struct pg_itm_in itm;
-  if (text == nullptr || std::strlen(text) >= sizeof buf) return false;
-  std::strcpy(buf, text);
+  if (text == nullptr) return false;
+  const size_t len = std::strlen(text);
+  if (len >= sizeof buf) return false;
+  std::memcpy(buf, text, len + 1);
   int dterr = ParseDateTime(buf, workbuf, sizeof workbuf, field, ftype, MAXDATEFIELDS, &nf);
   if (dterr == 0) dterr = DecodeInterval(field, ftype, nf, INTERVAL_FULL_RANGE, &dtype, &itm);
   if (dterr == DTERR_BAD_FORMAT) dterr = DecodeISO8601Interval(buf, &dtype, &itm);
@@ -71,8 +74,8 @@ bool CheckRetention(char **newval, void **extra, GucSource source) {
     GUC_check_errdetail("outbox.retention must not be negative.");
     return false;
   }
-  // GUC frees extra with free(): allocate it with malloc.
-  void *copy = std::malloc(sizeof(Interval));
+  // The server frees extra itself: it must come from its allocator.
+  void *copy = GucExtraAlloc(sizeof(Interval));
   if (copy == nullptr) return false;
   std::memcpy(copy, &parsed, sizeof parsed);
   *extra = copy;
@@ -163,6 +166,15 @@ void Define() {
                           "Safety poll of the publisher; commits wake it at once.",
                           "Valid range is 10 ms .. 1 hour.", &poll_interval_ms, 1000, 10, 3600000,
                           PGC_SUSET, GUC_UNIT_MS, nullptr, nullptr, nullptr);
+
+  DefineCustomIntVariable(
+      "outbox.wake_interval",
+      "Shortest time between two publish cycles that commits start: events committed meanwhile "
+      "are published together.",
+      "Valid range is 0 .. 1 s; 0 starts a cycle for every commit. A commit after a quieter "
+      "spell is published at once; under load each event waits at most this long for its "
+      "cycle, and the publisher spends far less CPU per event.",
+      &wake_interval_ms, 5, 0, 1000, PGC_SUSET, GUC_UNIT_MS, nullptr, nullptr, nullptr);
 
   // A server-start setting can only be defined while preloading (defining it
   // later is FATAL); without preloading there is no publisher to size anyway.

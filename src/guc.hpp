@@ -22,6 +22,7 @@ extern int max_attempts;
 extern int backoff_min_ms;
 extern int backoff_max_ms;
 extern int poll_interval_ms;
+extern int wake_interval_ms;
 extern int ack_wait_ms;
 extern int workers;
 extern int max_payload_bytes;

@@ -3,11 +3,11 @@
 // without preloading; the publisher does not.
 #include "pg_bridge.hpp"
 
-#include "database_guard.hpp"
+#include "publisher/database_guard.hpp"
 #include "emit_horizon.hpp"
 #include "guc.hpp"
 #include "shmem.hpp"
-#include "worker.hpp"
+#include "publisher/publisher.hpp"
 
 extern "C" {
 #include "miscadmin.h"
@@ -44,10 +44,12 @@ void _PG_init(void) {
 OUTBOX_SQL_FUNCTION(outbox_publisher_preloaded) { PG_RETURN_BOOL(loaded_at_preload); }
 
 // outbox.wakeup(): wake this database's publishers when the calling
-// transaction commits (and make sure the launcher runs one). The install
-// script calls it so publishing starts right after CREATE EXTENSION commits.
+// transaction commits, make their next claims look at every pending event
+// (rows INSERTed without emit(), events changed by hand), and make sure the
+// launcher runs one. The install script calls it so publishing starts right
+// after CREATE EXTENSION commits.
 OUTBOX_SQL_FUNCTION(outbox_wakeup) {
   outbox::AnnounceExtensionAtCommit();
-  outbox::WakePublishersAtCommit();
+  outbox::ResetClaimFloorsAtCommit();
   PG_RETURN_VOID();
 }

@@ -19,9 +19,9 @@
 #include "partition.hpp"
 
 #include "guc.hpp"
-#include "partition_calendar.hpp"
+#include "core/partition_calendar.hpp"
 #include "shmem.hpp"
-#include "worker_session.hpp"
+#include "publisher/worker_session.hpp"
 
 extern "C" {
 #include "access/xact.h"
@@ -320,11 +320,13 @@ bool PurgeDefaultStep(void *p) {
 }
 
 // Rows in the default partition: move those of days still within retention
-// into their own partition; delete the published ones of older days.
+// into their own partition; delete the published ones of older days. Rows
+// dated -infinity or infinity (written by hand: emit() dates every event
+// now) belong to no day and stay where they are.
 void DrainDefault(const PartitionSet &set, TimestampTz cutoff) {
   if (ExecFresh("SELECT DISTINCT pg_catalog.floor(EXTRACT(epoch FROM created_at) "
                 "OPERATOR(pg_catalog./) '86400'::pg_catalog.numeric)::pg_catalog.int8 "
-                "FROM outbox.events_default",
+                "FROM outbox.events_default WHERE pg_catalog.isfinite(created_at)",
                 0) != SPI_OK_SELECT) {
     elog(ERROR, "outbox: cannot read the default partition");
   }

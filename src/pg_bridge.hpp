@@ -33,6 +33,8 @@ extern "C" {
 #include "utils/elog.h"
 }
 
+#include "pg_compat.hpp"
+
 namespace outbox {
 
 // An error meant for the SQL user: a SQLSTATE, a message and an optional hint.
@@ -71,7 +73,7 @@ struct CaughtError {
 void Capture(CaughtError *out) noexcept;
 
 // Raise the captured error as ereport(ERROR). Never returns.
-pg_attribute_noreturn() void Raise(const CaughtError &error);
+[[noreturn]] void Raise(const CaughtError &error);
 
 // Run f and report whether it returned normally; an exception it threw is
 // captured into *error (the catch block ends before this returns).

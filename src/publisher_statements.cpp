@@ -4,7 +4,7 @@
 // copies of them) from concurrent sessions.
 #include "pg_bridge.hpp"
 
-#include "claim.hpp"
+#include "publisher/claim.hpp"
 
 extern "C" {
 #include "funcapi.h"

@@ -1,6 +1,6 @@
 #include "restored_partition.hpp"
 
-#include "partition_calendar.hpp"
+#include "core/partition_calendar.hpp"
 
 extern "C" {
 #include "access/heapam.h"
@@ -50,7 +50,7 @@ void MakeRoomForRestoredPartition(const CreateStmt *stmt) {
   Relation rel = table_open(existing, AccessExclusiveLock);
   const bool ours = rel->rd_rel->relkind == RELKIND_RELATION && rel->rd_rel->relispartition &&
                     get_partition_parent(existing, true) == events &&
-                    pg_class_ownercheck(existing, GetUserId()) && HoldsNoRowVersion(rel);
+                    CurrentUserOwnsRelation(existing) && HoldsNoRowVersion(rel);
   table_close(rel, NoLock);
   if (!ours) return;
   ereport(LOG, (errmsg("outbox: empty partition outbox.%s gives way to the one being restored",
@@ -81,7 +81,7 @@ bool MadeByAttachingRestoredPartition(const IndexStmt *stmt) {
     return false;
   }
   // Only for whoever could have created it (others get PostgreSQL's error).
-  if (!pg_class_ownercheck(partition, GetUserId())) return false;
+  if (!CurrentUserOwnsRelation(partition)) return false;
   if (IndexGetRelation(index, true) != partition || !get_rel_relispartition(index)) return false;
   const Oid parent_index = get_partition_parent(index, true);
   if (IndexGetRelation(parent_index, true) != events) return false;

@@ -6,7 +6,7 @@
 
 #include "pg_bridge.hpp"
 
-#include "key_slots.hpp"
+#include "core/key_slots.hpp"
 
 extern "C" {
 #include "datatype/timestamp.h"
@@ -64,6 +64,14 @@ struct DatabaseSlot {
   // stale value only wakes a process for nothing (SetLatch on an exited
   // process is harmless).
   pg_atomic_uint32 worker_procno[kMaxWorkersPerDatabase];
+  // Per publisher: 1 while a publish cycle has been asked of it that it has
+  // not started yet. A transaction that emitted sets it at commit and sets
+  // the publisher's latch only if it was 0, so under load most commits cost
+  // a read of this word and no system call. The publisher clears it before
+  // each cycle's claims (so a commit after the clear sets it again and wakes
+  // it), or leaves it set while no route delivers (then commits need not
+  // wake it: a route change does, with an unconditional wake-up).
+  pg_atomic_uint32 cycle_requested[kMaxWorkersPerDatabase];
   // Bumped by transactions that changed sinks or routes, before their commit
   // becomes visible (XACT_EVENT_PRE_COMMIT), so publishers reload their
   // routing table, and one that claimed such a transaction's events sees the
@@ -73,7 +81,7 @@ struct DatabaseSlot {
   // not finished yet. The version is bumped before the change is visible, so
   // a publisher that reads a version while this is not zero may load the
   // old sinks and routes: it must not take them as that version's
-  // (worker.cpp, ConfigCurrent).
+  // (publisher.cpp, ConfigCurrent).
   pg_atomic_uint32 config_committing;
   // Publishers of this database exit and are not restarted before this time
   // (DROP DATABASE, CREATE DATABASE ... TEMPLATE, ALTER DATABASE RENAME need
@@ -113,6 +121,7 @@ constexpr uint32 kNoOwner = 0xFFFFFFFFu;
 // Hooks for _PG_init (preload only).
 void RequestSharedMemory();
 void InstallSharedMemoryHooks();
+// What a committing transaction does here (commit_wakeup.cpp).
 // Register the commit-time wake-up callback (_PG_init, preload only, before
 // InstallEmitHorizon: PostgreSQL calls transaction callbacks newest first, and
 // a committing transaction must leave the emit horizon before it wakes a
@@ -147,8 +156,22 @@ bool MarkExtensionPresent(DatabaseSlot *slot);
 // kAbsent unless something was announced since. Returns whether it was set.
 bool MarkExtensionAbsent(DatabaseSlot *slot, uint64 seen);
 
-// Set the latch of every publisher of a database, and of the launcher.
+// Set the latch of the process with this pgprocno (kNoProc: nobody).
+void SetProcLatch(uint32 procno);
+// CREATE EXTENSION committed in database dboid: find or take its slot and
+// bump its extension generation (or count an announcement without a slot).
+void AnnounceExtension(Oid dboid);
+
+// Set the cycle request word and the latch of every publisher of a
+// database. Unconditional: for what every publisher must act on (sinks or
+// routes changed, claim floors reset, key slots to share out, a pause).
 void WakePublishers(Oid dboid);
+// Ask publisher `index` of the slot for a cycle: set its cycle_requested and
+// its latch, the latch only if no cycle was requested already. Called after
+// the commit that made the events visible.
+void RequestCycle(DatabaseSlot *slot, int index);
+// The same for every publisher of the slot.
+void RequestCycles(DatabaseSlot *slot);
 void WakeLauncher();
 
 // At commit, wake the launcher (a database was created).

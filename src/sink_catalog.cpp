@@ -13,13 +13,13 @@
 #include <cstring>
 #include <string_view>
 
-#include "message_format.hpp"
-#include "names.hpp"
+#include "sinks/message_format.hpp"
+#include "core/names.hpp"
 #include "payload_json.hpp"
-#include "route_match.hpp"
+#include "core/route_match.hpp"
 #include "shmem.hpp"
 #include "sink_catalog.hpp"
-#include "sink_options.hpp"
+#include "sinks/sink_options.hpp"
 
 extern "C" {
 #include "catalog/pg_type.h"
@@ -28,6 +28,7 @@ extern "C" {
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/tuplestore.h"
@@ -87,8 +88,6 @@ void ConnectAsSinkAdmin(const char *action) {
   }
 }
 
-namespace {
-
 text *RequireText(FunctionCallInfo fcinfo, int argno, const char *argname) {
   if (PG_ARGISNULL(argno)) {
     ereport(ERROR,
@@ -96,6 +95,8 @@ text *RequireText(FunctionCallInfo fcinfo, int argno, const char *argname) {
   }
   return PG_GETARG_TEXT_PP(argno);
 }
+
+namespace {
 
 std::string_view View(text *t) { return std::string_view(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t)); }
 
@@ -108,15 +109,15 @@ void CheckSinkName(text *name) {
   }
 }
 
+}  // namespace
+
 // Run a parameterised statement; returns rows processed.
-uint64 Run(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls,
-           bool read_only) {
+uint64 RunCatalogStatement(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls,
+                           bool read_only) {
   const int rc = SPI_execute_with_args(sql, nargs, types, values, nulls, read_only, 0);
   if (rc < 0) elog(ERROR, "outbox: catalog statement failed: %s", SPI_result_code_string(rc));
   return SPI_processed;
 }
-
-}  // namespace
 
 namespace {
 
@@ -225,9 +226,9 @@ OUTBOX_SQL_FUNCTION(outbox_create_sink) {
 
   Oid types[3] = {TEXTOID, TEXTOID, JSONBOID};
   Datum values[3] = {PointerGetDatum(name), PointerGetDatum(kind), PointerGetDatum(options)};
-  if (Run("INSERT INTO outbox.sinks (name, kind, options) VALUES ($1, $2, $3) "
-          "ON CONFLICT (name) DO NOTHING",
-          3, types, values, nullptr, false) == 0) {
+  if (RunCatalogStatement("INSERT INTO outbox.sinks (name, kind, options) VALUES ($1, $2, $3) "
+                          "ON CONFLICT (name) DO NOTHING",
+                          3, types, values, nullptr, false) == 0) {
     ereport(ERROR, (errcode(ERRCODE_DUPLICATE_OBJECT),
                     errmsg("sink \"%s\" already exists", text_to_cstring(name))));
   }
@@ -243,12 +244,13 @@ OUTBOX_SQL_FUNCTION(outbox_drop_sink) {
   Oid types[1] = {TEXTOID};
   Datum values[1] = {PointerGetDatum(name)};
   // Lock the sink row first so no route can be added to it meanwhile.
-  if (Run("SELECT 1 FROM outbox.sinks WHERE name = $1 FOR UPDATE", 1, types, values, nullptr,
-          false) == 0) {
+  if (RunCatalogStatement("SELECT 1 FROM outbox.sinks WHERE name = $1 FOR UPDATE", 1, types, values,
+                          nullptr, false) == 0) {
     ereport(ERROR,
             (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("sink %s does not exist", QuoteText(name))));
   }
-  Run("SELECT count(*) FROM outbox.routes WHERE sink = $1", 1, types, values, nullptr, true);
+  RunCatalogStatement("SELECT count(*) FROM outbox.routes WHERE sink = $1", 1, types, values,
+                      nullptr, true);
   bool isnull = false;
   const int64 routes =
       DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
@@ -258,7 +260,7 @@ OUTBOX_SQL_FUNCTION(outbox_drop_sink) {
                            text_to_cstring(name), static_cast<long long>(routes)),
                     errhint("Remove them first with outbox.remove_route().")));
   }
-  Run("DELETE FROM outbox.sinks WHERE name = $1", 1, types, values, nullptr, false);
+  RunCatalogStatement("DELETE FROM outbox.sinks WHERE name = $1", 1, types, values, nullptr, false);
   ReloadConfigAtCommit();  // publishers pick the change up when it commits
   SPI_finish();
   PG_RETURN_VOID();
@@ -280,15 +282,16 @@ OUTBOX_SQL_FUNCTION(outbox_add_route) {
   if (!ParseMessageFormat(View(format))) {
     ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                     errmsg("invalid format %s", QuoteText(format)),
-                    errdetail("A route's format is raw, cloudevents or debezium.")));
+                    errdetail("A route's format is raw, cloudevents, debezium or "
+                              "debezium-expanded.")));
   }
 
   ConnectAsSinkAdmin("add routes");
   Oid types[1] = {TEXTOID};
   Datum values[1] = {PointerGetDatum(sink)};
   // KEY SHARE keeps the sink from being dropped before we insert.
-  if (Run("SELECT kind FROM outbox.sinks WHERE name = $1 FOR KEY SHARE", 1, types, values, nullptr,
-          false) == 0) {
+  if (RunCatalogStatement("SELECT kind FROM outbox.sinks WHERE name = $1 FOR KEY SHARE", 1, types,
+                          values, nullptr, false) == 0) {
     ereport(ERROR,
             (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("sink %s does not exist", QuoteText(sink))));
   }
@@ -309,7 +312,8 @@ OUTBOX_SQL_FUNCTION(outbox_add_route) {
                             target != nullptr ? PointerGetDatum(target) : (Datum)0,
                             PointerGetDatum(format)};
   const char nulls[4] = {' ', ' ', target != nullptr ? ' ' : 'n', ' '};
-  if (Run("INSERT INTO outbox.routes (pattern, sink, target, format) VALUES ($1, $2, $3, $4) "
+  if (RunCatalogStatement(
+          "INSERT INTO outbox.routes (pattern, sink, target, format) VALUES ($1, $2, $3, $4) "
           "ON CONFLICT (pattern) DO NOTHING",
           4, insert_types, insert_values, nulls, false) == 0) {
     ereport(ERROR, (errcode(ERRCODE_DUPLICATE_OBJECT),
@@ -327,57 +331,14 @@ OUTBOX_SQL_FUNCTION(outbox_remove_route) {
   ConnectAsSinkAdmin("remove routes");
   Oid types[1] = {TEXTOID};
   Datum values[1] = {PointerGetDatum(pattern)};
-  if (Run("DELETE FROM outbox.routes WHERE pattern = $1", 1, types, values, nullptr, false) == 0) {
+  if (RunCatalogStatement("DELETE FROM outbox.routes WHERE pattern = $1", 1, types, values, nullptr,
+                          false) == 0) {
     ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
                     errmsg("no route for pattern %s", QuoteText(pattern))));
   }
   ReloadConfigAtCommit();  // publishers pick the change up when it commits
   SPI_finish();
   PG_RETURN_VOID();
-}
-
-// outbox.pause(pattern) / outbox.resume(pattern): flip a route's paused
-// flag. Publishers reload routes at commit: a paused route's events wait
-// (next_attempt_at = 'infinity') and flow again, in order, on resume.
-static Datum SetRoutePaused(FunctionCallInfo fcinfo, bool paused) {
-  text *pattern = RequireText(fcinfo, 0, "pattern");
-  ConnectAsSinkAdmin(paused ? "pause routes" : "resume routes");
-  Oid types[2] = {TEXTOID, BOOLOID};
-  Datum values[2] = {PointerGetDatum(pattern), BoolGetDatum(paused)};
-  if (Run("UPDATE outbox.routes SET paused = $2 WHERE pattern = $1", 2, types, values, nullptr,
-          false) == 0) {
-    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
-                    errmsg("no route for pattern %s", QuoteText(pattern))));
-  }
-  ReloadConfigAtCommit();
-  SPI_finish();
-  PG_RETURN_VOID();
-}
-
-OUTBOX_SQL_FUNCTION(outbox_pause) { return SetRoutePaused(fcinfo, true); }
-
-OUTBOX_SQL_FUNCTION(outbox_resume) { return SetRoutePaused(fcinfo, false); }
-
-// outbox.replay(since timestamptz, topic text DEFAULT NULL) RETURNS bigint:
-// retained events already published, emitted at or after `since`, go back
-// to pending (due now, through the retry index) and are delivered again with
-// their own ids.
-OUTBOX_SQL_FUNCTION(outbox_replay) {
-  if (PG_ARGISNULL(0)) {
-    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("since must not be NULL")));
-  }
-  ConnectAsSinkAdmin("replay events");
-  Oid types[2] = {TIMESTAMPTZOID, TEXTOID};
-  Datum values[2] = {PG_GETARG_DATUM(0), PG_ARGISNULL(1) ? (Datum)0 : PG_GETARG_DATUM(1)};
-  const char nulls[2] = {' ', PG_ARGISNULL(1) ? 'n' : ' '};
-  const uint64 n =
-      Run("UPDATE outbox.events SET status = 'pending', attempts = 0, next_attempt_at = now(),"
-          " last_error = NULL WHERE status = 'published' AND created_at >= $1"
-          " AND ($2::text IS NULL OR topic = $2)",
-          2, types, values, nulls, false);
-  if (n > 0) WakePublishersAtCommit();
-  SPI_finish();
-  PG_RETURN_INT64(static_cast<int64>(n));
 }
 
 // outbox.route_for(topic text) RETURNS TABLE (pattern, sink, target, format text):
@@ -388,8 +349,8 @@ OUTBOX_SQL_FUNCTION(outbox_route_for) {
   ReturnSetInfo *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
 
   if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "outbox: SPI_connect failed");
-  Run("SELECT pattern, sink, target, format FROM outbox.routes", 0, nullptr, nullptr, nullptr,
-      true);
+  RunCatalogStatement("SELECT pattern, sink, target, format FROM outbox.routes", 0, nullptr,
+                      nullptr, nullptr, true);
   const int n = static_cast<int>(SPI_processed);
   // Copy out of SPI memory: the result must outlive SPI_finish.
   MemoryContext outer = rsinfo->econtext->ecxt_per_query_memory;
@@ -422,4 +383,46 @@ OUTBOX_SQL_FUNCTION(outbox_route_for) {
     tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
   }
   return (Datum)0;
+}
+
+// outbox.best_pattern(topic text, patterns text[]) RETURNS text, STRICT: the
+// pattern among `patterns` (NULL elements ignored) whose route events of
+// `topic` take, by the publisher's precedence (route_match.hpp); NULL when
+// none matches.
+//
+// Every role may call it, and matching a pattern costs up to its length
+// times the topic's: only what can be a route's pattern or an event's topic
+// (at most kMaxTopicLength bytes, as add_route() and emit() check) is
+// matched, and a cancel is honoured between patterns, so no call runs
+// longer than a moment per pattern or cannot be cancelled.
+OUTBOX_SQL_FUNCTION(outbox_best_pattern) {
+  text *topic = PG_GETARG_TEXT_PP(0);
+  if (VARSIZE_ANY_EXHDR(topic) > kMaxTopicLength) PG_RETURN_NULL();
+  ArrayType *array = PG_GETARG_ARRAYTYPE_P(1);
+  Datum *elems = nullptr;
+  bool *nulls = nullptr;
+  int n = 0;
+  deconstruct_array(array, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+  // The winner so far against each next pattern: precedence is a total
+  // order, so this picks what BestPatternIndex would over all of them.
+  int best = -1;
+  std::string_view pair[2];
+  for (int i = 0; i < n; ++i) {
+    CHECK_FOR_INTERRUPTS();
+    if (nulls[i]) continue;
+    text *t = DatumGetTextPP(elems[i]);
+    if (VARSIZE_ANY_EXHDR(t) > kMaxTopicLength) continue;
+    pair[1] = View(t);
+    if (best < 0) {
+      if (BestPatternIndex(&pair[1], 1, View(topic)) == 0) {
+        best = i;
+        pair[0] = pair[1];
+      }
+    } else if (BestPatternIndex(pair, 2, View(topic)) == 1) {
+      best = i;
+      pair[0] = pair[1];
+    }
+  }
+  if (best < 0) PG_RETURN_NULL();
+  PG_RETURN_DATUM(elems[best]);
 }

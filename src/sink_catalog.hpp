@@ -1,8 +1,9 @@
-// Sinks and routes as stored in outbox.sinks and outbox.routes.
+// Sinks and routes as stored in outbox.sinks and outbox.routes, and what the
+// SQL functions that manage them share.
 #pragma once
 
 #include "pg_bridge.hpp"
-#include "sink_options.hpp"
+#include "sinks/sink_options.hpp"
 
 extern "C" {
 #include "utils/jsonb.h"
@@ -13,5 +14,16 @@ namespace outbox {
 // The options object of a sink as views into palloc'd copies, in jsonb key
 // order; numbers keep their text. ERROR 22023 unless `options` is an object.
 OptionView *FlattenSinkOptions(Jsonb *options, int *count);
+
+// For the SQL functions that manage sinks and routes (sink_catalog.cpp,
+// route_control.cpp):
+// Connect to SPI (the caller calls SPI_finish) and refuse anyone but
+// superusers and the extension owner; `action` names what was refused.
+void ConnectAsSinkAdmin(const char *action);
+// Argument `argno`, which must not be NULL (ERROR 22023 naming `argname`).
+text *RequireText(FunctionCallInfo fcinfo, int argno, const char *argname);
+// Run a parameterised statement through SPI; returns rows processed.
+uint64 RunCatalogStatement(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls,
+                           bool read_only);
 
 }  // namespace outbox

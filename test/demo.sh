@@ -10,13 +10,14 @@ set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
-export PATH=/usr/lib/postgresql/15/bin:$PATH
-export PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 step "Installing missing packages"
 bash test/install_deps.sh
+# shellcheck source=lib/pg_major.sh
+source "$REPO/test/lib/pg_major.sh"
+outbox_use_postgres
 
 step "Building and installing outbox, and the test broker"
 make -s -j2 >/dev/null
@@ -52,7 +53,7 @@ echo "bootstrap.servers = $BOOTSTRAP"
 echo "create_topic orders 3" >&"${BROKER[1]}"
 read -r -u "${BROKER[0]}" _
 
-step "Starting PostgreSQL 15 with shared_preload_libraries = 'outbox'"
+step "Starting PostgreSQL $PG_MAJOR with shared_preload_libraries = 'outbox'"
 start_cluster "$DIR" "$PORT"
 psql_demo() { psql -X -h "$DIR" -p "$PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 "$@"; }
 

@@ -8,28 +8,46 @@
 set -euo pipefail
 
 # build-essential/g++/cmake/make/pkg-config: the PGXS and CMake builds.
-# postgresql-15 + -server-dev-15: the server we test against and the PGXS
+# postgresql-NN + -server-dev-NN: the server we test against and the PGXS
 #   headers, pg_regress, pg_isolation_regress and the PostgreSQL::Test perl modules.
+#   NN is the distribution's default major (15 on bookworm), or OUTBOX_PG_MAJOR.
 # librdkafka-dev, libhiredis-dev: the Kafka and Redis sinks.
 # libipc-run-perl (+ libio-pty-perl, which it only recommends): required by
 #   PostgreSQL::Test::Utils for the TAP tests; IO::Pty for interactive_psql.
 # redis-server, kcat: brokers/tools the integration tests and demo start.
-# postgresql-15-pgq3: for the comparison benchmark.
+# postgresql-NN-pgq3: for the comparison benchmark.
 # googletest, libgtest-dev: the unit tests (CMake find_package(GTest)).
-# clang-format: the style check.
+# clang-format: the style check. clang-tidy, python3: the tidy suite
+#   (test/tidy.sh reads CMake's compile database with python3).
+# procps: pgrep/pkill (run_all.sh's cleanup of the chroot runs).
 # clang, libclang-rt-14-dev: libFuzzer and the sanitizer runtimes for
 #   test/fuzz/run.sh (clang 14's libFuzzer ships in compiler-rt).
+# debootstrap: the trixie and sid chroots that test PostgreSQL 17 and 18
+#   (test/chroot/prepare.sh).
+# debhelper, dpkg-dev, postgresql-server-dev-all: the Debian package
+#   (debian/, built with pg_buildext by test/package.sh).
 # valgrind: test/valgrind_publisher.sh (a publisher under memcheck).
 # gdb: TAP 056 holds a publisher at a chosen instruction to make a race certain.
+# shellcheck source=lib/pg_major.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/pg_major.sh"
+MAJOR=$(outbox_default_major)
+if [[ -z $MAJOR && $EUID == 0 ]]; then
+  # A fresh machine: apt's lists name the majors the distribution packages.
+  DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
+  MAJOR=$(outbox_default_major)
+fi
+[[ -n $MAJOR ]] || { echo "install_deps: no postgresql-NN package known to apt" >&2; exit 1; }
+
 PACKAGES=(
   build-essential g++ cmake pkg-config make
-  postgresql-15 postgresql-server-dev-15
+  "postgresql-$MAJOR" "postgresql-server-dev-$MAJOR"
   librdkafka-dev libhiredis-dev libipc-run-perl
   libio-pty-perl
-  redis-server kcat postgresql-15-pgq3
-  googletest libgtest-dev clang-format
+  redis-server kcat "postgresql-$MAJOR-pgq3"
+  googletest libgtest-dev clang-format clang-tidy python3 procps
   clang libclang-rt-14-dev
   valgrind gdb
+  debhelper dpkg-dev postgresql-server-dev-all debootstrap
 )
 
 is_installed() {
@@ -58,17 +76,17 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 apt-get install -y -q --no-install-recommends "${missing[@]}"
 
-# Debian's postgresql-15 creates a "main" cluster on port 5432 and may start it,
+# Debian's postgresql-NN creates a "main" cluster on port 5432 and may start it,
 # and redis-server's package may start a server on 6379. Our tests start their
 # own servers on other ports and sockets and must not depend on these, so stop
 # only the ones this run just installed (a machine's pre-existing services are
 # left alone). Failures are ignored: without an init system nothing was started.
 for pkg in "${missing[@]}"; do
   case "$pkg" in
-    postgresql-15)
-      if command -v pg_ctlcluster >/dev/null && pg_lsclusters -h 2>/dev/null | grep -q '^15 main .* online'; then
-        echo "install_deps: stopping Debian's auto-started 15/main cluster (tests use their own)"
-        pg_ctlcluster 15 main stop || true
+    "postgresql-$MAJOR")
+      if command -v pg_ctlcluster >/dev/null && pg_lsclusters -h 2>/dev/null | grep -q "^$MAJOR main .* online"; then
+        echo "install_deps: stopping Debian's auto-started $MAJOR/main cluster (tests use their own)"
+        pg_ctlcluster "$MAJOR" main stop || true
       fi
       ;;
     redis-server)

@@ -27,11 +27,13 @@ REPORTS=$BUILD_DIR/reports
 
 # As test/run_all.sh: stable messages whatever the caller's locale.
 export LC_ALL=C.UTF-8 LANG=C.UTF-8
-export PATH="/usr/lib/postgresql/15/bin:$PATH"
 
 if [[ "${OUTBOX_SKIP_DEPS:-0}" != 1 ]]; then
   bash "$REPO/test/install_deps.sh"
 fi
+# shellcheck source=lib/pg_major.sh
+source "$REPO/test/lib/pg_major.sh"
+outbox_use_postgres
 
 rm -rf "$REPORTS"
 mkdir -p "$REPORTS"

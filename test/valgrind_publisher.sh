@@ -27,7 +27,7 @@ WORK=${1:-/tmp/outbox-valgrind}
 export LC_ALL=C.UTF-8 LANG=C.UTF-8
 # shellcheck source=test/lib/cluster.sh
 source "$REPO/test/lib/cluster.sh"
-PG_BIN=/usr/lib/postgresql/15/bin
+PG_BIN=$PG_BINDIR  # set by cluster.sh (lib/pg_major.sh)
 
 rm -rf "$WORK"
 mkdir -p "$WORK"

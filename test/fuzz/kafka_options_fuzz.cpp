@@ -8,7 +8,7 @@
 // "sbootstrap.servers=127.0.0.1:9092\nsacks=all". kafka_options.dict lists
 // librdkafka's property names so the fuzzer reaches real properties.
 #include "option_lines.hpp"
-#include "sink_options.hpp"
+#include "sinks/sink_options.hpp"
 
 #include <dlfcn.h>
 #include <librdkafka/rdkafka.h>

@@ -2,8 +2,8 @@
 // Each input is one candidate name; every rule is compared with a reference
 // written from the header's words, so a future "optimisation" of names.cpp
 // that lets one byte too many through (or rejects a valid name) aborts here.
-#include "names.hpp"
-#include "route_match.hpp"
+#include "core/names.hpp"
+#include "core/route_match.hpp"
 
 #include <cstddef>
 #include <cstdint>

@@ -5,7 +5,7 @@
 // A line without '=' has empty text.
 #pragma once
 
-#include "sink_options.hpp"
+#include "sinks/sink_options.hpp"
 
 #include <cstddef>
 #include <cstdint>

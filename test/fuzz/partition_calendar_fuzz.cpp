@@ -6,7 +6,7 @@
 // also read as a timestamptz (folded into PostgreSQL's finite range, which is
 // all maintain() can be handed once infinities are set aside) and its 9th and
 // 10th bytes as a premake offset of 0..365 days.
-#include "partition_calendar.hpp"
+#include "core/partition_calendar.hpp"
 
 #include <cstddef>
 #include <cstdint>

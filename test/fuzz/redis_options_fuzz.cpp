@@ -5,7 +5,7 @@
 //
 // Input: option lines (see option_lines.hpp), e.g. "shost=cache\nnport=6380".
 #include "option_lines.hpp"
-#include "sink_options.hpp"
+#include "sinks/sink_options.hpp"
 
 #include <cstddef>
 #include <cstdint>

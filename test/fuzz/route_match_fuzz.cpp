@@ -6,7 +6,7 @@
 // literally: an exact pattern beats any wildcard, among wildcards the longest
 // wins, equal lengths go to the smaller pattern in byte order, and the answer
 // does not depend on the order of the routes.
-#include "route_match.hpp"
+#include "core/route_match.hpp"
 
 #include <cstddef>
 #include <cstdint>

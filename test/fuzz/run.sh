@@ -41,16 +41,9 @@ if ((${#missing[@]} > 0)); then
 fi
 CXX=$(command -v clang++ || command -v clang++-14)
 
-# --- targets and the PostgreSQL-free sources each one links -----------------------
-declare -A SOURCES=(
-  [names]="names.cpp route_match.cpp"
-  [route_match]="route_match.cpp"
-  [trace_context]="trace_context.cpp"
-  [redis_options]="sink_options.cpp"
-  [kafka_options]="sink_options.cpp"
-  [partition_calendar]="partition_calendar.cpp"
-  [uuid7]="uuid7.cpp"
-)
+# --- targets: every *_fuzz.cpp, each linked with the PostgreSQL-free code -----
+# (src/core and src/sinks, the same list the Makefile and CMake derive from
+# the folders), compiled once into a library with the same sanitizers.
 if [[ -n "${FUZZ_TARGETS:-}" ]]; then
   read -r -a TARGETS <<<"$FUZZ_TARGETS"
 else
@@ -61,8 +54,8 @@ else
   done
 fi
 for t in "${TARGETS[@]}"; do
-  if [[ -z "${SOURCES[$t]:-}" || ! -f "$FUZZ_DIR/${t}_fuzz.cpp" ]]; then
-    echo "fuzz: unknown target '$t' (add it to SOURCES in $0)" >&2
+  if [[ ! -f "$FUZZ_DIR/${t}_fuzz.cpp" ]]; then
+    echo "fuzz: unknown target '$t' (no $FUZZ_DIR/${t}_fuzz.cpp)" >&2
     exit 1
   fi
 done
@@ -90,11 +83,26 @@ in_parallel() {
   wait
 }
 
+# The PostgreSQL-free library: instrumented for coverage (fuzzer-no-link)
+# and sanitized, without libFuzzer's main.
+build_library() {
+  local lib=$BUILD_DIR/lib f o
+  rm -rf "$lib"
+  mkdir -p "$lib"
+  local -a flags=("${CXXFLAGS[@]/-fsanitize=fuzzer,address,undefined/-fsanitize=fuzzer-no-link,address,undefined}")
+  for f in "$REPO"/src/core/*.cpp "$REPO"/src/sinks/*.cpp; do
+    while (($(jobs -rp | wc -l) >= FUZZ_JOBS)); do wait -n || return 1; done
+    o=$lib/$(basename "$f" .cpp).o
+    "$CXX" "${flags[@]}" $(pkg-config --cflags rdkafka hiredis) -c "$f" -o "$o" &
+  done
+  while (($(jobs -rp | wc -l) > 0)); do wait -n || return 1; done
+  ar rcs "$BUILD_DIR/libfree.a" "$lib"/*.o
+}
+
 # shellcheck disable=SC2317 # build_one and fuzz_one are called through in_parallel
 build_one() {
-  local t=$1 srcs=() s
-  for s in ${SOURCES[$t]}; do srcs+=("$REPO/src/$s"); done
-  "$CXX" "${CXXFLAGS[@]}" "$FUZZ_DIR/${t}_fuzz.cpp" "${srcs[@]}" "${LIBS[@]}" \
+  local t=$1
+  "$CXX" "${CXXFLAGS[@]}" "$FUZZ_DIR/${t}_fuzz.cpp" "$BUILD_DIR/libfree.a" "${LIBS[@]}" \
     -o "$BUILD_DIR/${t}_fuzz" >"$RUN_DIR/$t.build.log" 2>&1
 }
 
@@ -118,6 +126,11 @@ fuzz_one() {
 
 START=$SECONDS
 echo "fuzz: building ${#TARGETS[@]} targets into $BUILD_DIR with $("$CXX" --version | head -n 1)"
+if ! build_library >"$RUN_DIR/library.build.log" 2>&1; then
+  echo "fuzz: building the PostgreSQL-free library failed:" >&2
+  cat "$RUN_DIR/library.build.log" >&2
+  exit 1
+fi
 in_parallel build_one
 build_failed=0
 for t in "${TARGETS[@]}"; do

@@ -4,7 +4,7 @@
 // traceparent reference splits on '-' (the spec's own reading) instead of
 // indexing fixed offsets as trace_context.cpp does, so the two formulations
 // check each other; an accepted value must also rebuild from its fields.
-#include "trace_context.hpp"
+#include "core/trace_context.hpp"
 
 #include <cstddef>
 #include <cstdint>

@@ -6,7 +6,7 @@
 // control byte (low 6 bits: clock moves by -32..+31 ms, so it also steps
 // back; 0x40: call 2048 more times in that millisecond, enough to exhaust the
 // 12-bit counter; 0x80: jump ahead by up to 2^32 ms) and 10 random bytes.
-#include "uuid7.hpp"
+#include "core/uuid7.hpp"
 
 #include <cstddef>
 #include <cstdint>

@@ -525,6 +525,19 @@ int main(int argc, char **argv) {
     rd_kafka_destroy(rk);
     return 1;
   }
+  // librdkafka 2.4 to at least 2.8: a Produce (v10+) or Fetch (v12+) request that reaches a
+  // partition's former leader while the partition has none (`leader t p -1`) makes the mock
+  // answer NOT_LEADER with the current leader's address, which it reads from the missing
+  // leader: a NULL dereference in the mock's thread, and the test broker dies (seen with
+  // 2.8.0, TAP 070's leaderless scenario, "Set fk [0] leader to -1" then a Produce to the old
+  // leader). Those versions carry KIP-951's leader hints; capping both APIs below them keeps
+  // the mock on the answers older brokers give, which every librdkafka handles (it refreshes
+  // metadata on NOT_LEADER). Older mocks never send the hints (and may implement fewer
+  // versions than these caps, which must not exceed what the mock implements): unchanged.
+  if (rd_kafka_version() >= 0x02040000) {
+    rd_kafka_mock_set_apiversion(mc, 0 /* Produce */, 0, 9);
+    rd_kafka_mock_set_apiversion(mc, 1 /* Fetch */, 0, 11);
+  }
   Broker broker(mc, opt.brokers, opt.partitions);
   int rc = 0;
   for (const Options::Topic &t : opt.topics) {

@@ -69,10 +69,23 @@ our @EXPORT_OK = qw(fault_node new_load reconcile record_result reliability_file
 
 sub fmt_s { return defined $_[0] ? sprintf('%.2f', $_[0]) : 'NA' }
 
+# $node->psql, but a server that refuses the connection (crash, restart) is a
+# failed query, not the end of the test: from PostgreSQL 17 on, the TAP modules
+# ignore SIGPIPE, and when psql exits before reading the query that IPC::Run
+# writes to its stdin, IPC::Run dies with "Broken pipe" (seen in TAP 071 on 17:
+# a poll while the server restarted after a publisher's SIGKILL). Returns
+# ($ret, $out, $err) as psql does, $ret non-zero on such a failure.
+sub _psql {
+	my ($node, $db, $sql) = @_;
+	my ($ret, $out, $err);
+	my $ok = eval { ($ret, $out, $err) = $node->psql($db, $sql); 1 };
+	return $ok ? ($ret, $out, $err) : (3, '', "psql did not run: $@");
+}
+
 # A query's output, or undef while the server does not answer (crash, restart).
 sub _try {
 	my ($node, $sql, $db) = @_;
-	my ($ret, $out) = $node->psql($db // 'postgres', $sql);
+	my ($ret, $out) = _psql($node, $db // 'postgres', $sql);
 	return $ret == 0 ? $out : undef;
 }
 
@@ -204,13 +217,20 @@ sub reconcile {
 	}
 	diag("$topic: stray deliveries, e.g. @{$r->{stray_ids}}[0 .. ($r->{stray} > 5 ? 4 : $r->{stray} - 1)]")
 	  if $r->{stray};
-	diag("$topic: out of order, e.g. " . join('; ', @{ $r->{order_examples} })) if $r->{order_violations};
+	if ($r->{order_violations}) {
+		diag("$topic: out of order, e.g. " . join('; ', @{ $r->{order_examples} }));
+		# What the database says of the late ones: a refusal in their history
+		# tells the README's Limits case (a split Produce request) from a bug.
+		diag($node->safe_psql('postgres',
+			q{SELECT id, key, payload->>'seq', status, attempts, last_error
+			    FROM outbox.events WHERE id IN (} . join(', ', map { "'$_'" } @{ $r->{order_ids} }) . ')'));
+	}
 	return $r;
 }
 
 sub _reconcile_deliveries {
 	my ($committed, $deliveries, $exempt) = @_;
-	my (%copies, %lanes, %max_seq, @stray, @order_examples);
+	my (%copies, %lanes, %max_seq, @stray, @order_examples, @order_ids);
 	my ($rolled_back, $violations) = (0, 0);
 	for my $d (sort { $a->{lane} cmp $b->{lane} || $a->{pos} <=> $b->{pos} } @$deliveries) {
 		my $id = $d->{id};
@@ -229,7 +249,10 @@ sub _reconcile_deliveries {
 		my $max = $max_seq{ $c->{key} };
 		if (defined $max && $c->{seq} < $max) {
 			$violations++;
-			push @order_examples, "key $c->{key}: seq $c->{seq} ($id) after seq $max" if @order_examples < 5;
+			if (@order_examples < 5) {
+				push @order_examples, "key $c->{key}: seq $c->{seq} ($id) after seq $max";
+				push @order_ids, $id;
+			}
 		}
 		$max_seq{ $c->{key} } = $c->{seq} if !defined $max || $c->{seq} > $max;
 	}
@@ -247,6 +270,7 @@ sub _reconcile_deliveries {
 		stray_ids => \@stray,
 		order_violations => $violations,
 		order_examples => \@order_examples,
+		order_ids => \@order_ids,
 		split_keys => scalar(grep { keys %{ $lanes{$_} } > 1 } keys %lanes),
 	};
 }
@@ -431,7 +455,7 @@ sub restart {
 # Sessions connected and running the load.
 sub alive {
 	my ($self) = @_;
-	my ($ret, $out) = $self->{node}->psql('postgres',
+	my ($ret, $out) = OutboxFaults::_psql($self->{node}, 'postgres',
 		q{SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'fault\_load\_%' AND state <> 'idle'});
 	return $ret == 0 ? $out : 0;
 }
@@ -439,7 +463,7 @@ sub alive {
 # Committed transactions of all sessions; undef while the server does not answer.
 sub progress {
 	my ($self) = @_;
-	my ($ret, $out) = $self->{node}->psql('postgres', 'SELECT sum(tx) FROM fault_load_progress');
+	my ($ret, $out) = OutboxFaults::_psql($self->{node}, 'postgres', 'SELECT sum(tx) FROM fault_load_progress');
 	return $ret == 0 ? $out : undef;
 }
 

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Throwaway PostgreSQL 15 clusters for tests and the demo. Source this file:
+# Throwaway PostgreSQL clusters for tests and the demo. Source this file:
 #
 #   source test/lib/cluster.sh
 #   dir=$(make_cluster_dir)            # mktemp -d, owned by the server's OS user
@@ -10,7 +10,7 @@
 #
 # Why it looks like this:
 # - initdb refuses to run as root, so when we are root the server runs as the
-#   `postgres` OS user (created by Debian's postgresql-15 package); clients
+#   `postgres` OS user (created by Debian's postgresql-NN package); clients
 #   (psql, pg_regress) can still run as root and connect with -U postgres.
 # - The server listens only on a Unix socket inside its own directory
 #   (listen_addresses = ''), so it can never collide with Debian's "main"
@@ -19,7 +19,11 @@
 #   later run can find and stop clusters whose owner died (kill -9, CI timeout)
 #   without touching clusters of runs that are still going.
 
-PG_BINDIR=${PG_BINDIR:-/usr/lib/postgresql/15/bin}
+if [[ -z ${PG_BINDIR:-} ]]; then
+  # shellcheck source=pg_major.sh
+  source "$(dirname "${BASH_SOURCE[0]}")/pg_major.sh"
+  outbox_use_postgres || return 1
+fi
 CLUSTER_OS_USER=${CLUSTER_OS_USER:-postgres}
 # Short base so socket paths stay under the 107-byte sun_path limit.
 CLUSTER_TMP_BASE=${CLUSTER_TMP_BASE:-/tmp}

@@ -26,10 +26,12 @@
 # claiming) is t/048's.
 # An emit() waiting for the lock makes the other sessions' emits wait too
 # (they need the same lock): meanwhile the publisher's cycles go on, run by
-# outbox.wakeup() commits every 100 ms, which stand in for the poll a server
-# with the default outbox.poll_interval runs every second. Here the poll is
-# 1 hour, so that only a wake-up or the 10 s full scan can find an event, and
-# each case starts right after a full scan (a row INSERTed without emit() with
+# its poll every 100 ms (outbox.wakeup() commits did it before; they now
+# start the claims from the beginning, which would find any event), and a
+# claim finds an event only if the floor is at or below it; otherwise only
+# the 10 s full scan does. In (e) the poll is 1 hour, so that only the
+# commit's wake-up or the full scan can find the events. Each case starts
+# right after a full scan (a row INSERTed without emit() with
 # the smallest id, which only a full scan claims, has just been published):
 # the next one is ~10 s away, so a late event the wake-up claims miss takes
 # over 5 s, which the limit of 2.5 s from commit (pg_xact_commit_timestamp)
@@ -51,7 +53,7 @@ my $LIMIT = 2.5;  # seconds from commit to publication
 
 my $redis = OutboxRedis->start();
 my $node = outbox_node('wakeup', <<'EOF');
-outbox.poll_interval = '1h'
+outbox.poll_interval = '100ms'
 max_prepared_transactions = 10
 track_commit_timestamp = on
 EOF
@@ -65,12 +67,9 @@ sub sql { return $node->safe_psql('postgres', $_[0]) }
 # --- background load: pgbench sessions -----------------------------------------
 
 my %bench;
-# 'flow': other sessions emitting and committing, 20 events a second;
-# 'waker': outbox.wakeup() committed 10 times a second.
-my %BENCH_SQL = (
-	flow => q{SELECT outbox.emit('wk.flow', '{"flow": true}');},
-	waker => q{SELECT outbox.wakeup();});
-my %BENCH_RATE = (flow => 20, waker => 10);
+# 'flow': other sessions emitting and committing, 20 events a second.
+my %BENCH_SQL = (flow => q{SELECT outbox.emit('wk.flow', '{"flow": true}');});
+my %BENCH_RATE = (flow => 20);
 
 sub start_bench {
 	for my $name (@_) {
@@ -258,7 +257,7 @@ sub set_server {
 }
 
 # Warm up: the sink connects, the publisher's floor leaves zero.
-start_bench('flow', 'waker');
+start_bench('flow');
 ok(defined wait_until(sub {
 	sql(q{SELECT count(*) FROM outbox.events WHERE topic = 'wk.flow' AND status = 'published'}) >= 20
 }, 60), 'warm-up: events flow');
@@ -292,7 +291,8 @@ set_server('default_transaction_isolation', undef);
 	$s->quit;
 	my $flowed = sql(q{SELECT count(*) FROM outbox.events WHERE topic = 'wk.flow' AND status = 'published'});
 	sleep 2;
-	stop_bench('flow', 'waker');
+	stop_bench('flow');
+	set_server('outbox.poll_interval', '1h');
 	ok(defined wait_until(sub {
 		sql(q{SELECT count(*) FROM outbox.events WHERE topic LIKE 'wk.%' AND status = 'pending'}) eq '0'
 	}, 20), 'e: nothing else pending before COMMIT PREPARED');
@@ -301,11 +301,12 @@ set_server('default_transaction_isolation', undef);
 	sleep 1;  # the publisher is asleep (poll: 1 h)
 	sql(q{COMMIT PREPARED 'wk_e'});
 	check_prompt('e, COMMIT PREPARED from another session', 2, latencies(\%events));
-	start_bench('flow', 'waker');
+	set_server('outbox.poll_interval', undef);
+	start_bench('flow');
 }
 
 # Everything arrived at Redis, and the publisher raised no error.
-stop_bench('flow', 'waker');
+stop_bench('flow');
 ok(defined wait_until(sub {
 	sql(q{SELECT count(*) FROM outbox.events WHERE topic LIKE 'wk.%' AND status <> 'published'}) eq '0'
 }, 60), 'every event is published in the end');

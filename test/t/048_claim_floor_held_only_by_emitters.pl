@@ -30,7 +30,7 @@
 # one that did not emit, a probe one second after it began waits for the
 # full scan: the floor went past them.
 # The poll is 1 hour; the publisher's cycles are run by other sessions
-# emitting (20 a second) and committing outbox.wakeup() (10 a second), and
+# emitting (20 and 10 a second: outbox.wakeup() would reset the floor), and
 # latencies run from pg_xact_commit_timestamp to published_at (after Redis
 # acknowledged).
 use strict;
@@ -74,7 +74,7 @@ sub setup_node {
 my %bench;
 my %BENCH_SQL = (
 	flow => q{SELECT outbox.emit('fl.flow', '{"flow": true}');},
-	waker => q{SELECT outbox.wakeup();});
+	waker => q{SELECT outbox.emit('fl.wake', '{}');});
 my %BENCH_RATE = (flow => 20, waker => 10);
 
 sub start_bench {

@@ -32,7 +32,7 @@ ok(defined wait_until(sub {
 	$pid =~ /^\d+$/ }, 30), 'a publisher runs');
 
 # The publisher's private resident memory, in kB.
-# The idle publisher gives freed heap back to the system (worker.cpp,
+# The idle publisher gives freed heap back to the system (publisher.cpp,
 # ReturnFreedMemory, looked at once a second): a sample taken 1.5 s after the
 # work is done sees its steady size, not what glibc kept of a busy spell.
 sub rss_anon {
@@ -110,20 +110,28 @@ $t = time();
 emit_round($OUTAGE_EVENTS);
 # Long enough for the publisher to try, find the sink down, and park the backlog.
 sleep 8;
-my @during = map { my $r = rss_anon(); sleep 1; $r } 1 .. 3;
+# Five samples a second apart: a cycle that claims a batch while it retries
+# the sink holds that batch for a moment (a spike to 14 MB was seen in one
+# sample); a backlog held in memory would show in every sample.
+my @during = map { my $r = rss_anon(); sleep 1; $r } 1 .. 5;
 my $size_during = $node->safe_psql('postgres',
 	q{SELECT sum(pg_total_relation_size(c.oid)) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 	   WHERE i.inhparent = 'outbox.events'::regclass});
+# The pending rows' own bytes: the tables' growth alone can be small, since
+# the new rows fill space that vacuum freed from the published ones (a CI run
+# saw 1.1 MB of growth for the whole backlog).
+my $backlog_bytes = $node->safe_psql('postgres',
+	q{SELECT coalesce(sum(pg_column_size(e.*)), 0) FROM outbox.events e WHERE e.status = 'pending'});
 my $pending = pending_count($node);
-note(sprintf('outage: %d pending, publisher RssAnon %.1f MB before, %s MB during; events grew by %.1f MB on disk',
-	$pending, $before_outage / $MB, join(' ', map { sprintf('%.1f', $_ / $MB) } @during),
+note(sprintf('outage: %d pending (%.1f MB of rows), publisher RssAnon %.1f MB before, %s MB during; '
+	  . 'the events tables grew by %.1f MB',
+	$pending, $backlog_bytes / $MB, $before_outage / $MB, join(' ', map { sprintf('%.1f', $_ / $MB) } @during),
 	($size_during - $size_before) / 1024 / 1024));
 cmp_ok($pending, '>', $OUTAGE_EVENTS * 0.9, 'during the outage the backlog waits in the database');
-my ($during_max) = sort { $b <=> $a } @during;
-cmp_ok($during_max - $before_outage, '<', 8 * $MB,
+my $during_median = (sort { $a <=> $b } @during)[2];
+cmp_ok($during_median - $before_outage, '<', 8 * $MB,
 	"a $OUTAGE_EVENTS-event backlog during an outage costs the publisher less than 8 MB");
-cmp_ok($size_during - $size_before, '>', $OUTAGE_EVENTS * 100,
-	'the backlog costs disk in the database instead');
+cmp_ok($backlog_bytes, '>', $OUTAGE_EVENTS * 100, 'the backlog is held in the database instead');
 
 $kafka->command_ok('up all');
 ok(drained(180), 'after the outage the backlog is published');

@@ -61,8 +61,15 @@ $node->safe_psql('src', q{
 is($node->safe_psql('src',
 	"SELECT count(*) FROM outbox.events_default"), '1', 'the source keeps an event in the default partition');
 
+# Each row's partition: its day's, or the default one (the restored
+# database's publisher moves a row of a day it makes a partition for out of
+# the default partition whenever its maintenance comes, which may be during
+# the restore).
 my $rows_sql = q{SELECT id, (created_at AT TIME ZONE 'UTC')::date, status, attempts,
-	next_attempt_at IS NULL, tableoid::regclass FROM outbox.events ORDER BY id};
+	next_attempt_at IS NULL,
+	tableoid::regclass::text IN ('outbox.events_default',
+	                             'outbox.events_p' || to_char(created_at AT TIME ZONE 'UTC', 'YYYYMMDD'))
+	FROM outbox.events ORDER BY id};
 my $stats_sql = q{SELECT topic, pending, published, dead FROM outbox.stats ORDER BY topic};
 my $config_sql = q{SELECT name, kind, options::text FROM outbox.sinks
 	UNION ALL SELECT pattern, sink, paused::text FROM outbox.routes ORDER BY 1};
@@ -118,6 +125,51 @@ for my $format ('custom', 'plain') {
 		"SELECT count(*) FROM outbox.partitions WHERE name ~ '^events_p'"),
 		'>=', 4, "$format: maintenance runs in the restored database");
 }
+
+# A database whose outbox was updated from 0.1.0 dumps and restores the same
+# way: the update records the extension where a fresh install does, with the
+# schema as a member (the dump of an updated database used to say CREATE
+# EXTENSION outbox WITH SCHEMA outbox, which the restore refused, and then
+# every outbox object and event failed with it).
+# Before that, the update itself (issue 15, item 3): events emitted under
+# 0.1.0, pending across ALTER EXTENSION UPDATE (their route paused), and
+# events emitted after it are all delivered, in emit order per key.
+$node->safe_psql('postgres', 'CREATE DATABASE upd');
+$node->safe_psql('upd', qq{
+	CREATE EXTENSION outbox VERSION '0.1.0';
+	SELECT outbox.create_sink('redis', 'redis', '{"port": $port}');
+	SELECT outbox.add_route('orders.*', 'redis', 'updated');
+	SELECT outbox.pause('orders.*');
+	SELECT outbox.emit('orders.old', pg_catalog.jsonb_build_object('i', i), 'k' || (i % 2))
+	  FROM pg_catalog.generate_series(1, 5) i;});
+$node->safe_psql('upd', 'ALTER EXTENSION outbox UPDATE');
+$node->safe_psql('upd', q{
+	SELECT outbox.emit('orders.new', pg_catalog.jsonb_build_object('i', i), 'k' || (i % 2))
+	  FROM pg_catalog.generate_series(6, 10) i;});
+is($node->safe_psql('upd', q{SELECT count(*) FROM outbox.events WHERE status = 'pending'}), '10',
+	'updated from 0.1.0: the events of both versions wait behind the paused route');
+$node->safe_psql('upd', q{SELECT outbox.resume('orders.*')});
+ok(defined wait_until(sub {
+	$node->safe_psql('upd', q{SELECT count(*) FROM outbox.events WHERE status <> 'published'}) eq '0' }, 60),
+	'updated from 0.1.0: every event is delivered once the route is resumed');
+my @upd = map { /"i":\s*(\d+)/ ? $1 : () } split /\n/, $redis->cli('XRANGE', 'updated', '-', '+');
+is(join(',', sort { $a <=> $b } @upd), '1,2,3,4,5,6,7,8,9,10', 'updated from 0.1.0: each arrived once');
+is(join(',', grep { $_ % 2 } @upd), '1,3,5,7,9', 'updated from 0.1.0: in emit order per key');
+$node->safe_psql('upd', q{SELECT outbox.pause('orders.*')});
+($out, $err) = ('', '');
+ok(IPC::Run::run([ 'pg_dump', @conn, '-f', "$dir/upd.sql", 'upd' ], '>', \$out, '2>', \$err),
+	'updated from 0.1.0: pg_dump') or diag $err;
+unlike(slurp_file("$dir/upd.sql"), qr/CREATE SCHEMA outbox|WITH SCHEMA outbox/,
+	'updated from 0.1.0: the dump creates the extension as for a fresh install');
+$node->safe_psql('postgres', 'CREATE DATABASE upd_plain');
+($out, $err) = ('', '');
+ok(IPC::Run::run([ 'psql', @conn, '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', 'upd_plain', '-f', "$dir/upd.sql" ],
+	'>', \$out, '2>', \$err), 'updated from 0.1.0: the restore succeeds') or diag $err;
+unlike($err, qr/ERROR|error:/, 'updated from 0.1.0: the restore reports no error');
+is($node->safe_psql('upd_plain', $rows_sql), $node->safe_psql('upd', $rows_sql),
+	'updated from 0.1.0: every event is back as it was');
+is($node->safe_psql('upd_plain', q{SELECT extversion FROM pg_extension WHERE extname = 'outbox'}),
+	'0.2.0', 'updated from 0.1.0: the restored extension is 0.2.0');
 
 $node->stop;
 done_testing();

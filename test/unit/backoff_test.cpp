@@ -1,7 +1,7 @@
 // Exponential backoff with full jitter: the delay before a retry stays in
 // [min, max], its ceiling doubles per attempt, and the jitter spans the whole
 // range from min to the ceiling.
-#include "backoff.hpp"
+#include "core/backoff.hpp"
 
 #include <gtest/gtest.h>
 

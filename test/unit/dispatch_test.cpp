@@ -2,7 +2,7 @@
 // order across retries, park events while a sink is down, retry a refused
 // message on its own, count attempts and let events die. Runs the Dispatcher
 // against fake sinks that record what reached the "broker".
-#include "dispatch.hpp"
+#include "core/dispatch.hpp"
 #include "test_support.hpp"
 
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // The fault injection rules the test builds read from outbox.fault_injection:
 // what parses, which rule decides, probabilities and limits.
-#include "fault_points.hpp"
+#include "core/fault_points.hpp"
 
 #include <gtest/gtest.h>
 
@@ -24,6 +24,10 @@ TEST_F(FaultPointsTest, ValidRulesParse) {
   EXPECT_TRUE(Validate(" publisher.*=cancel/20 , dispatch.*=exception/50#3,*=none", &error))
       << error;
   EXPECT_TRUE(Validate("launcher.scan=terminate#1, a=sigkill, b=oom", &error)) << error;
+  EXPECT_TRUE(Validate("c=stall, d=latch#1", &error)) << error;
+  Configure("d=latch#1");
+  EXPECT_EQ(Decide("d"), Action::kLatch);
+  EXPECT_STREQ(ActionName(Action::kLatch), "latch");
 }
 
 TEST_F(FaultPointsTest, BadRulesAreRefusedWithAReason) {

@@ -1,7 +1,7 @@
 // The Kafka sink against librdkafka's in-process mock cluster: what arrives
 // at the broker, how outcomes are classified, and that Publish stays bounded
 // when brokers fail.
-#include "kafka_sink.hpp"
+#include "sinks/kafka_sink.hpp"
 #include "test_support.hpp"
 
 #include <gtest/gtest.h>

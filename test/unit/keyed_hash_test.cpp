@@ -1,6 +1,6 @@
 // The order guard's pair hash: SipHash-2-4 as published (its reference test
 // vectors), and the framing that keeps two fields apart.
-#include "keyed_hash.hpp"
+#include "core/keyed_hash.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // The rules for user-given names: Kafka topics, route patterns, sink names.
-#include "names.hpp"
+#include "core/names.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // Per-key order across retries: an event waiting for a retry holds back every
 // later event of the same route and key, and nothing else.
-#include "order_guard.hpp"
+#include "core/order_guard.hpp"
 
 #include <gtest/gtest.h>
 
@@ -34,6 +34,39 @@ TEST(OrderGuard, NothingWaitingHoldsNothingBack) {
   OrderGuard g;
   EXPECT_TRUE(May(g, "orders.*", "k", 1));
   EXPECT_EQ(g.size(), 0u);
+}
+
+// An event whose retry time passed long ago and that was not claimed again
+// may have been recorded by another publisher: the guard reports it, so the
+// publisher reads the order state again instead of holding the key forever.
+TEST(OrderGuard, AKeyHeldPastItsRetryTimeIsReportedOverdue) {
+  OrderGuard g;
+  EXPECT_FALSE(g.AnyWaitingUntilBefore(1000));
+  g.Block("orders.*", "k", Id(1), 500);
+  g.Block("orders.*", "other", Id(2), 2000);
+  EXPECT_FALSE(g.AnyWaitingUntilBefore(500));  // not before its own time
+  EXPECT_TRUE(g.AnyWaitingUntilBefore(501));
+  g.Release("orders.*", "k", Id(1));
+  EXPECT_FALSE(g.AnyWaitingUntilBefore(1999));
+  EXPECT_TRUE(g.AnyWaitingUntilBefore(2001));
+  g.Clear();
+  EXPECT_FALSE(g.AnyWaitingUntilBefore(1 << 30));
+}
+
+// TAP 040 on PostgreSQL 18 under load: an event recorded by another
+// publisher stayed in this guard, and the later events of its key, parked
+// behind it and claimed again every cycle, kept the key's latest time fresh.
+// The stale event's own time is what tells.
+TEST(OrderGuard, AStaleEventIsOverdueWhileTheEventsParkedBehindItMoveOn) {
+  OrderGuard g;
+  g.Block("orders.*", "k", Id(1), 100);  // recorded elsewhere: never blocked again
+  for (int64_t now = 200; now <= 2000; now += 100) {
+    g.Block("orders.*", "k", Id(2), now);  // parked behind it, again and again
+    g.Block("orders.*", "k", Id(3), now);
+  }
+  EXPECT_TRUE(g.AnyWaitingUntilBefore(1000));
+  g.Release("orders.*", "k", Id(1));
+  EXPECT_FALSE(g.AnyWaitingUntilBefore(1000));
 }
 
 TEST(OrderGuard, LaterEventOfSameRouteAndKeyIsHeldBehindWaitingEvent) {

@@ -1,7 +1,7 @@
 // Day arithmetic and names for the daily partitions of outbox.events.
 // Timestamps are PostgreSQL's: microseconds since 2000-01-01 00:00:00 UTC.
 // Expected values were cross-checked with `date -u -d YYYY-MM-DD +%s`.
-#include "partition_calendar.hpp"
+#include "core/partition_calendar.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // The Redis sink against a real redis-server started on a free loopback port
 // for each test: what arrives in Redis, how replies are classified, and that
 // Publish stays bounded when the server dies, hangs or is interrupted.
-#include "redis_sink.hpp"
+#include "sinks/redis_sink.hpp"
 #include "test_support.hpp"
 
 #include <gtest/gtest.h>

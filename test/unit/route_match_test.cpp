@@ -1,6 +1,6 @@
 // Which route an event's topic takes: glob matching and the precedence
 // contract (exact > longest wildcard > smaller pattern in byte order).
-#include "route_match.hpp"
+#include "core/route_match.hpp"
 
 #include <gtest/gtest.h>
 

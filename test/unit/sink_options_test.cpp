@@ -1,5 +1,5 @@
 // Validation of outbox.create_sink() options for the Kafka and Redis sinks.
-#include "sink_options.hpp"
+#include "sinks/sink_options.hpp"
 #include "test_support.hpp"
 
 #include <gtest/gtest.h>
@@ -104,7 +104,7 @@ TEST(KafkaSinkOptions, BootstrapServersIsRequired) {
   }
 }
 
-// DISABLED: known bug in ValidateKafkaOptions (src/sink_options.cpp). The two
+// DISABLED: known bug in ValidateKafkaOptions (src/sinks/sink_options.cpp). The two
 // keys are aliases of one librdkafka property, so a later empty
 // metadata.broker.list clears the brokers bootstrap.servers set; jsonb always
 // orders "bootstrap.servers" first, so this input reaches the publisher with

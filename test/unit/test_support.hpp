@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "sink_options.hpp"
+#include "sinks/sink_options.hpp"
 
 namespace outbox {
 namespace test_support {

@@ -1,6 +1,6 @@
 // W3C trace context values that emit() accepts from outbox.traceparent and
 // outbox.tracestate.
-#include "trace_context.hpp"
+#include "core/trace_context.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // UUIDv7 generation: the text form users see, the RFC 9562 bits, and the
 // ordering guarantee the publisher relies on (ids of one backend sort in emit
 // order).
-#include "uuid7.hpp"
+#include "core/uuid7.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,0 +1,998 @@
+#include "core/dispatch.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <set>
+
+#include "core/backoff.hpp"
+#include "core/fault_points.hpp"
+#include "core/route_match.hpp"
+
+namespace outbox {
+
+namespace {
+
+constexpr int64_t kUsecPerMs = 1000;
+constexpr std::string_view kWaitingForKey = "waiting for an earlier event with the same key";
+// next_attempt_us for events without a route: PostgreSQL's 'infinity'.
+constexpr int64_t kInfinityUs = INT64_MAX;
+
+void SetError(RowOutcome *out, std::string_view text) {
+  const size_t n = std::min(text.size(), sizeof out->error - 1);
+  std::memcpy(out->error, text.data(), n);
+  out->error[n] = '\0';
+}
+
+// Milliseconds on a clock that only goes forward (ack wait deadlines).
+int64_t SteadyMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string Seconds(int64_t us) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(us) / 1e6);
+  return buf;
+}
+
+}  // namespace
+
+Dispatcher::Dispatcher(SinkFactory factory) : factory_(factory), rng_(std::random_device{}()) {
+  // The order guard's pair hash gets a secret nobody outside this process
+  // knows (order_guard.hpp).
+  guard_.SetHashKey(HashKey{rng_(), rng_()});
+}
+
+Dispatcher::~Dispatcher() = default;
+
+Dispatcher *Dispatcher::Create(SinkFactory factory) noexcept {
+  try {
+    return new Dispatcher(factory);
+  } catch (...) {
+    return nullptr;  // std::bad_alloc, or std::random_device without a source
+  }
+}
+
+namespace {
+// Copy `text` into buf[0..size), cut to fit, NUL-terminated.
+void CopyOut(std::string_view text, char *buf, size_t size) noexcept {
+  if (size == 0) return;
+  const size_t n = std::min(text.size(), size - 1);
+  std::memcpy(buf, text.data(), n);
+  buf[n] = '\0';
+}
+}  // namespace
+
+void Dispatcher::LogFailure(const char *what, const char *why) noexcept {
+  try {
+    Log(LogLevel::kError, std::string(what) + ": " + why);
+  } catch (...) {
+    // Out of memory while saying so: the outcomes already tell.
+  }
+}
+
+double Dispatcher::Random() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
+
+void Dispatcher::Log(LogLevel level, std::string text) { logs_.Add(level, std::move(text)); }
+
+bool Dispatcher::NextLog(LogLevel *level, char *text, size_t size) noexcept {
+  try {
+    DrainSinkLogs();
+  } catch (...) {
+    // Out of memory: the sinks' lines wait for the next call.
+  }
+  if (next_log_ >= taken_logs_.size()) {
+    taken_logs_ = logs_.Take();
+    next_log_ = 0;
+    if (taken_logs_.empty()) return false;
+  }
+  *level = taken_logs_[next_log_].level;
+  CopyOut(taken_logs_[next_log_].text, text, size);
+  taken_logs_[next_log_].text.clear();
+  ++next_log_;
+  return true;
+}
+
+void Dispatcher::DrainSinkLogs() {
+  for (auto &[name, state] : sinks_) {
+    if (!state.sink) continue;
+    for (LogLine &line : state.sink->TakeLogs()) {
+      Log(line.level, "sink \"" + name + "\": " + line.text);
+    }
+  }
+}
+
+bool Dispatcher::Configure(const RouteRow *routes, size_t nroutes, const SinkRow *sinks,
+                           size_t nsinks) noexcept {
+  // Sinks may be replaced below: no batch may still point at them.
+  if (!flights_.empty()) {
+    LogFailure("configuration reloaded with batches in flight", "they are abandoned");
+  }
+  // With batches in flight, everything goes (abandoning them purges the
+  // sinks' queues). Otherwise late groups of sinks that stay as they are
+  // keep waiting for their answers (they name their routes by pattern);
+  // those of sinks replaced or removed go below.
+  if (!flights_.empty()) AbandonAll();
+  try {
+    OUTBOX_FAULT_CPP("dispatch.configure");
+    std::vector<Route> fresh;
+    for (size_t i = 0; i < nroutes; ++i) {
+      fresh.push_back(Route{std::string(routes[i].pattern), std::string(routes[i].sink),
+                            routes[i].has_target, std::string(routes[i].target), routes[i].paused,
+                            routes[i].format});
+      // Say once when a route is paused or resumed (not at start-up).
+      for (const Route &old : routes_) {
+        if (old.pattern == fresh.back().pattern && old.paused != fresh.back().paused) {
+          Log(LogLevel::kInfo, "route \"" + old.pattern + "\" " +
+                                   (fresh.back().paused ? "paused: its events wait"
+                                                        : "resumed: its events flow again"));
+        }
+      }
+    }
+    routes_ = std::move(fresh);
+    patterns_.clear();
+    for (const Route &r : routes_) patterns_.emplace_back(r.pattern);
+    std::set<std::string> seen;
+    for (size_t i = 0; i < nsinks; ++i) {
+      const std::string name(sinks[i].name);
+      SinkOptions options;
+      for (size_t j = 0; j < sinks[i].option_count; ++j) {
+        const OptionView &o = sinks[i].options[j];
+        options.push_back(
+            SinkOption{std::string(o.key), o.kind, std::string(o.text), o.from_environment});
+      }
+      seen.insert(name);
+      auto it = sinks_.find(name);
+      const bool changed = it == sinks_.end() || it->second.kind != sinks[i].kind ||
+                           it->second.privileged != sinks[i].privileged ||
+                           it->second.options.size() != options.size() ||
+                           !std::equal(options.begin(), options.end(), it->second.options.begin(),
+                                       [](const SinkOption &a, const SinkOption &b) {
+                                         return a.key == b.key && a.kind == b.kind &&
+                                                a.text == b.text &&
+                                                a.from_environment == b.from_environment;
+                                       });
+      if (changed) {
+        DropLateOf(name);  // before the sink they wait on goes
+        if (it != sinks_.end()) DrainSinkLogs();
+        SinkState fresh;
+        fresh.kind = std::string(sinks[i].kind);
+        fresh.options = std::move(options);
+        fresh.privileged = sinks[i].privileged;
+        sinks_[name] = std::move(fresh);  // closes the old producer, if any
+      }
+    }
+    for (auto it = sinks_.begin(); it != sinks_.end();) {
+      if (seen.count(it->first) == 0) {
+        DropLateOf(it->first);
+        DrainSinkLogs();
+        it = sinks_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    guard_.Clear();
+    // Late groups kept above still hold their keys back (the caller's
+    // rebuild from the database finds their rows parked too).
+    for (const Late &late : late_) {
+      for (const LateRow &r : late.rows) {
+        if (r.has_key) guard_.Block(r.pattern, r.key, r.id, late.parked_until_us);
+      }
+    }
+    behind_down_sinks_.clear();
+    return true;
+  } catch (const std::exception &e) {
+    LogFailure("could not load sinks and routes", e.what());
+  } catch (...) {
+    LogFailure("could not load sinks and routes", "unexpected error");
+  }
+  // Half-loaded: route nothing rather than by a mix of old and new routes.
+  routes_.clear();
+  patterns_.clear();
+  guard_.Clear();
+  behind_down_sinks_.clear();
+  return false;
+}
+
+std::vector<std::string> Dispatcher::DeliverableLikePatterns() const {
+  std::vector<std::string> patterns;
+  for (const Route &r : routes_) {
+    if (!r.paused) patterns.push_back(LikePatternOf(r.pattern));
+  }
+  std::sort(patterns.begin(), patterns.end());
+  return patterns;
+}
+
+int Dispatcher::RouteIndex(std::string_view topic) const {
+  return BestPatternIndex(patterns_.data(), patterns_.size(), topic);
+}
+
+bool Dispatcher::NoteWaiting(const EventRow &event, int64_t until_us) noexcept {
+  if (!event.has_key || until_us == kInfinityUs) return true;
+  try {
+    OUTBOX_FAULT_CPP("dispatch.note_waiting");
+    const int r = RouteIndex(event.topic);
+    if (r >= 0) guard_.Block(routes_[r].pattern, event.key, event.id, until_us);
+    return true;
+  } catch (...) {
+    LogFailure("could not rebuild the per-key order state", "out of memory");
+    return false;  // order state incomplete: the caller loads it all again
+  }
+}
+
+bool Dispatcher::NoteDead(const EventRow &event) noexcept {
+  if (!event.has_key) return true;
+  try {
+    const int r = RouteIndex(event.topic);
+    if (r >= 0) guard_.Release(routes_[r].pattern, event.key, event.id);
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+Sink *Dispatcher::SinkFor(const std::string &name, SinkState *state, bool may_recreate) {
+  if (may_recreate && state->sink && state->sink->NeedsRecreate()) {
+    Log(LogLevel::kWarning, "sink \"" + name + "\" hit a fatal error; recreating its producer");
+    DrainSinkLogs();
+    state->sink.reset();
+  }
+  if (!state->sink) {
+    std::string error;
+    state->sink = factory_(name, state->kind, state->options, state->privileged, &error);
+    if (!state->sink) {
+      state->last_error = error.empty() ? "could not create the sink" : error;
+      return nullptr;
+    }
+  }
+  return state->sink.get();
+}
+
+bool Dispatcher::Dispatch(const EventRow *rows, size_t n, const DispatchSettings &settings,
+                          RowOutcome *out, Sink::InterruptCheck interrupted) noexcept {
+  const Ticket ticket = Begin(rows, n, settings, out, interrupted);
+  return ticket != 0 && Finish(ticket, interrupted);
+}
+
+void Dispatcher::Decide(Flight *flight, size_t i, std::set<std::string> *admitted,
+                        std::map<std::string, std::vector<size_t>> *groups) {
+  const EventRow &row = flight->rows[i];
+  const DispatchSettings &settings = flight->settings;
+  RowOutcome *out = flight->out;
+  const int r = flight->route_of[i];
+  if (r < 0) {
+    out[i].outcome = Outcome::kParkNoRoute;
+    out[i].next_attempt_us = kInfinityUs;
+    SetError(&out[i], "no route matches topic \"" + std::string(row.topic) + "\"");
+    return;
+  }
+  const Route &route = routes_[r];
+  if (route.paused) {
+    out[i].outcome = Outcome::kParkNoRoute;
+    out[i].next_attempt_us = kInfinityUs;
+    SetError(&out[i], "route \"" + route.pattern + "\" is paused");
+    return;
+  }
+  auto sink_it = sinks_.find(route.sink);
+  if (sink_it == sinks_.end()) {  // routes reference sinks; only a race gets here
+    out[i].outcome = Outcome::kPark;
+    out[i].next_attempt_us = settings.now_us + settings.backoff_max_ms * kUsecPerMs;
+    SetError(&out[i], "sink \"" + route.sink + "\" does not exist");
+    return;
+  }
+  SinkState &state = sink_it->second;
+  if (state.down && settings.now_us < state.retry_at_us) {
+    out[i].outcome = Outcome::kPark;
+    out[i].next_attempt_us = state.retry_at_us;
+    SetError(&out[i], "sink \"" + route.sink + "\" is unavailable: " + state.last_error);
+    if (row.has_key) guard_.Block(route.pattern, row.key, row.id, out[i].next_attempt_us);
+    NoteBehindDownSink(row.topic, route.sink);
+    return;
+  }
+  if (!late_.empty() && SinkHasLate(route.sink)) {
+    // Its earlier groups' answers are awaited: nothing more goes to it.
+    out[i].outcome = Outcome::kPark;
+    out[i].next_attempt_us = settings.now_us + kLateRecheckUs;
+    SetError(&out[i], "waiting for sink \"" + route.sink + "\" to answer earlier events");
+    if (row.has_key) guard_.Block(route.pattern, row.key, row.id, out[i].next_attempt_us);
+    NoteBehindDownSink(row.topic, route.sink);
+    return;
+  }
+  if (ParkBehindEarlier(row, route, admitted, settings.now_us, kWaitingForKey, &out[i])) return;
+  admitted->emplace(row.id);
+  (*groups)[route.sink].push_back(i);
+}
+
+void Dispatcher::SendGroups(Flight *flight, std::map<std::string, std::vector<size_t>> *groups,
+                            Sink::InterruptCheck interrupted) {
+  flight->groups.reserve(flight->groups.size() + groups->size());  // no Group moves once sent
+  for (auto &[name, members] : *groups) {
+    flight->groups.emplace_back();
+    Group &group = flight->groups.back();
+    group.sink_name = name;
+    group.members = std::move(members);
+    SendGroup(*flight, &group, interrupted);
+  }
+}
+
+Dispatcher::Ticket Dispatcher::Begin(const EventRow *rows, size_t n,
+                                     const DispatchSettings &settings, RowOutcome *out,
+                                     Sink::InterruptCheck interrupted) noexcept {
+  const Ticket ticket = ++last_ticket_;
+  for (size_t i = 0; i < n; ++i) {
+    out[i] = RowOutcome{};
+    out[i].attempts = rows[i].attempts;
+  }
+  try {
+    flights_.emplace_back();
+  } catch (...) {
+    FailWindow("out of memory");
+    return 0;
+  }
+  Flight *flight = &flights_.back();
+  try {
+    OUTBOX_FAULT_CPP("dispatch.begin");
+    flight->ticket = ticket;
+    flight->rows = rows;
+    flight->n = n;
+    flight->settings = settings;
+    flight->out = out;
+    flight->route_of.assign(n, -1);
+    std::map<std::string, std::vector<size_t>> groups;  // sink name -> rows, in id order
+    std::set<std::string> admitted;
+    for (size_t i = 0; i < n; ++i) {
+      const EventRow &row = rows[i];
+      const int r = RouteIndex(row.topic);
+      flight->route_of[i] = r;
+      if (r >= 0 && row.has_key) {
+        // One batch in flight per route and key: an event of a key that an
+        // earlier batch still carries waits for that batch's outcome.
+        auto [it, fresh] = keys_in_flight_.try_emplace(
+            RouteKey(routes_[r].pattern, std::string(row.key)), KeyInFlight{ticket, false});
+        if (!fresh && it->second.ticket != ticket) it->second = KeyInFlight{ticket, true};
+        if (it->second.deferred) {  // and so is every later event of it in this batch
+          flight->deferred.push_back(i);
+          continue;
+        }
+      }
+      Decide(flight, i, &admitted, &groups);
+    }
+    SendGroups(flight, &groups, interrupted);
+  } catch (const std::exception &e) {
+    // Out of memory half-way: what this batch and the ones before it
+    // decided is incomplete (a key's later events may have been sent while
+    // an earlier one got no verdict): the whole window goes.
+    FailWindow(e.what());
+    return 0;
+  }
+  return ticket;
+}
+
+void Dispatcher::FailWindow(const char *why) noexcept {
+  // The outcome arrays are still the caller's (it is inside Begin or Finish):
+  // clear every verdict, so that nothing of the window reads as decided.
+  for (Flight &flight : flights_) {
+    if (flight.out == nullptr) continue;
+    for (size_t i = 0; i < flight.n; ++i) {
+      flight.out[i] = RowOutcome{};
+      flight.out[i].attempts = flight.rows[i].attempts;
+    }
+  }
+  AbandonAll();
+  guard_.Clear();  // it may hold decisions of the abandoned batches
+  LogFailure("window of batches abandoned, its events stay pending", why);
+}
+
+void Dispatcher::ForgetKeysOf(Ticket ticket) noexcept {
+  for (auto it = keys_in_flight_.begin(); it != keys_in_flight_.end();) {
+    it = it->second.ticket == ticket ? keys_in_flight_.erase(it) : std::next(it);
+  }
+}
+
+bool Dispatcher::Finish(Ticket ticket, Sink::InterruptCheck interrupted) noexcept {
+  const bool known = std::any_of(flights_.begin(), flights_.end(),
+                                 [ticket](const Flight &f) { return f.ticket == ticket; });
+  if (!known) return true;  // abandoned or finished before
+  // Batches are finished in the order begun: any earlier one goes first.
+  while (!flights_.empty()) {
+    const Ticket front = flights_.front().ticket;
+    try {
+      FinishFront(interrupted);
+    } catch (const std::exception &e) {
+      FailWindow(e.what());
+      return false;
+    } catch (...) {
+      FailWindow("unexpected error");
+      return false;
+    }
+    if (front == ticket) break;
+  }
+  return true;
+}
+
+// Settle the oldest batch in flight, then decide and deliver its deferred
+// rows, whose earlier events' outcomes are all known now. May throw
+// (out of memory): Finish then abandons the whole window.
+void Dispatcher::FinishFront(Sink::InterruptCheck interrupted) {
+  Flight &flight = flights_.front();
+  const Ticket ticket = flight.ticket;
+  // One ack wait for the whole window: its batches are finished one after
+  // the other, and a slow sink must not hold up the others once per batch.
+  if (window_deadline_ms_ == 0 && flight.settings.ack_wait_ms > 0) {
+    window_deadline_ms_ = SteadyMs() + flight.settings.ack_wait_ms;
+  }
+  const int64_t deadline = flight.settings.ack_wait_ms > 0 ? window_deadline_ms_ : 0;
+  for (Group &group : flight.groups) FinishGroup(flight, &group, deadline, interrupted);
+  OUTBOX_FAULT_CPP("dispatch.finish");
+  if (!flight.deferred.empty()) {
+    if (interrupted != nullptr && interrupted()) {
+      // Shutting down: the deferred rows get no verdict (kUntouched).
+    } else {
+      const size_t settled = flight.groups.size();
+      std::map<std::string, std::vector<size_t>> groups;
+      std::set<std::string> admitted;
+      for (size_t i : flight.deferred) {
+        // An earlier event of its key left as it was (pending, never
+        // tried) must go out first: this one waits with it.
+        const EventRow &row = flight.rows[i];
+        const int r = flight.route_of[i];
+        if (untouched_keys_.count(RouteKey(routes_[r].pattern, std::string(row.key))) != 0) {
+          continue;
+        }
+        Decide(&flight, i, &admitted, &groups);
+      }
+      SendGroups(&flight, &groups, interrupted);
+      for (size_t g = settled; g < flight.groups.size(); ++g) {
+        FinishGroup(flight, &flight.groups[g], deadline, interrupted);
+      }
+    }
+  }
+  flights_.pop_front();
+  ForgetKeysOf(ticket);
+  if (flights_.empty()) {
+    untouched_keys_.clear();
+    window_deadline_ms_ = 0;
+  }
+}
+
+// Settle a group from its answers, or leave it to late answers when they
+// are not in by deadline_ms. Late groups hold copies of their events' ids
+// and keys: past kMaxLateGroups (a sink slow for long under a steady
+// stream), groups are waited for in full instead, which bounds that memory.
+void Dispatcher::FinishGroup(const Flight &flight, Group *group, int64_t deadline_ms,
+                             Sink::InterruptCheck interrupted) {
+  if (sinks_[group->sink_name].wait_in_full) deadline_ms = 0;
+  if (!CollectGroup(group, deadline_ms, interrupted)) {
+    if (late_.size() < kMaxLateGroups) {
+      MakeLate(flight, group);
+      return;
+    }
+    (void)CollectGroup(group, 0, interrupted);
+  }
+  SettleGroup(flight, group, interrupted);
+}
+
+// Wait for a group's answers until deadline_ms (SteadyMs; 0: as long as the
+// sink takes). True when they are all in.
+bool Dispatcher::CollectGroup(Group *group, int64_t deadline_ms, Sink::InterruptCheck interrupted) {
+  if (group->sink == nullptr || group->sink_ticket == 0) return true;
+  if (deadline_ms == 0) {
+    group->sink->Collect(group->sink_ticket, interrupted);
+    return true;
+  }
+  const int64_t left = std::max<int64_t>(0, deadline_ms - SteadyMs());
+  return group->sink->CollectFor(group->sink_ticket, left, interrupted);
+}
+
+// The group's sink has not answered in time: park its events until the sink
+// must have settled them, keep their keys held back, and keep what is
+// needed to judge the answers when they come (SettleLate). May throw (out
+// of memory): the Late is complete (sink_ticket set) only once the answers'
+// array has changed hands, so an abandon in between leaves nothing the sink
+// could write into after it is freed.
+void Dispatcher::MakeLate(const Flight &flight, Group *group) {
+  SinkState &state = sinks_[group->sink_name];
+  late_.emplace_back();
+  Late &late = late_.back();
+  late.sink_name = group->sink_name;
+  late.sink = group->sink;
+  // From now, not from the cycle's start: it was sent at the latest now.
+  const int64_t now_us = flight.settings.clock_us != nullptr
+                             ? std::max(flight.settings.now_us, flight.settings.clock_us())
+                             : flight.settings.now_us;
+  late.parked_until_us = now_us + (group->sink->SettleLimitMs() + kLateMarginMs) * kUsecPerMs;
+  late.rows.reserve(group->members.size());
+  for (size_t i : group->members) {
+    const EventRow &row = flight.rows[i];
+    late.rows.push_back(LateRow{std::string(row.id), std::string(row.topic), std::string(row.key),
+                                routes_[flight.route_of[i]].pattern, row.has_key, row.attempts,
+                                row.created_at});
+  }
+  const std::string why = "waiting for sink \"" + group->sink_name + "\" to answer";
+  for (size_t k = 0; k < group->members.size(); ++k) {
+    const size_t i = group->members[k];
+    const EventRow &row = flight.rows[i];
+    RowOutcome &out = flight.out[i];
+    out.outcome = Outcome::kPark;
+    out.next_attempt_us = late.parked_until_us;
+    SetError(&out, why);
+    if (row.has_key) {
+      const std::string &pattern = routes_[flight.route_of[i]].pattern;
+      guard_.Block(pattern, row.key, row.id, late.parked_until_us);
+      late_keys_.emplace(pattern, std::string(row.key));
+    }
+  }
+  if (!state.slow) {
+    Log(LogLevel::kInfo, "sink \"" + group->sink_name +
+                             "\" has not answered within outbox.ack_wait; its outcomes are "
+                             "recorded when it answers, the other sinks' go ahead");
+  }
+  state.slow = true;
+  late.results.swap(group->results);  // the sink writes here from now on
+  late.sink_ticket = group->sink_ticket;
+  group->sink = nullptr;  // the group is now the Late's
+  group->sink_ticket = 0;
+}
+
+bool Dispatcher::LateArrived() noexcept {
+  bool any = false;
+  for (Late &late : late_) {
+    if (!late.complete && late.sink_ticket != 0) {
+      late.complete = late.sink->CollectFor(late.sink_ticket, 0, nullptr);
+    }
+    any = any || late.complete;
+  }
+  return any;
+}
+
+bool Dispatcher::SettleLate(const DispatchSettings &settings) noexcept {
+  late_outcomes_.clear();
+  next_late_outcome_ = 0;
+  if (late_.empty()) return true;
+  try {
+    (void)LateArrived();
+    for (auto it = late_.begin(); it != late_.end();) {
+      if (!it->complete) {
+        ++it;
+        continue;
+      }
+      Late &late = *it;
+      const size_t n = late.rows.size();
+      std::vector<EventRow> rows(n);
+      std::vector<int> route_of(n, -1);
+      std::vector<size_t> members;
+      std::vector<RowOutcome> out(n);
+      for (size_t k = 0; k < n; ++k) {
+        const LateRow &r = late.rows[k];
+        rows[k].id = r.id;
+        rows[k].topic = r.topic;
+        rows[k].has_key = r.has_key;
+        rows[k].key = r.key;
+        rows[k].attempts = r.attempts;
+        rows[k].created_at = r.created_at;
+        out[k].attempts = r.attempts;
+        if (r.has_key) {
+          // Judged afresh below: the hold MakeLate put on the key (until the
+          // sink's whole timeout) goes, and the verdict sets the new one.
+          late_keys_.erase(RouteKey(r.pattern, r.key));
+          guard_.Release(r.pattern, r.key, r.id);
+        }
+        for (size_t x = 0; x < routes_.size(); ++x) {
+          if (routes_[x].pattern == r.pattern) route_of[k] = static_cast<int>(x);
+        }
+        if (route_of[k] < 0) {
+          // Its route went while the answer was awaited: no verdict under a
+          // route it no longer has; due now, routed afresh.
+          out[k].outcome = Outcome::kPark;
+          out[k].next_attempt_us = settings.now_us;
+          SetError(&out[k], "its route changed while its sink's answer was awaited");
+          continue;
+        }
+        members.push_back(k);
+      }
+      // Judge reads results member by member, in members' order.
+      std::vector<Delivery> results;
+      results.reserve(members.size());
+      for (size_t k : members) results.push_back(late.results[k]);
+      Judging j;
+      j.rows = rows.data();
+      j.route_of = route_of.data();
+      j.members = &members;
+      j.results = &results;
+      j.settings = &settings;
+      j.out = out.data();
+      j.sink_name = &late.sink_name;
+      Judge(j, nullptr);
+      for (size_t k = 0; k < n; ++k) {
+        if (out[k].outcome == Outcome::kUntouched) continue;
+        LateOutcome o;
+        CopyOut(late.rows[k].id, o.id, sizeof o.id);
+        o.created_at = late.rows[k].created_at;
+        o.attempts = late.rows[k].attempts;
+        o.parked_until_us = late.parked_until_us;
+        o.outcome = out[k];
+        late_outcomes_.push_back(o);
+      }
+      it = late_.erase(it);
+    }
+    return true;
+  } catch (const std::exception &e) {
+    LogFailure("could not judge late answers", e.what());
+  } catch (...) {
+    LogFailure("could not judge late answers", "unexpected error");
+  }
+  // The guard may hold half of what was judged: the caller reloads it.
+  AbandonAll();
+  guard_.Clear();
+  late_outcomes_.clear();
+  return false;
+}
+
+bool Dispatcher::NextLateOutcome(LateOutcome *out) noexcept {
+  if (next_late_outcome_ >= late_outcomes_.size()) return false;
+  *out = late_outcomes_[next_late_outcome_++];
+  return true;
+}
+
+void Dispatcher::DropLateOf(const std::string &sink) noexcept {
+  if (!SinkHasLate(sink)) return;
+  for (const Late &late : late_) {
+    if (late.sink_name == sink && late.sink != nullptr && late.sink_ticket != 0) {
+      late.sink->AbandonAll("abandoned: the sink was changed or removed");
+      break;  // one call forgets every open Send of that sink
+    }
+  }
+  for (auto it = late_.begin(); it != late_.end();) {
+    it = it->sink_name == sink ? late_.erase(it) : std::next(it);
+  }
+  // The keys still held are those of the late groups left.
+  try {
+    late_keys_.clear();
+    for (const Late &late : late_) {
+      for (const LateRow &r : late.rows) {
+        if (r.has_key) late_keys_.emplace(r.pattern, r.key);
+      }
+    }
+  } catch (...) {
+    late_keys_.clear();  // only shortens later events' rechecks: order holds
+  }
+}
+
+void Dispatcher::DropLate() noexcept {
+  if (late_.empty()) return;
+  try {
+    Log(LogLevel::kDebug, std::to_string(late_.size()) +
+                              " batch(es) awaiting late answers given up; their events wait");
+  } catch (...) {
+  }
+  // The sinks first, while the answer arrays they write into exist.
+  for (const Late &late : late_) {
+    if (late.sink != nullptr && late.sink_ticket != 0) {
+      late.sink->AbandonAll("abandoned: its late answers were given up");
+    }
+  }
+  late_.clear();
+  late_keys_.clear();
+}
+
+void Dispatcher::NoteUntouched(const Route &route, const EventRow &row) {
+  if (row.has_key) untouched_keys_.emplace(route.pattern, std::string(row.key));
+}
+
+void Dispatcher::AbandonAll() noexcept {
+  if (!flights_.empty()) {
+    // First the sinks, while the Delivery arrays they write into still
+    // exist (they belong to our Groups); then the flights, whose rows and
+    // outcome arrays are the caller's and are never touched here.
+    for (auto &[name, state] : sinks_) {
+      if (state.sink) state.sink->AbandonAll("abandoned: the publisher's transaction failed");
+    }
+    flights_.clear();
+  }
+  window_deadline_ms_ = 0;
+  DropLate();
+  keys_in_flight_.clear();
+  untouched_keys_.clear();
+}
+
+OutMessage Dispatcher::MessageFor(const Flight &flight, size_t i) const {
+  const EventRow &row = flight.rows[i];
+  const Route &route = routes_[flight.route_of[i]];
+  OutMessage m;
+  m.id = row.id;
+  m.topic = row.topic;
+  m.target = route.has_target ? std::string_view(route.target) : row.topic;
+  m.has_key = row.has_key;
+  m.key = row.key;
+  m.payload = row.payload;
+  m.headers = row.headers;
+  m.header_count = row.header_count;
+  m.headers_json = row.headers_json;
+  m.format = route.format;
+  m.created_at = row.created_at;
+  m.source = flight.settings.source;
+  return m;
+}
+
+void Dispatcher::SendGroup(const Flight &flight, Group *group, Sink::InterruptCheck interrupted) {
+  SinkState *state = &sinks_[group->sink_name];
+  group->results.resize(group->members.size());
+  // A sink with batches in flight is not recreated under them: a failed one
+  // refuses this batch at once (retriable), and is recreated once idle.
+  Sink *sink =
+      SinkFor(group->sink_name, state, flights_.size() == 1 && !SinkHasLate(group->sink_name));
+  if (sink == nullptr) {
+    for (Delivery &d : group->results) d = Delivery{DeliveryStatus::kRetriable, state->last_error};
+    return;
+  }
+  group->messages.reserve(group->members.size());
+  for (size_t i : group->members) group->messages.push_back(MessageFor(flight, i));
+  group->sink = sink;
+  group->sink_ticket = sink->Send(group->messages.data(), group->messages.size(),
+                                  group->results.data(), interrupted);
+}
+
+void Dispatcher::SettleGroup(const Flight &flight, Group *group, Sink::InterruptCheck interrupted) {
+  SinkState &state = sinks_[group->sink_name];
+  state.wait_in_full = false;  // this group's refusals are retried alone
+  if (state.slow && group->sink != nullptr) {
+    state.slow = false;
+    Log(LogLevel::kInfo, "sink \"" + group->sink_name + "\" answers within outbox.ack_wait again");
+  }
+  Judging j;
+  j.rows = flight.rows;
+  j.route_of = flight.route_of.data();
+  j.members = &group->members;
+  j.results = &group->results;
+  j.settings = &flight.settings;
+  j.out = flight.out;
+  j.sink_name = &group->sink_name;
+  j.solo_sink = group->sink;
+  j.solo_flight = &flight;
+  Judge(j, interrupted);
+}
+
+// Decide a group's rows from its sink's answers (all in).
+void Dispatcher::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
+  Sink *sink = j.solo_sink;
+  const std::string &sink_name = *j.sink_name;
+  SinkState *state = &sinks_[sink_name];
+  const std::vector<size_t> &members = *j.members;
+  const std::vector<Delivery> &results = *j.results;
+  const EventRow *rows = j.rows;
+  const int *route_of = j.route_of;
+  const DispatchSettings &settings = *j.settings;
+  RowOutcome *out = j.out;
+
+  size_t delivered = 0, transient = 0, held_back = 0, target_refused = 0;
+  for (const Delivery &d : results) {
+    if (d.status == DeliveryStatus::kDelivered) ++delivered;
+    if (d.status == DeliveryStatus::kRetriable) ++transient;
+    // Held back behind an earlier failure of its key (which decides).
+    if (d.status == DeliveryStatus::kNotSent) ++held_back;
+    if (d.status == DeliveryStatus::kTargetRefused) ++target_refused;
+  }
+  const bool interrupted_now = interrupted != nullptr && interrupted();
+
+  // Nothing delivered and nothing refused, only transient failures (beside
+  // targets a broker refused, which say nothing of the others: a refused
+  // topic next to a partition without a leader must not make that
+  // partition's events count attempts): the sink is down. Park those events
+  // until the sink's backoff expires, without counting attempts; the
+  // refused targets' events count theirs.
+  if (delivered == 0 && transient > 0 && transient + held_back + target_refused == results.size() &&
+      !interrupted_now) {
+    state->failures++;
+    const int64_t wait_ms =
+        BackoffMs(state->failures, settings.backoff_min_ms, settings.backoff_max_ms, Random());
+    state->retry_at_us = settings.now_us + wait_ms * kUsecPerMs;
+    state->last_error = results.empty() ? state->last_error : results.front().error;
+    if (!state->down) {
+      Log(LogLevel::kWarning, "sink \"" + sink_name + "\" is unavailable (" + state->last_error +
+                                  "); its events wait, retrying in " +
+                                  Seconds(wait_ms * kUsecPerMs));
+    }
+    state->down = true;
+    for (size_t k = 0; k < members.size(); ++k) {
+      const size_t i = members[k];
+      if (results[k].status == DeliveryStatus::kTargetRefused) {
+        Attempted(rows[i], routes_[route_of[i]], results[k], settings, &out[i]);
+        continue;
+      }
+      out[i].outcome = Outcome::kPark;
+      out[i].next_attempt_us = state->retry_at_us;
+      SetError(&out[i], results[k].error);
+      if (rows[i].has_key) {
+        guard_.Block(routes_[route_of[i]].pattern, rows[i].key, rows[i].id, state->retry_at_us);
+      }
+      NoteBehindDownSink(rows[i].topic, sink_name);
+    }
+    return;
+  }
+
+  if (delivered > 0 || !interrupted_now) {
+    if (state->down) {
+      Log(LogLevel::kInfo, "sink \"" + sink_name + "\" is available again");
+      for (auto it = behind_down_sinks_.begin(); it != behind_down_sinks_.end();) {
+        it = it->second == sink_name ? behind_down_sinks_.erase(it) : std::next(it);
+      }
+    }
+    state->down = false;
+    state->failures = 0;
+  }
+
+  auto stopping = [&] { return interrupted != nullptr && interrupted(); };
+  for (size_t k = 0; k < members.size(); ++k) {
+    const size_t i = members[k];
+    const Route &route = routes_[route_of[i]];
+    Delivery result = results[k];
+    if (result.status == DeliveryStatus::kRetriable && interrupted_now) {
+      out[i].outcome = Outcome::kUntouched;  // shutting down: no verdict
+      NoteUntouched(route, rows[i]);
+      continue;
+    }
+    if (result.status == DeliveryStatus::kNotSent) {
+      // Held back behind an earlier failure of its key in this call (handled
+      // above, in id order): wait as long as that one waits, or go at once
+      // if it died.
+      const std::string_view why = result.error.empty() ? kWaitingForKey : result.error;
+      if (!ParkBehindEarlier(rows[i], route, nullptr, settings.now_us, why, &out[i])) {
+        out[i].outcome = Outcome::kPark;
+        out[i].next_attempt_us = settings.now_us;
+        SetError(&out[i], why);
+      }
+      continue;
+    }
+    if (result.status == DeliveryStatus::kRejected && members.size() > 1 && sink == nullptr) {
+      // A late answer (no payload left to retry it alone): Kafka refuses a
+      // whole request for one message, so this may be a neighbour's fault.
+      // No attempt; it is sent again soon, and the sink's next group is
+      // waited for in full, where a refusal is retried alone.
+      state->wait_in_full = true;
+      if (ParkBehindEarlier(rows[i], route, nullptr, settings.now_us, kWaitingForKey, &out[i])) {
+        continue;
+      }
+      out[i].outcome = Outcome::kPark;
+      out[i].next_attempt_us = settings.now_us + settings.backoff_min_ms * kUsecPerMs;
+      SetError(&out[i], result.error + " (sent with others: retried alone)");
+      if (rows[i].has_key) {
+        guard_.Block(route.pattern, rows[i].key, rows[i].id, out[i].next_attempt_us);
+      }
+      continue;
+    }
+    if (result.status == DeliveryStatus::kRejected && members.size() > 1 && sink != nullptr) {
+      // Kafka fails every message of a produce request when the broker
+      // refuses one (too large, invalid): try this one alone before
+      // counting it against the event. Not while shutting down (no verdict,
+      // no attempt), and not while an earlier event of its key has just
+      // failed in this call: sent alone it would overtake that one, so it
+      // waits behind it instead.
+      if (interrupted_now || stopping()) {
+        out[i].outcome = Outcome::kUntouched;
+        NoteUntouched(route, rows[i]);
+        continue;
+      }
+      if (ParkBehindEarlier(rows[i], route, nullptr, settings.now_us, kWaitingForKey, &out[i])) {
+        continue;
+      }
+      OutMessage alone = MessageFor(*j.solo_flight, i);
+      Delivery solo;
+      sink->Publish(&alone, 1, &solo, interrupted);
+      if (solo.status == DeliveryStatus::kRetriable && stopping()) {
+        out[i].outcome = Outcome::kUntouched;  // interrupted while alone: no verdict
+        NoteUntouched(route, rows[i]);
+        continue;
+      }
+      result = solo;
+    }
+    Attempted(rows[i], route, result, settings, &out[i]);
+  }
+}
+
+// If an earlier event of row's route and key waits (and is not admitted to
+// this batch ahead of it), park row behind it until that one's time, and
+// note row as waiting too. Returns whether it parked.
+bool Dispatcher::ParkBehindEarlier(const EventRow &row, const Route &route,
+                                   const std::set<std::string> *in_batch, int64_t now_us,
+                                   std::string_view error, RowOutcome *out) {
+  int64_t until = now_us;
+  if (!row.has_key || guard_.MayDeliver(route.pattern, row.key, row.id, in_batch, &until)) {
+    return false;
+  }
+  out->outcome = Outcome::kPark;
+  out->next_attempt_us = std::max(until, now_us);
+  if (!late_keys_.empty() && late_keys_.count(RouteKey(route.pattern, std::string(row.key))) != 0) {
+    // Behind an event whose sink has not answered yet: its answer may come
+    // any moment (the earlier event is parked for the sink's whole timeout).
+    out->next_attempt_us = std::min(out->next_attempt_us, now_us + kLateRecheckUs);
+  }
+  SetError(out, error);
+  guard_.Block(route.pattern, row.key, row.id, out->next_attempt_us);
+  return true;
+}
+
+void Dispatcher::Attempted(const EventRow &row, const Route &route, const Delivery &delivery,
+                           const DispatchSettings &settings, RowOutcome *out) {
+  if (delivery.status == DeliveryStatus::kDelivered) {
+    out->outcome = Outcome::kPublished;
+    if (row.has_key) guard_.Release(route.pattern, row.key, row.id);
+    return;
+  }
+  out->attempts = row.attempts + 1;
+  SetError(out, delivery.error);
+  if (out->attempts >= settings.max_attempts) {
+    out->outcome = Outcome::kDead;
+    if (row.has_key) guard_.Release(route.pattern, row.key, row.id);
+    Log(LogLevel::kWarning, "event " + std::string(row.id) + " (topic \"" + std::string(row.topic) +
+                                "\") is dead after " + std::to_string(out->attempts) +
+                                " attempts: " + delivery.error);
+    return;
+  }
+  out->outcome = Outcome::kRetry;
+  out->next_attempt_us = settings.now_us + BackoffMs(out->attempts, settings.backoff_min_ms,
+                                                     settings.backoff_max_ms, Random()) *
+                                               kUsecPerMs;
+  if (row.has_key) guard_.Block(route.pattern, row.key, row.id, out->next_attempt_us);
+}
+
+void Dispatcher::Poll() noexcept {
+  for (auto &[name, state] : sinks_) {
+    if (state.sink) state.sink->Poll();  // never throws (sink.hpp)
+  }
+}
+
+void Dispatcher::NoteBehindDownSink(std::string_view topic, const std::string &sink) {
+  if (behind_down_sinks_.size() >= kMaxTopicsBehindDownSinks) return;
+  auto it = behind_down_sinks_.find(topic);
+  if (it == behind_down_sinks_.end()) behind_down_sinks_.emplace(std::string(topic), sink);
+}
+
+bool Dispatcher::SinkHasLate(const std::string &sink) const {
+  return std::any_of(late_.begin(), late_.end(),
+                     [&sink](const Late &l) { return l.sink_name == sink; });
+}
+
+std::vector<std::string> Dispatcher::TopicsBehindDownSinks(int64_t now_us) const {
+  std::vector<std::string> topics;
+  try {
+    for (const auto &[topic, sink] : behind_down_sinks_) {
+      auto it = sinks_.find(sink);
+      if (it == sinks_.end()) continue;
+      if ((it->second.down && now_us < it->second.retry_at_us) || SinkHasLate(sink)) {
+        topics.push_back(topic);
+      }
+    }
+  } catch (const std::exception &) {
+    topics.clear();  // out of memory: claim everything, as without the list
+  }
+  return topics;
+}
+
+int64_t Dispatcher::NextSinkRetryUs() const noexcept {
+  int64_t next = 0;
+  for (const auto &[name, state] : sinks_) {
+    if (state.down && (next == 0 || state.retry_at_us < next)) next = state.retry_at_us;
+  }
+  return next;
+}
+
+void Dispatcher::SinkStates(char *text, size_t size) const noexcept {
+  try {
+    std::string s;
+    for (const auto &[name, state] : sinks_) {
+      if (!s.empty()) s += ", ";
+      s += name + "=" +
+           (state.down   ? std::string("down")
+            : state.sink ? state.sink->State()
+                         : std::string("idle"));
+    }
+    CopyOut(s, text, size);
+  } catch (...) {
+    CopyOut("", text, size);
+  }
+}
+
+}  // namespace outbox

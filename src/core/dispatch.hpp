@@ -1,0 +1,381 @@
+// What happens to each claimed event: route it, hold it behind an earlier
+// event of its key, hand it to its sink, and turn the broker's answer into
+// the row's next state. PostgreSQL-free (unit-tested with a fake sink); the
+// publisher's claim code reads rows into EventRow and writes RowOutcome back.
+//
+// Rules (contract and issue "The publisher"):
+// - No route, or a paused route: the event waits (next_attempt_at =
+//   infinity) and flows once routes change (a route added or resumed).
+// - Per-key order: an event is never sent while an earlier event of the same
+//   route and key waits for a retry (OrderGuard); it is parked behind it.
+// - A sink that delivers nothing of a call and reports only transient errors
+//   is down: its events are parked until the sink's own backoff expires,
+//   without counting attempts (an outage is not the events' fault), and one
+//   log line says so; another line says when it is back.
+// - Transient errors while the sink delivers other events count an attempt
+//   for that event; a message the broker refuses (kRejected) in a call with
+//   others is first retried on its own, and counts an attempt only then, so
+//   one poison event never takes its neighbours down.
+// - A target the broker refuses (kTargetRefused: a Kafka topic the cluster
+//   lacks or the producer may not write) counts an attempt per event, never
+//   makes the sink down, and is not retried alone.
+// - After outbox.max_attempts failed attempts an event is dead, and stops
+//   holding back its key.
+//
+// - Pipelining: a batch begun while earlier batches are in flight never
+//   sends an event whose route and key has an event in one of them. Such
+//   events are deferred: decided and sent when their batch is finished,
+//   after the earlier batches' outcomes are known (a failure there parks
+//   them behind it). So per key at most one batch is in flight, and a later
+//   event of a key never reaches a broker before an earlier one's fate is
+//   settled.
+//
+// Threading and errors: used by the publisher's main thread only. No method
+// but the constructor throws (use Create): failures are reported through
+// outcomes, return values and logs, so every call is its own exception
+// boundary. An exception (out of memory) while loading the configuration or
+// while a window of batches is in flight leaves no half-made decision
+// behind: Configure, NoteWaiting, Begin and Finish say they failed, every
+// batch in flight is abandoned (AbandonAll), and the caller gives up the
+// whole cycle (its events stay pending; per-key order is rebuilt from the
+// database). Deciding what is left of a window after part of it went wrong
+// is where order used to break.
+//
+// Slow sinks: Finish waits at most settings.ack_wait_ms for a sink's answers
+// (0: as long as the sink's own delivery timeout). A sink that has not
+// answered by then does not hold up the batch: its events are parked until
+// the sink must have settled them (SettleLimitMs plus a margin), without an
+// attempt, their keys held back, and the sink's answers, when they come, are
+// judged as usual and handed out as late outcomes (SettleLate,
+// NextLateOutcome), which the caller writes if the row is still as parked.
+// So an unknown topic that librdkafka holds for message.timeout.ms delays
+// neither other sinks' outcomes nor later cycles; a later event of a key
+// whose earlier event awaits a late answer is parked for kLateRecheckUs at a
+// time, and goes once that answer is in. While a sink has a group awaiting
+// late answers, no new group is sent to it: its events are parked (at most
+// kLateRecheckUs) and its topics are left alone by the claims
+// (TopicsBehindDownSinks), so a sink that stopped answering holds one
+// window's batches, not one per cycle. A refusal in a late answer is not
+// counted against the events sent with it (see SinkState::wait_in_full).
+//
+// Lifetime of a batch: Begin returns a ticket that no later batch reuses;
+// the rows and the outcome array stay the caller's and must stay valid until
+// Finish(ticket) or AbandonAll(). The caller's memory for them is short-lived
+// (a transaction's): when the caller gives up (an ERROR), it calls AbandonAll
+// before that memory goes, and nothing of the batch is touched again.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/dispatch_rows.hpp"
+#include "core/order_guard.hpp"
+#include "sinks/log_buffer.hpp"
+#include "sinks/sink.hpp"
+
+namespace outbox {
+
+// Sinks are created by this factory; tests substitute fakes. `privileged`:
+// see SinkRow.
+using SinkFactory = std::unique_ptr<Sink> (*)(std::string_view name, std::string_view kind,
+                                              const SinkOptions &options, bool privileged,
+                                              std::string *error);
+std::unique_ptr<Sink> MakeSink(std::string_view name, std::string_view kind,
+                               const SinkOptions &options, bool privileged, std::string *error);
+
+class Dispatcher {
+ public:
+  using Ticket = uint64_t;
+
+  explicit Dispatcher(SinkFactory factory = MakeSink);
+  ~Dispatcher();
+  // A new Dispatcher, or nullptr when it cannot be built (out of memory, no
+  // random source). Never throws.
+  static Dispatcher *Create(SinkFactory factory = MakeSink) noexcept;
+
+  // Install the routing table and the sink definitions. Sinks whose kind or
+  // options changed, or that disappeared, are closed; new ones are created
+  // on first use. Clears the order state (the caller re-notes waiting events
+  // with NoteWaiting, since routes decide which events share an order).
+  // Batches still in flight are abandoned first (see AbandonAll). Returns
+  // false when it could not (out of memory): then no route is known (every
+  // event would wait for one) until a later call succeeds, and the caller
+  // must not decide anything with it.
+  bool Configure(const RouteRow *routes, size_t nroutes, const SinkRow *sinks,
+                 size_t nsinks) noexcept;
+
+  // An event found waiting for a retry when (re)building the order state.
+  // Returns false when it could not be noted (out of memory): the order state
+  // is incomplete, and the caller must load the configuration again before
+  // deciding anything.
+  bool NoteWaiting(const EventRow &event, int64_t until_us) noexcept;
+
+  // Whether some key is held back for an event whose retry time is before
+  // `before_us` (OrderGuard::AnyWaitingUntilBefore). The caller reloads the
+  // order state from the database when this stays true: an event another
+  // publisher recorded (a late answer that reached the publisher that sent
+  // it, after the key's slot moved here) never comes back to this one, and
+  // would hold its key back forever.
+  bool HasOverdueWaiting(int64_t before_us) const noexcept {
+    return guard_.AnyWaitingUntilBefore(before_us);
+  }
+
+  // An event the caller marks dead without sending it (too large to become
+  // a message): it stops holding back its key, as a dead event does (only
+  // id, topic, key and has_key are read). False when that failed (out of
+  // memory): the caller must load the configuration again.
+  bool NoteDead(const EventRow &event) noexcept;
+
+  // Decide and deliver a claimed batch; rows must be in id order. Fills
+  // out[0..n). `interrupted` is checked while waiting for brokers.
+  // False when it failed (see Begin and Finish): no row has an outcome.
+  bool Dispatch(const EventRow *rows, size_t n, const DispatchSettings &settings, RowOutcome *out,
+                Sink::InterruptCheck interrupted) noexcept;
+
+  // Dispatch in two halves, so that several batches can be in flight at
+  // once: Begin decides and sends a batch without waiting for the brokers
+  // (except for events deferred behind an earlier batch, see above) and
+  // returns its ticket; Finish(ticket) waits for that batch's answers and
+  // fills its out[0..n). Batches are begun in id order (a later batch holds
+  // only later events) and finished in the order begun: finishing a batch
+  // first finishes any batch begun before it. A ticket Finish does not know
+  // (abandoned, already finished) is ignored. rows, settings' strings and
+  // out must stay valid until Finish or AbandonAll.
+  // Failure: Begin returns 0, Finish false, when an exception (out of memory)
+  // interrupted the work. Every batch in flight has then been abandoned
+  // (AbandonAll): the outcome arrays of the whole window say nothing that
+  // may be written, and the caller abandons its cycle.
+  Ticket Begin(const EventRow *rows, size_t n, const DispatchSettings &settings, RowOutcome *out,
+               Sink::InterruptCheck interrupted) noexcept;
+  bool Finish(Ticket ticket, Sink::InterruptCheck interrupted) noexcept;
+
+  // Give up every batch in flight: the sinks stop waiting for them and
+  // forget them, and neither their rows nor their outcome arrays are read or
+  // written again (the caller may already have freed them). Their events
+  // stay as the caller's database has them (pending); what the brokers
+  // already got may arrive anyway (at least once). The order state may now
+  // disagree with the database: the caller reloads (Configure, NoteWaiting)
+  // before its next batch.
+  void AbandonAll() noexcept;
+
+  // Batches begun and not yet finished or abandoned.
+  size_t InFlight() const noexcept { return flights_.size(); }
+
+  // Slow sinks (see above). HasLate: some answers are still awaited.
+  // LateArrived: gathers what has arrived without waiting, true when some
+  // late group is complete. SettleLate judges the complete ones (with this
+  // cycle's settings) into late outcomes, which NextLateOutcome hands out one
+  // by one. SettleLate fails (out of memory) like Finish: everything late is
+  // abandoned, the order state is cleared, and the caller reloads it before
+  // deciding anything. Late outcomes not written (the caller's transaction
+  // failed) are lost harmlessly: their rows wait as parked and are sent
+  // again when that time is up (at least once).
+  bool HasLate() const noexcept { return !late_.empty(); }
+  bool LateArrived() noexcept;
+  bool SettleLate(const DispatchSettings &settings) noexcept;
+  bool NextLateOutcome(LateOutcome *out) noexcept;
+  // How long a later event of a key waits, at a time, behind an event of
+  // that key whose sink has not answered yet.
+  static constexpr int64_t kLateRecheckUs = 1000000;
+  // Added to a sink's SettleLimitMs when parking its late events.
+  static constexpr int64_t kLateMarginMs = 2000;
+  // Most groups awaiting late answers at once (their events' ids and keys
+  // are copied): beyond, a group is waited for in full.
+  static constexpr size_t kMaxLateGroups = 16;
+
+  // Serve the sinks' background work while idle.
+  void Poll() noexcept;
+
+  // The earliest time a sink that is down should be tried again, or 0.
+  int64_t NextSinkRetryUs() const noexcept;
+
+  // The patterns of the routes that are not paused, as LIKE patterns
+  // (route_match.hpp), sorted: the claims take only events of topics one of
+  // them matches, and leave the others (no route, or a paused one) in place.
+  // A topic whose best route is paused but which an unpaused route also
+  // matches is claimed, and parked (kParkNoRoute).
+  std::vector<std::string> DeliverableLikePatterns() const;  // may throw bad_alloc
+
+  // Topics whose events were parked because their sink is down, while that
+  // sink is still down and not due for another try at now_us. The claims
+  // leave these topics' events alone until then: claiming them would only
+  // park them again, rewriting every waiting event once per sink backoff
+  // (a day-long outage would rewrite the backlog thousands of times). So an
+  // outage costs one probe batch per backoff, and events emitted meanwhile
+  // are not written at all until the sink is back. At most
+  // kMaxTopicsBehindDownSinks topics are tracked; beyond that the others are
+  // claimed and parked as before.
+  std::vector<std::string> TopicsBehindDownSinks(int64_t now_us) const;  // may throw bad_alloc
+  static constexpr size_t kMaxTopicsBehindDownSinks = 64;
+
+  // The next log line, oldest first, copied into text[0..size) (cut on a
+  // byte boundary, NUL-terminated); false when there is none.
+  bool NextLog(LogLevel *level, char *text, size_t size) noexcept;
+
+  // For monitoring: "name=state" for each sink, comma-separated, copied into
+  // text[0..size) (cut, NUL-terminated; empty when out of memory).
+  void SinkStates(char *text, size_t size) const noexcept;
+
+ private:
+  struct SinkState {
+    std::string kind;
+    SinkOptions options;
+    bool privileged = false;
+    std::unique_ptr<Sink> sink;
+    int failures = 0;         // consecutive calls that delivered nothing
+    int64_t retry_at_us = 0;  // while down: when to try again
+    bool down = false;
+    bool slow = false;  // its last batch was left to late answers
+    // A late answer refused a message sent with others, which could not be
+    // retried alone then (its payload was gone): the sink's next groups are
+    // waited for in full, so that such a refusal is retried alone at once.
+    bool wait_in_full = false;
+    std::string last_error;
+  };
+  struct Route {
+    std::string pattern;
+    std::string sink;
+    bool has_target = false;
+    std::string target;
+    bool paused = false;
+    MessageFormat format = MessageFormat::kRaw;
+  };
+
+  // A batch's events for one sink, sent together.
+  struct Group {
+    std::string sink_name;
+    std::vector<size_t> members;  // rows of the batch, in id order
+    std::vector<OutMessage> messages;
+    std::vector<Delivery> results;  // what the sink fills, member by member
+    Sink *sink = nullptr;           // null: never sent (no producer)
+    uint64_t sink_ticket = 0;       // the sink's Send ticket (0: nothing to collect)
+  };
+  // A batch between Begin and Finish.
+  struct Flight {
+    Ticket ticket = 0;
+    const EventRow *rows = nullptr;
+    size_t n = 0;
+    DispatchSettings settings;
+    RowOutcome *out = nullptr;
+    std::vector<int> route_of;  // per row: index in routes_, or -1
+    std::vector<Group> groups;
+    // Rows whose route and key had an event in an earlier batch in flight
+    // when this one began: decided and sent by Finish, in id order.
+    std::vector<size_t> deferred;
+  };
+  using RouteKey = std::pair<std::string, std::string>;  // route pattern, key
+
+  // A group whose sink had not answered by the ack wait: what is needed to
+  // judge it later, copied (the batch's rows are the caller's and go).
+  struct LateRow {
+    std::string id, topic, key;
+    std::string pattern;  // its route's (routes may be reloaded meanwhile)
+    bool has_key = false;
+    int attempts = 0;
+    int64_t created_at = 0;
+  };
+  struct Late {
+    std::string sink_name;
+    Sink *sink = nullptr;
+    uint64_t sink_ticket = 0;  // 0 until the group is fully copied
+    bool complete = false;     // every answer is in
+    int64_t parked_until_us = 0;
+    std::vector<LateRow> rows;
+    std::vector<Delivery> results;  // the sink fills these (its Send's `out`)
+  };
+
+  // What Judge needs to decide a group's rows from its sink's answers.
+  struct Judging {
+    const EventRow *rows = nullptr;
+    const int *route_of = nullptr;
+    const std::vector<size_t> *members = nullptr;
+    const std::vector<Delivery> *results = nullptr;
+    const DispatchSettings *settings = nullptr;
+    RowOutcome *out = nullptr;
+    const std::string *sink_name = nullptr;
+    // For retrying a refused message alone; null for late groups (their
+    // rows' payloads are gone): a refusal then counts an attempt at once.
+    Sink *solo_sink = nullptr;
+    const Flight *solo_flight = nullptr;
+  };
+
+  void NoteBehindDownSink(std::string_view topic, const std::string &sink);
+  int RouteIndex(std::string_view topic) const;
+  Sink *SinkFor(const std::string &name, SinkState *state, bool may_recreate = true);
+  void Log(LogLevel level, std::string text);
+  void LogFailure(const char *what, const char *why) noexcept;
+  void DrainSinkLogs();
+  void FinishFront(Sink::InterruptCheck interrupted);
+  void FailWindow(const char *why) noexcept;
+  void ForgetKeysOf(Ticket ticket) noexcept;
+  void NoteUntouched(const Route &route, const EventRow &row);
+  // Decide row i of the flight: an outcome now (no route, paused, sink down,
+  // behind an earlier event of its key) or a place in `groups` (sink name ->
+  // rows to send, in id order). `admitted` holds the ids already sent in
+  // this batch ahead of it.
+  void Decide(Flight *flight, size_t i, std::set<std::string> *admitted,
+              std::map<std::string, std::vector<size_t>> *groups);
+  void SendGroups(Flight *flight, std::map<std::string, std::vector<size_t>> *groups,
+                  Sink::InterruptCheck interrupted);
+  double Random();
+  OutMessage MessageFor(const Flight &flight, size_t i) const;
+  void SendGroup(const Flight &flight, Group *group, Sink::InterruptCheck interrupted);
+  void SettleGroup(const Flight &flight, Group *group, Sink::InterruptCheck interrupted);
+  bool CollectGroup(Group *group, int64_t deadline_ms, Sink::InterruptCheck interrupted);
+  void FinishGroup(const Flight &flight, Group *group, int64_t deadline_ms,
+                   Sink::InterruptCheck interrupted);
+  void MakeLate(const Flight &flight, Group *group);
+  void Judge(const Judging &j, Sink::InterruptCheck interrupted);
+  void DropLate() noexcept;
+  void DropLateOf(const std::string &sink) noexcept;
+  bool SinkHasLate(const std::string &sink) const;
+  bool ParkBehindEarlier(const EventRow &row, const Route &route,
+                         const std::set<std::string> *in_batch, int64_t now_us,
+                         std::string_view error, RowOutcome *out);
+  void Attempted(const EventRow &row, const Route &route, const Delivery &delivery,
+                 const DispatchSettings &settings, RowOutcome *out);
+
+  SinkFactory factory_;
+  std::vector<Route> routes_;
+  // Views of routes_[i].pattern, built once per Configure for route lookups.
+  std::vector<std::string_view> patterns_;
+  std::map<std::string, SinkState> sinks_;
+  OrderGuard guard_;
+  std::deque<Flight> flights_;  // begun, not finished; oldest first
+  Ticket last_ticket_ = 0;      // never reused: a 64-bit counter
+  // While a window is being finished: when its ack wait ends (SteadyMs), 0
+  // before its first Finish.
+  int64_t window_deadline_ms_ = 0;
+  // (route, key) -> the last batch in flight that carries an event of it,
+  // and whether that batch defers its events of the key. Empty when nothing
+  // is in flight.
+  struct KeyInFlight {
+    Ticket ticket;
+    bool deferred;
+  };
+  std::map<RouteKey, KeyInFlight> keys_in_flight_;
+  // (route, key) of events left as they were (interrupted) in the batches
+  // finished so far while others are in flight: their deferred successors
+  // wait too.
+  std::set<RouteKey> untouched_keys_;
+  // Topic -> its sink, for topics with events parked while the sink is down.
+  std::map<std::string, std::string, std::less<>> behind_down_sinks_;
+  // Groups awaiting late answers, oldest first; the keys of their events.
+  std::deque<Late> late_;
+  std::set<RouteKey> late_keys_;
+  std::vector<LateOutcome> late_outcomes_;
+  size_t next_late_outcome_ = 0;
+  LogBuffer logs_{"publisher log line(s)"};
+  std::vector<LogLine> taken_logs_;  // being handed out by NextLog
+  size_t next_log_ = 0;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace outbox

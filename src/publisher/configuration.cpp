@@ -1,0 +1,163 @@
+// Loading a publisher's configuration (see configuration.hpp).
+//
+// Memory: the rows are palloc'd in the caller's per-cycle context; the
+// dispatcher copies what it keeps. The order state rebuild reads through a
+// cursor into a context reset per chunk.
+#include "publisher/configuration.hpp"
+
+#include "publisher/claim.hpp"
+#include "publisher/key_ownership.hpp"
+#include "publisher/spi_rows.hpp"
+#include "sink_catalog.hpp"
+
+extern "C" {
+#include "catalog/pg_type.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+#include "utils/uuid.h"
+}
+
+namespace outbox {
+namespace {
+
+// Rows the order state rebuild reads at a time.
+constexpr long kRebuildChunkRows = 1000;
+
+}  // namespace
+
+void LoadConfiguration(Dispatcher *dispatcher) {
+  // Whoever can write outbox.sinks (its owner, the extension owner, or a
+  // superuser) chose the options: a superuser's options only when both
+  // owners are superusers (sink_options.hpp).
+  if (SPI_execute("SELECT r.rolsuper AND s.rolsuper FROM pg_catalog.pg_extension e"
+                  " JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) e.extowner"
+                  " JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=)"
+                  " 'outbox.sinks'::pg_catalog.regclass"
+                  " JOIN pg_catalog.pg_roles s ON s.oid OPERATOR(pg_catalog.=) c.relowner"
+                  " WHERE e.extname OPERATOR(pg_catalog.=) 'outbox'::pg_catalog.name",
+                  true, 1) != SPI_OK_SELECT) {
+    elog(ERROR, "outbox: cannot read the extension's owner");
+  }
+  bool privileged = false;
+  if (SPI_processed == 1) {
+    bool isnull = false;
+    const Datum d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+    privileged = !isnull && DatumGetBool(d);
+  }
+  if (SPI_execute("SELECT name, kind, options FROM outbox.sinks ORDER BY name", false, 0) !=
+      SPI_OK_SELECT) {
+    elog(ERROR, "outbox: cannot read outbox.sinks");
+  }
+  const int nsinks = static_cast<int>(SPI_processed);
+  SPITupleTable *sink_rows = SPI_tuptable;
+  SinkRow *sinks = static_cast<SinkRow *>(palloc(sizeof(SinkRow) * (nsinks + 1)));
+  for (int i = 0; i < nsinks; ++i) {
+    new (&sinks[i]) SinkRow();
+    bool isnull = false;
+    HeapTuple row = sink_rows->vals[i];
+    sinks[i].name = View(TextColumn(row, sink_rows->tupdesc, 1, &isnull));
+    sinks[i].kind = View(TextColumn(row, sink_rows->tupdesc, 2, &isnull));
+    Jsonb *options = DatumGetJsonbP(SPI_getbinval(row, sink_rows->tupdesc, 3, &isnull));
+    int count = 0;
+    sinks[i].options = FlattenSinkOptions(options, &count);
+    sinks[i].option_count = static_cast<size_t>(count);
+    sinks[i].privileged = privileged;
+  }
+
+  if (SPI_execute("SELECT pattern, sink, target, paused, format FROM outbox.routes", false, 0) !=
+      SPI_OK_SELECT) {
+    elog(ERROR, "outbox: cannot read outbox.routes");
+  }
+  const int nroutes = static_cast<int>(SPI_processed);
+  SPITupleTable *route_rows = SPI_tuptable;
+  RouteRow *routes = static_cast<RouteRow *>(palloc(sizeof(RouteRow) * (nroutes + 1)));
+  for (int i = 0; i < nroutes; ++i) {
+    new (&routes[i]) RouteRow();
+    bool isnull = false;
+    HeapTuple row = route_rows->vals[i];
+    routes[i].pattern = View(TextColumn(row, route_rows->tupdesc, 1, &isnull));
+    routes[i].sink = View(TextColumn(row, route_rows->tupdesc, 2, &isnull));
+    const char *target = TextColumn(row, route_rows->tupdesc, 3, &isnull);
+    routes[i].has_target = !isnull;
+    routes[i].target = isnull ? std::string_view() : View(target);
+    routes[i].paused = DatumGetBool(SPI_getbinval(row, route_rows->tupdesc, 4, &isnull));
+    // The table's CHECK admits only names ParseMessageFormat knows.
+    routes[i].format = ParseMessageFormat(View(TextColumn(row, route_rows->tupdesc, 5, &isnull)))
+                           .value_or(MessageFormat::kRaw);
+  }
+  if (!dispatcher->Configure(routes, static_cast<size_t>(nroutes), sinks,
+                             static_cast<size_t>(nsinks))) {
+    ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY),
+                    errmsg("outbox: the publisher ran out of memory while loading sinks and "
+                           "routes")));
+  }
+  NoteRoutesLoaded(dispatcher);
+
+  // Events parked for lack of a route (or behind a paused one) get another
+  // look under the new routes
+  // (due now, through the retry index: the ready index only ever receives
+  // new events, which keeps the ready claim's starting point valid).
+  // Only those of keys we own (and keyless ones): another publisher's are
+  // its business, and updating them could wait for its row locks.
+  Oid types[1] = {BYTEAOID};
+  Datum args[1] = {OwnedBitmap()};
+  if (SPI_execute_with_args(
+          "UPDATE outbox.events SET next_attempt_at = now()"
+          " WHERE status = 'pending' AND next_attempt_at = 'infinity' AND" OWNED_KEYS("$1")
+          // Only those a route may now take: events of topics no route
+          // matches stay as they are, at no cost per reload (patterns are
+          // [A-Za-z0-9._-*]: only '_' needs escaping for LIKE, with '!',
+          // which neither holds, whatever standard_conforming_strings says).
+          " AND EXISTS (SELECT FROM outbox.routes r WHERE NOT r.paused AND topic LIKE"
+          " pg_catalog.replace(pg_catalog.replace(r.pattern, '_', '!_'), '*', '%') ESCAPE '!')",
+          1, types, args, nullptr, false, 0) != SPI_OK_UPDATE) {
+    elog(ERROR, "outbox: cannot release events that waited for a route");
+  }
+
+  // Rebuild the per-key order state from the events of our keys that wait
+  // for a retry. Their number has no bound (a poison event parks every later
+  // event of its key, and keys may be 4 kB): a cursor reads them a chunk at
+  // a time into memory reset per chunk, and the guard keeps ~70 bytes per
+  // event whatever its key (order_guard.hpp).
+  Portal portal = SPI_cursor_open_with_args(
+      nullptr,
+      "SELECT id, topic, key, next_attempt_at FROM outbox.events"
+      " WHERE status OPERATOR(pg_catalog.=) 'pending'::pg_catalog.text"
+      " AND next_attempt_at IS NOT NULL"
+      " AND next_attempt_at OPERATOR(pg_catalog.<) 'infinity'::pg_catalog.timestamptz"
+      " AND key IS NOT NULL AND" OWNED_KEYS("$1") " ORDER BY id",
+      // Not read-only: it must see the events released above (now due).
+      1, types, args, nullptr, false, 0);
+  MemoryContext chunk_context = AllocSetContextCreate(
+      CurrentMemoryContext, "outbox order state rebuild", ALLOCSET_DEFAULT_SIZES);
+  for (;;) {
+    SPI_cursor_fetch(portal, true, kRebuildChunkRows);
+    if (SPI_processed == 0) break;
+    MemoryContext caller = MemoryContextSwitchTo(chunk_context);
+    for (uint64 i = 0; i < SPI_processed; ++i) {
+      HeapTuple row = SPI_tuptable->vals[i];
+      TupleDesc desc = SPI_tuptable->tupdesc;
+      bool isnull = false;
+      EventRow event;
+      event.id = View(
+          DatumGetCString(DirectFunctionCall1(uuid_out, SPI_getbinval(row, desc, 1, &isnull))));
+      event.topic = View(TextColumn(row, desc, 2, &isnull));
+      event.has_key = true;
+      event.key = View(TextColumn(row, desc, 3, &isnull));
+      const TimestampTz until = DatumGetTimestampTz(SPI_getbinval(row, desc, 4, &isnull));
+      if (!dispatcher->NoteWaiting(event, until)) {
+        ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY),
+                        errmsg("outbox: the publisher ran out of memory while rebuilding the "
+                               "per-key order state")));
+      }
+    }
+    MemoryContextSwitchTo(caller);
+    MemoryContextReset(chunk_context);
+    SPI_freetuptable(SPI_tuptable);
+  }
+  SPI_cursor_close(portal);
+  MemoryContextDelete(chunk_context);
+}
+
+}  // namespace outbox

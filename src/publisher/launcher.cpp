@@ -1,0 +1,545 @@
+// The launcher: one background worker per server, connected to no database,
+// that keeps outbox.workers publishers running in every database where the
+// extension is installed.
+//
+// It cannot look into a database's catalogs (it connects to none), so it
+// learns where the extension is from the publishers: it probes a database
+// by starting its publisher 0, which reports present (and stays) or absent
+// (and exits). A database found without the extension gives its shared slot
+// back and is remembered here as such, so it is probed once per launcher
+// lifetime and holds no shared slot (issue 13, defect 7: slots went to every
+// connectable database). CREATE EXTENSION takes a slot and bumps its
+// generation at commit and wakes the launcher (shmem.hpp), so publishing
+// starts within a second; a database created from a template that has the
+// extension is a new OID, probed like any new database. Publishers 1 ..
+// outbox.workers-1 start once the extension is known to be present. At most
+// kMaxProbes probes run at once, so probing many databases never takes
+// every worker process.
+//
+// Starts only once recovery has finished (BgWorkerStart_RecoveryFinished):
+// a hot standby runs no launcher and publishes nothing; after promotion the
+// launcher starts and the new primary publishes what is pending.
+//
+// Failures and restarts (issue 13, defects 5 and 6):
+// - What runs where lives in shared memory: a publisher holds its place
+//   (database, index) there from start to exit, so a launcher that restarts
+//   knows the publishers its predecessor started, and two publishers with
+//   the same database and index cannot exist (the second finds the place
+//   taken and exits).
+// - An ERROR in the launcher (a cancel included) is logged and the loop
+//   carries on after a short pause; any exit, SIGTERM included, has exit
+//   code 1, so the postmaster starts it again after bgw_restart_time (1 s).
+//   A SIGKILL makes the postmaster reinitialise every process, as for any
+//   backend.
+// - A publisher that exits while its database still has the extension is
+//   started again after a backoff that doubles from 1 s up to 10 s (back to
+//   1 s once one has run for 10 s): a publisher that cannot start never
+//   crash-loops, and one that was terminated is back within seconds.
+//
+// Invariants: `running`, `absent` and `warned` are local to the launcher
+// process, in TopMemoryContext; they hold no pointers into memory a
+// transaction owns.
+#include "publisher/publisher.hpp"
+
+#include "fault_injection.hpp"
+#include "guc.hpp"
+#include "shmem.hpp"
+#include "publisher/worker_session.hpp"
+
+extern "C" {
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_database.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "tcop/tcopprot.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+}
+
+namespace outbox {
+namespace {
+
+constexpr long kScanIntervalMs = 5000;        // how often pg_database is re-read
+constexpr long kRestartBackoffMaxMs = 10000;  // and a publisher that ran longer starts from 1 s
+constexpr long kErrorPauseMs = 1000;          // after an ERROR in the launcher itself
+constexpr int kMaxProbes = 2;                 // databases probed at once
+// A database whose probe failed this often in a row (its publisher exited
+// before finding out whether the extension is there: it cannot connect, say)
+// is treated as one without the extension until CREATE EXTENSION announces
+// itself there or the absent set is forgotten (kReprobeIntervalMs): it must
+// not hold a shared slot and restart a process every 10 s forever.
+constexpr int kMaxProbeFailures = 3;
+constexpr long kWarnIntervalMs = 60000;
+
+struct Publisher {
+  BackgroundWorkerHandle *handle;  // nullptr: none started by this launcher, or it exited
+  TimestampTz started_at;
+  uint64 started_generation;  // the extension's generation when it was started
+  TimestampTz next_start;     // not before this time
+  int failures;               // exits while the extension was still there
+};
+
+struct Running {
+  Oid dboid;
+  Publisher publishers[kMaxWorkersPerDatabase];  // by index; the first outbox.workers used
+};
+
+Running *running = nullptr;  // one per shared slot, in TopMemoryContext
+int nrunning = 0;
+
+// Databases found without the extension (their slot given back).
+struct OidSet {
+  Oid *oids = nullptr;  // TopMemoryContext
+  int count = 0;
+  int capacity = 0;
+};
+OidSet absent;
+uint32 seen_unslotted = 0;
+// The absent set is forgotten this often, so that a database taken for one
+// without the extension by mistake (a probe that failed for a while, a
+// CREATE EXTENSION whose announcement found no free slot) is looked at again.
+constexpr long kReprobeIntervalMs = 10 * 60 * 1000;
+TimestampTz absent_since = 0;
+
+// When each database was last named in a "cannot start" WARNING.
+struct Warned {
+  Oid dboid;
+  TimestampTz at;
+};
+Warned *warned = nullptr;
+int nwarned = 0, warned_capacity = 0;
+
+bool Contains(const OidSet &set, Oid oid) {
+  for (int i = 0; i < set.count; ++i) {
+    if (set.oids[i] == oid) return true;
+  }
+  return false;
+}
+
+void Add(OidSet *set, Oid oid) {
+  if (Contains(*set, oid)) return;
+  if (set->count == set->capacity) {
+    set->capacity = set->capacity == 0 ? 16 : set->capacity * 2;
+    set->oids = static_cast<Oid *>(
+        set->oids == nullptr ? MemoryContextAlloc(TopMemoryContext, sizeof(Oid) * set->capacity)
+                             : repalloc(set->oids, sizeof(Oid) * set->capacity));
+  }
+  set->oids[set->count++] = oid;
+}
+
+void Remove(OidSet *set, Oid oid) {
+  for (int i = 0; i < set->count; ++i) {
+    if (set->oids[i] == oid) set->oids[i--] = set->oids[--set->count];
+  }
+}
+
+// Once a minute per database at most.
+bool ShouldWarn(Oid dboid, TimestampTz now) {
+  for (int i = 0; i < nwarned; ++i) {
+    if (warned[i].dboid != dboid) continue;
+    if (now - warned[i].at < kWarnIntervalMs * 1000L) return false;
+    warned[i].at = now;
+    return true;
+  }
+  if (nwarned == warned_capacity) {
+    warned_capacity = warned_capacity == 0 ? 16 : warned_capacity * 2;
+    warned = static_cast<Warned *>(
+        warned == nullptr ? MemoryContextAlloc(TopMemoryContext, sizeof(Warned) * warned_capacity)
+                          : repalloc(warned, sizeof(Warned) * warned_capacity));
+  }
+  warned[nwarned++] = Warned{dboid, now};
+  return true;
+}
+
+void ClearLauncher(int code, Datum arg) {
+  if (Shared() != nullptr) pg_atomic_write_u32(&Shared()->launcher_procno, kNoProc);
+}
+
+struct DatabaseList {
+  Oid *oids;
+  char **names;
+  int count;
+};
+
+// Databases that accept connections and are not templates.
+DatabaseList ListDatabases(MemoryContext into) {
+  DatabaseList list{nullptr, nullptr, 0};
+  StartTransactionCommand();
+  (void)GetTransactionSnapshot();
+  Relation rel = table_open(DatabaseRelationId, AccessShareLock);
+  TableScanDesc scan = table_beginscan_catalog(rel, 0, nullptr);
+  int capacity = 16;
+  MemoryContext old = MemoryContextSwitchTo(into);
+  list.oids = static_cast<Oid *>(palloc(sizeof(Oid) * capacity));
+  list.names = static_cast<char **>(palloc(sizeof(char *) * capacity));
+  MemoryContextSwitchTo(old);
+  HeapTuple tup;
+  while ((tup = heap_getnext(scan, ForwardScanDirection)) != nullptr) {
+    Form_pg_database db = reinterpret_cast<Form_pg_database>(GETSTRUCT(tup));
+    if (!db->datallowconn || db->datistemplate) continue;
+#ifdef DATCONNLIMIT_INVALID_DB
+    // Left behind by an interrupted DROP DATABASE: nobody may connect to it.
+    if (database_is_invalid_form(db)) continue;
+#endif
+    old = MemoryContextSwitchTo(into);
+    if (list.count == capacity) {
+      capacity *= 2;
+      list.oids = static_cast<Oid *>(repalloc(list.oids, sizeof(Oid) * capacity));
+      list.names = static_cast<char **>(repalloc(list.names, sizeof(char *) * capacity));
+    }
+    list.oids[list.count] = db->oid;
+    list.names[list.count] = pstrdup(NameStr(db->datname));
+    list.count++;
+    MemoryContextSwitchTo(old);
+  }
+  table_endscan(scan);
+  table_close(rel, AccessShareLock);
+  CommitTransactionCommand();
+  return list;
+}
+
+Running *FindRunning(Oid dboid) {
+  for (int i = 0; i < nrunning; ++i) {
+    if (running[i].dboid == dboid) return &running[i];
+  }
+  return nullptr;
+}
+
+Running *RunningFor(Oid dboid) {
+  if (Running *r = FindRunning(dboid)) return r;
+  for (int i = 0; i < nrunning; ++i) {
+    if (!OidIsValid(running[i].dboid)) {
+      memset(&running[i], 0, sizeof running[i]);
+      running[i].dboid = dboid;
+      return &running[i];
+    }
+  }
+  return nullptr;
+}
+
+bool IsAlive(const Publisher &p) {
+  if (p.handle == nullptr) return false;
+  pid_t pid;
+  const BgwHandleStatus status = GetBackgroundWorkerPid(p.handle, &pid);
+  return status == BGWH_STARTED || status == BGWH_NOT_YET_STARTED;
+}
+
+bool AnyAlive(const Running &r) {
+  for (int w = 0; w < kMaxWorkersPerDatabase; ++w) {
+    if (IsAlive(r.publishers[w])) return true;
+  }
+  return false;
+}
+
+bool Holds(DatabaseSlot *slot, int w) {
+  return pg_atomic_read_u32(&slot->worker_procno[w]) != kNoProc;
+}
+
+bool StartPublisher(Oid dboid, int index, Publisher *p, const char *datname) {
+  BackgroundWorker worker;
+  memset(&worker, 0, sizeof worker);
+  worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+  worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+  worker.bgw_restart_time = BGW_NEVER_RESTART;  // the launcher decides
+  snprintf(worker.bgw_library_name, BGW_MAXLEN, "outbox");
+  snprintf(worker.bgw_function_name, BGW_MAXLEN, "outbox_publisher_main");
+  if (guc::workers > 1) {
+    snprintf(worker.bgw_name, BGW_MAXLEN, "outbox publisher %d for database %s", index, datname);
+  } else {
+    snprintf(worker.bgw_name, BGW_MAXLEN, "outbox publisher for database %s", datname);
+  }
+  snprintf(worker.bgw_type, BGW_MAXLEN, "outbox publisher");
+  worker.bgw_main_arg = ObjectIdGetDatum(dboid);
+  worker.bgw_extra[0] = static_cast<char>(index);  // publisher index within the database
+  worker.bgw_notify_pid = MyProcPid;
+  BackgroundWorkerHandle *handle = nullptr;
+  OUTBOX_FAULT("launcher.before_start");
+  // The handle outlives this scan: TopMemoryContext (freed in NoteExit).
+  MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+  const bool registered = RegisterDynamicBackgroundWorker(&worker, &handle);
+  MemoryContextSwitchTo(old);
+  if (!registered) return false;
+  p->handle = handle;
+  p->started_at = GetCurrentTimestamp();
+  OUTBOX_FAULT("launcher.after_start");
+  return true;
+}
+
+void WarnCannotStart(Oid dboid, const char *datname, TimestampTz now, const char *why) {
+  if (!ShouldWarn(dboid, now)) return;
+  ereport(WARNING,
+          (errmsg("outbox: cannot start a publisher for database \"%s\": %s", datname, why),
+           errdetail("Its events wait as pending; publishing starts once a "
+                     "background worker is free."),
+           errhint("Raise max_worker_processes (now %d); every database with "
+                   "the extension needs outbox.workers (%d) of them, plus one "
+                   "for the launcher.",
+                   max_worker_processes, guc::workers)));
+}
+
+// A publisher that was started here and is gone: note why.
+void NoteExit(Publisher *p, int w, const char *datname, uint64 word, bool paused, TimestampTz now) {
+  pfree(p->handle);  // allocated by RegisterDynamicBackgroundWorker in TopMemoryContext
+  p->handle = nullptr;
+  // Fine if the extension is gone, was created again since it started (it
+  // left for a DROP EXTENSION that CREATE EXTENSION followed), or the
+  // database is paused; otherwise it failed: back off before the next start.
+  if (StateOf(word) == ExtensionState::kAbsent || GenerationOf(word) != p->started_generation ||
+      paused) {
+    return;
+  }
+  p->failures = now - p->started_at > kRestartBackoffMaxMs * 1000L ? 1 : p->failures + 1;
+  long wait = 1000L << (p->failures < 7 ? p->failures - 1 : 6);
+  if (wait > kRestartBackoffMaxMs) wait = kRestartBackoffMaxMs;
+  p->next_start = TimestampTzPlusMilliseconds(now, wait);
+  if (guc::workers > 1) {
+    ereport(LOG, (errmsg("outbox: publisher %d for database \"%s\" exited; restarting in %ld s", w,
+                         datname, wait / 1000)));
+  } else {
+    ereport(LOG, (errmsg("outbox: publisher for database \"%s\" exited; restarting in %ld s",
+                         datname, wait / 1000)));
+  }
+}
+
+// Returns how long the launcher may sleep: until the next scan, or until a
+// publisher's restart backoff ends, whichever comes first.
+long Reconcile(MemoryContext scratch) {
+  OUTBOX_FAULT("launcher.scan");
+  SharedState *shared = Shared();
+  // An announcement that found every slot taken: look at every database
+  // again, as at start-up.
+  const uint32 unslotted = pg_atomic_read_u32(&shared->unslotted_announcements);
+  const TimestampTz started = GetCurrentTimestamp();
+  if (unslotted != seen_unslotted || started - absent_since >= kReprobeIntervalMs * 1000L) {
+    absent.count = 0;
+    seen_unslotted = unslotted;
+    absent_since = started;
+  }
+  // The slots' extension words before the database list is read: a slot is
+  // freed only if nothing was announced since (ReleaseSlotIf).
+  uint64 *seen =
+      static_cast<uint64 *>(MemoryContextAlloc(scratch, sizeof(uint64) * shared->nslots));
+  for (int i = 0; i < shared->nslots; ++i) seen[i] = ReadExtension(&shared->slots[i]);
+
+  DatabaseList dbs = ListDatabases(scratch);
+  const TimestampTz now = GetCurrentTimestamp();
+
+  // Databases that are gone: forget them once their publishers are.
+  for (int i = 0; i < shared->nslots; ++i) {
+    const Oid dboid = shared->slots[i].dboid;
+    if (!OidIsValid(dboid)) continue;
+    bool exists = false;
+    for (int j = 0; j < dbs.count && !exists; ++j) exists = dbs.oids[j] == dboid;
+    if (exists) continue;
+    Running *r = FindRunning(dboid);
+    if (r != nullptr && AnyAlive(*r)) continue;
+    if (ReleaseSlotIf(dboid, seen[i]) && r != nullptr) r->dboid = InvalidOid;
+  }
+  for (int i = 0; i < nrunning; ++i) {
+    if (OidIsValid(running[i].dboid) && FindSlot(running[i].dboid) == nullptr &&
+        !AnyAlive(running[i])) {
+      running[i].dboid = InvalidOid;
+    }
+  }
+  for (int i = 0; i < absent.count; ++i) {
+    bool exists = false;
+    for (int j = 0; j < dbs.count && !exists; ++j) exists = dbs.oids[j] == absent.oids[i];
+    if (!exists) Remove(&absent, absent.oids[i--]);
+  }
+
+  // Probes under way: publisher 0 of a database whose state is unknown.
+  int probes = 0;
+  for (int i = 0; i < shared->nslots; ++i) {
+    DatabaseSlot *slot = &shared->slots[i];
+    if (!OidIsValid(slot->dboid) || StateOf(ReadExtension(slot)) != ExtensionState::kUnknown) {
+      continue;
+    }
+    const Running *r = FindRunning(slot->dboid);
+    if (Holds(slot, 0) || (r != nullptr && IsAlive(r->publishers[0]))) ++probes;
+  }
+
+  bool workers_left = true;
+  int unprobed = 0;
+  for (int j = 0; j < dbs.count && workers_left; ++j) {
+    const Oid dboid = dbs.oids[j];
+    const char *datname = dbs.names[j];
+    DatabaseSlot *slot = FindSlot(dboid);
+    if (slot == nullptr) {
+      if (Contains(absent, dboid) || probes >= kMaxProbes) continue;
+      slot = SlotFor(dboid);  // a fresh slot: state unknown, to be probed
+      if (slot == nullptr) {
+        ++unprobed;  // we do not know whether it has the extension
+        continue;
+      }
+    }
+    Running *r = RunningFor(dboid);
+    if (r == nullptr) continue;  // as many databases in play as shared slots
+    const uint64 word = ReadExtension(slot);
+    const ExtensionState state = StateOf(word);
+    const bool paused = static_cast<TimestampTz>(pg_atomic_read_u64(&slot->paused_until)) > now;
+    for (int w = 0; w < kMaxWorkersPerDatabase; ++w) {
+      Publisher *p = &r->publishers[w];
+      if (p->handle != nullptr && !IsAlive(*p) && !Holds(slot, w)) {
+        NoteExit(p, w, datname, word, paused, now);
+      }
+    }
+    const bool probe_failed =
+        state == ExtensionState::kUnknown && r->publishers[0].failures >= kMaxProbeFailures;
+    if (state == ExtensionState::kAbsent || probe_failed) {
+      // Found without the extension (or never found out): give the slot
+      // back, remember why.
+      if (!AnyAlive(*r) && !AnyPublisher(slot) && ReleaseSlotIf(dboid, word)) {
+        if (probe_failed) {
+          ereport(LOG, (errmsg("outbox: could not find out whether database \"%s\" has the "
+                               "extension (its publisher exited %d times before it could "
+                               "tell); trying again when CREATE EXTENSION runs there, or in "
+                               "10 minutes",
+                               datname, kMaxProbeFailures)));
+        }
+        Add(&absent, dboid);
+        r->dboid = InvalidOid;
+      }
+      continue;
+    }
+    Remove(&absent, dboid);
+    for (int w = 0; w < guc::workers; ++w) {
+      Publisher *p = &r->publishers[w];
+      // Alive if we started it and it runs, or if any publisher holds its
+      // place (one our predecessor started, say).
+      if (IsAlive(*p) || Holds(slot, w)) continue;
+      if (paused || now < p->next_start) continue;
+      // Only publisher 0 finds out whether the extension is there.
+      if (w > 0 && state != ExtensionState::kPresent) continue;
+      if (w == 0 && state == ExtensionState::kUnknown) {
+        if (probes >= kMaxProbes) continue;
+        ++probes;
+      }
+      p->started_generation = GenerationOf(word);
+      if (!StartPublisher(dboid, w, p, datname)) {
+        WarnCannotStart(dboid, datname, now, "no background worker slot is free");
+        workers_left = false;  // none for the databases after it either
+        break;
+      }
+    }
+  }
+
+  if (unprobed > 0 && ShouldWarn(InvalidOid, now)) {
+    // One line for them all: most of them probably lack the extension.
+    ereport(WARNING,
+            (errmsg("outbox: %d database%s not checked for the extension yet: every shared "
+                    "slot (one per max_worker_processes) is taken by databases that have it",
+                    unprobed, unprobed == 1 ? " is" : "s are"),
+             errhint("Raise max_worker_processes (now %d).", max_worker_processes)));
+  }
+
+  long wait = kScanIntervalMs;
+  for (int i = 0; i < nrunning; ++i) {
+    if (!OidIsValid(running[i].dboid)) continue;
+    for (int w = 0; w < guc::workers; ++w) {
+      const Publisher &p = running[i].publishers[w];
+      if (p.handle != nullptr || p.next_start <= now) continue;
+      const long until = static_cast<long>((p.next_start - now) / 1000) + 1;
+      if (until < wait) wait = until;
+    }
+  }
+  if (!workers_left && wait > 1000) wait = 1000;  // a worker may be free soon
+  return wait;
+}
+
+void LauncherMain() {
+  pqsignal(SIGHUP, SignalHandlerForConfigReload);
+  pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
+  BackgroundWorkerUnblockSignals();
+  BackgroundWorkerInitializeConnection(nullptr, nullptr, 0);
+  if (Shared() == nullptr) proc_exit(1);
+  PinWorkerSettings();
+  pg_atomic_write_u32(&Shared()->launcher_procno, static_cast<uint32>(MyProcIndex()));
+  on_shmem_exit(ClearLauncher, 0);
+
+  nrunning = Shared()->nslots;
+  running =
+      static_cast<Running *>(MemoryContextAllocZero(TopMemoryContext, sizeof(Running) * nrunning));
+  MemoryContext scratch =
+      AllocSetContextCreate(TopMemoryContext, "outbox launcher", ALLOCSET_DEFAULT_SIZES);
+  seen_unslotted = pg_atomic_read_u32(&Shared()->unslotted_announcements);
+  ereport(LOG, (errmsg("outbox: launcher started (%d publisher%s per database)", guc::workers,
+                       guc::workers == 1 ? "" : "s")));
+
+  // Error recovery, as in PostgreSQL's own background processes: log, abort
+  // whatever transaction was open, pause, carry on. Everything the loop
+  // keeps between iterations lives in TopMemoryContext.
+  sigjmp_buf local_sigjmp_buf;
+  if (sigsetjmp(local_sigjmp_buf, 1) != 0) {
+    HOLD_INTERRUPTS();
+    error_context_stack = nullptr;
+    EmitErrorReport();
+    AbortCurrentTransaction();
+    FlushErrorState();
+    MemoryContextSwitchTo(TopMemoryContext);
+    MemoryContextReset(scratch);
+    RESUME_INTERRUPTS();
+    (void)WaitLatch(MyLatch, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, kErrorPauseMs, PG_WAIT_EXTENSION);
+  }
+  PG_exception_stack = &local_sigjmp_buf;
+
+  while (!ShutdownRequestPending) {
+    if (ConfigReloadPending) {
+      ConfigReloadPending = false;
+      ProcessConfigFile(PGC_SIGHUP);
+    }
+    const long wait = Reconcile(scratch);
+    MemoryContextReset(scratch);
+    // Woken by CREATE EXTENSION, by publishers starting and exiting
+    // (bgw_notify_pid, and their own wake-up at exit for those a previous
+    // launcher started), by DROP DATABASE ending a pause, or by the timeout
+    // for new databases and for restarts waiting for their backoff.
+    (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, wait,
+                    PG_WAIT_EXTENSION);
+    ResetLatch(MyLatch);
+    CHECK_FOR_INTERRUPTS();
+  }
+  // Exit code 1 whatever the reason: the postmaster restarts the launcher
+  // (unless it is shutting down itself). Code 0 would unregister it for good.
+  ereport(LOG, (errmsg("outbox: launcher stopping; the postmaster restarts it unless the "
+                       "server is shutting down")));
+  proc_exit(1);
+}
+
+}  // namespace
+
+void RegisterLauncher() {
+  BackgroundWorker worker;
+  memset(&worker, 0, sizeof worker);
+  worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+  worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+  worker.bgw_restart_time = 1;  // seconds, after any exit of the launcher
+  snprintf(worker.bgw_library_name, BGW_MAXLEN, "outbox");
+  snprintf(worker.bgw_function_name, BGW_MAXLEN, "outbox_launcher_main");
+  snprintf(worker.bgw_name, BGW_MAXLEN, "outbox launcher");
+  snprintf(worker.bgw_type, BGW_MAXLEN, "outbox launcher");
+  RegisterBackgroundWorker(&worker);
+}
+
+}  // namespace outbox
+
+// The launcher's entry: one exception boundary around everything (nothing
+// in it is expected to throw; if something does, the launcher exits with an
+// error and the postmaster restarts it).
+void outbox_launcher_main(Datum main_arg) {
+  outbox::bridge::CaughtError error;
+  auto body = [] { outbox::LauncherMain(); };
+  (void)outbox::bridge::Guard(body, &error);
+  ereport(FATAL,
+          (errcode(error.sqlstate != 0 ? error.sqlstate : ERRCODE_INTERNAL_ERROR),
+           errmsg("outbox: launcher stopped by an unexpected exception: %s", error.message)));
+}

@@ -1,0 +1,612 @@
+// The publisher: one background worker per database (started by the
+// launcher) that claims committed events and hands them to the brokers.
+//
+// Loop: wait on the process latch (set at commit by every transaction that
+// emitted, by sink and route changes, and by signals), then run publish
+// cycles until a claim comes back short; every minute, partition maintenance
+// (one publisher per database does it). With outbox.workers > 1, before each
+// cycle, it takes up or gives up key slots (key_ownership.hpp): it claims
+// only events whose key it owns, and keyless ones.
+// Each cycle is one transaction: claim with row locks, deliver, record the
+// outcomes, commit. An ERROR aborts that transaction (events stay pending),
+// is logged once, and the loop backs off and carries on: it never exits for
+// a broker or SQL error, so it never crash-loops the server.
+//
+// Errors (issue 13, defects 1 and 2): the transaction's memory holds the
+// claimed rows and the outcome arrays the dispatcher's batches in flight
+// point into. The error path abandons every batch in flight (their events
+// stay pending; what a broker already got may arrive again, at least once)
+// before that memory goes, rebuilds the routing and order state from the
+// database, and leaves the claims' starting point where the last committed
+// cycle put it. Every call into C++ is noexcept or goes through CallCpp
+// (pg_bridge.hpp), so a C++ exception becomes an ERROR handled the same
+// way; the entry point has one more boundary around everything.
+//
+// The session's settings are pinned (worker_session.hpp): READ COMMITTED
+// whatever the server's default isolation, no timeouts, a safe search_path.
+//
+// Signals: SIGHUP reloads settings; SIGTERM makes a delivery in flight stop
+// waiting (what was acknowledged is recorded, the rest stays pending) and the
+// process exit within a few seconds.
+//
+// Invariants: the Dispatcher (and the librdkafka producers it owns) lives in
+// this process only and is used from this thread only. It is a global, so a
+// longjmp never skips its destructor; it is destroyed at process exit.
+#include "publisher/publisher.hpp"
+
+#include "publisher/claim.hpp"
+#include "publisher/configuration.hpp"
+#include "fault_injection.hpp"
+#include "guc.hpp"
+#include "publisher/key_ownership.hpp"
+#include "partition.hpp"
+#include "shmem.hpp"
+#include "publisher/worker_session.hpp"
+
+#include <malloc.h>
+
+extern "C" {
+#include "access/xact.h"
+#include "commands/dbcommands.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/pmsignal.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "tcop/tcopprot.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/ps_status.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+}
+
+namespace outbox {
+namespace {
+
+constexpr long kMaintenanceIntervalMs = 60 * 1000;
+// How long past its retry time an event may hold its key back here before the
+// order state is read again from the database, and how often that is checked
+// (Dispatcher::HasOverdueWaiting). A reload reads only the waiting events of
+// our keys; during a sink outage (whose topics the claims leave alone) it
+// runs at most this often.
+constexpr long kOverdueWaitingMs = 10 * 1000;
+constexpr long kErrorBackoffMinMs = 100;
+constexpr long kErrorBackoffMaxMs = 30 * 1000;
+
+Dispatcher *dispatcher = nullptr;
+bool in_publisher = false;
+DatabaseSlot *slot = nullptr;
+int worker_index = 0;
+uint64 loaded_config_version = 0;
+bool config_loaded = false;
+bool announced = false;  // the "publishing from" line is logged once per process
+TimestampTz last_maintenance = 0;
+TimestampTz last_overdue_check = 0;
+TimestampTz last_cycle_start = 0;  // of the last publish cycle a commit asked for
+int consecutive_errors = 0;
+bool more_waiting = false;  // the last cycle stopped at outbox.max_batch_bytes
+MemoryContext cycle_context = nullptr;
+char database_name[NAMEDATALEN] = "";  // for log lines; read once at start
+
+bool PausedNow();
+
+// Partition maintenance is one publisher's job, the live one with the lowest
+// index, so that several publishers do not queue for the same locks.
+bool MaintainsPartitions() {
+  for (int i = 0; i < worker_index; ++i) {
+    if (pg_atomic_read_u32(&slot->worker_procno[i]) != kNoProc) return false;
+  }
+  return true;
+}
+
+PublisherStats *MyStats() { return &slot->stats[worker_index]; }
+
+void ReportState(const char *state) {
+  PublisherStats *st = MyStats();
+  SpinLockAcquire(&st->mutex);
+  strlcpy(st->state, state, sizeof st->state);
+  SpinLockRelease(&st->mutex);
+}
+
+void ReportError(const char *error) {
+  PublisherStats *st = MyStats();
+  const TimestampTz now = GetCurrentTimestamp();
+  SpinLockAcquire(&st->mutex);
+  st->failures++;
+  strlcpy(st->last_error, error, sizeof st->last_error);
+  st->last_error_at = now;
+  SpinLockRelease(&st->mutex);
+}
+
+void ReportCycle(const CycleStats &cycle, double ms) {
+  char sinks[sizeof(PublisherStats::sinks)];
+  dispatcher->SinkStates(sinks, sizeof sinks);
+  PublisherStats *st = MyStats();
+  const TimestampTz now = GetCurrentTimestamp();
+  SpinLockAcquire(&st->mutex);
+  strlcpy(st->sinks, sinks, sizeof st->sinks);
+  st->published += static_cast<uint64>(cycle.published);
+  st->failures += static_cast<uint64>(cycle.failed);
+  if (cycle.failed > 0) {
+    strlcpy(st->last_error, cycle.last_error, sizeof st->last_error);
+    st->last_error_at = now;
+  }
+  if (cycle.claimed > 0) {
+    st->last_batch_size = cycle.claimed;
+    st->last_batch_ms = ms;
+  }
+  SpinLockRelease(&st->mutex);
+}
+
+// Checked while a delivery waits for the brokers: stop waiting on SIGTERM, a
+// cancel (pg_cancel_backend: the ERROR follows at the next interrupt check),
+// postmaster death, or a pause (DROP DATABASE waits for us).
+bool Interrupted() {
+  return ShutdownRequestPending || QueryCancelPending || !PostmasterIsAlive() || PausedNow();
+}
+
+// Give up our key slots, unregister, then tell the others (key_ownership.hpp:
+// they take over our slots only once we no longer count as live).
+void Unregister(int code, Datum arg) {
+  if (slot == nullptr) return;
+  LeaveKeySlots(slot, worker_index);
+  PublisherStats *st = MyStats();
+  SpinLockAcquire(&st->mutex);
+  st->pid = 0;
+  strlcpy(st->state, "stopped", sizeof st->state);
+  SpinLockRelease(&st->mutex);
+  GivePublisherPlaceBack(slot, worker_index, static_cast<uint32>(MyProcIndex()));
+  AnnounceMembership(slot);
+  // The launcher that started us may not be the one running now (it would
+  // have been told through bgw_notify_pid): tell whoever runs.
+  WakeLauncher();
+}
+
+// Log what the dispatcher and its sinks had to say, once each. The text is
+// copied into a plain buffer, so no C++ object is alive across ereport.
+void FlushDispatcherLogs() {
+  if (dispatcher == nullptr) return;
+  LogLevel level;
+  char text[1024];
+  while (dispatcher->NextLog(&level, text, sizeof text)) {
+    const int elevel = level == LogLevel::kError     ? LOG
+                       : level == LogLevel::kWarning ? WARNING
+                       : level == LogLevel::kInfo    ? LOG
+                                                     : DEBUG1;
+    ereport(elevel, (errmsg("outbox: %s", text)));
+  }
+}
+
+bool PausedNow() {
+  const uint64 until = pg_atomic_read_u64(&slot->paused_until);
+  return until != 0 && static_cast<TimestampTz>(until) > GetCurrentTimestamp();
+}
+
+// True when the extension is installed in this database. Needs a transaction.
+bool ExtensionInstalled() { return OidIsValid(get_extension_oid("outbox", true)); }
+
+// Whether the dispatcher has the database's sinks and routes as of now; if
+// not, reload them when may_reload. Needs the cycle's transaction, SPI
+// connected. The barrier: the claim before this read took its snapshot after
+// any transaction it saw had bumped the version (shmem.cpp, PRE_COMMIT).
+//
+// A change bumps the version before it is visible (DatabaseSlot::
+// config_committing): loaded while such a change is still committing, the
+// configuration may be the one before it, so it is not taken as current,
+// and the next check loads it again. The version is read before the count,
+// and both before the load's snapshot: a count of zero after a version that
+// includes a change means that change is visible to the load.
+bool ConfigCurrent(bool may_reload) {
+  pg_memory_barrier();
+  const uint64 version = pg_atomic_read_u64(&slot->config_version);
+  pg_memory_barrier();
+  const bool committing = pg_atomic_read_u32(&slot->config_committing) != 0;
+  if (config_loaded && version == loaded_config_version) return true;
+  if (!may_reload) return false;
+  pgstat_report_activity(STATE_RUNNING, "outbox: loading sinks and routes");
+  LoadConfiguration(dispatcher);
+  loaded_config_version = version;
+  config_loaded = !committing;
+  pgstat_report_activity(STATE_RUNNING, "outbox: publishing");
+  return true;
+}
+
+// One transaction: check the extension, reload configuration if it changed,
+// run one publish cycle. Returns events claimed, or -1 when the extension is
+// gone (and the launcher has been told so).
+int RunCycle() {
+  // Read before the snapshot: an announcement after it must not be lost to
+  // our "absent" (MarkExtensionAbsent compares with this word).
+  const uint64 seen_extension = ReadExtension(slot);
+  SetCurrentStatementStartTimestamp();
+  StartTransactionCommand();
+  // Every statement of a cycle reaches its rows through an index or by
+  // ctid, and their plans are kept for the process. A plan made while a
+  // partition was nearly empty (a new day's, a new database's) is a
+  // sequential scan, and it stays one as the partition grows until
+  // something invalidates it: the UPDATE that marks a batch published
+  // (WHERE ctid = ANY($1)) then read the whole partition for every batch,
+  // and the publisher fell behind at 5,000 events/s (TAP 036). A disabled
+  // scan still chosen (the routes' small tables) costs 1e10 to the planner,
+  // which would JIT-compile the statement on every execution: no JIT
+  // either; these are short statements. Local to this transaction:
+  // maintenance plans as usual.
+  (void)set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_LOCAL,
+                          true, 0, false);
+  (void)set_config_option("jit", "off", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0,
+                          false);
+  PushActiveSnapshot(GetTransactionSnapshot());
+  OUTBOX_FAULT("publisher.cycle_start");
+  if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "outbox: SPI_connect failed");
+  if (!ExtensionInstalled()) {
+    SPI_finish();
+    PopActiveSnapshot();
+    CommitTransactionCommand();
+    OUTBOX_FAULT("publisher.extension_missing");
+    // Not marked when something was announced since we looked: look again.
+    return MarkExtensionAbsent(slot, seen_extension) ? -1 : 0;
+  }
+  // The launcher starts the other publishers once it knows: tell it now.
+  if (MarkExtensionPresent(slot)) WakeLauncher();
+
+  if (!announced) {
+    ereport(LOG, (errmsg("outbox: publishing from database \"%s\"", database_name)));
+    announced = true;
+  }
+  // Everything from here runs as the extension's owner (worker_session.hpp).
+  OwnerScope owner;
+  EnterExtensionOwner(&owner);
+  (void)ConfigCurrent(true);
+  OUTBOX_FAULT("publisher.after_configure");
+  pgstat_report_activity(STATE_RUNNING, "outbox: publishing");
+  ReportState("publishing");
+  CycleStats cycle;
+  const TimestampTz started = GetCurrentTimestamp();
+  const int claimed = ClaimAndPublish(dispatcher, Interrupted, ConfigCurrent, &cycle);
+  more_waiting = cycle.more_waiting;
+  LeaveExtensionOwner(owner);
+  SPI_finish();
+  PopActiveSnapshot();
+  OUTBOX_FAULT("publisher.before_commit");
+  CommitTransactionCommand();
+  CommitClaimFloor();
+  OUTBOX_FAULT("publisher.after_commit");
+  // Hand our table statistics (one UPDATE per published event) to the
+  // cumulative statistics system, as backends do when they go idle: without
+  // it autovacuum would not see the dead rows we leave until we exit. It
+  // flushes at most once a second by itself.
+  (void)pgstat_report_stat(false);
+  pgstat_report_activity(STATE_IDLE, nullptr);
+  ReportCycle(cycle, static_cast<double>(GetCurrentTimestamp() - started) / 1000.0);
+  FlushDispatcherLogs();
+  return claimed;
+}
+
+void RunMaintenance() {
+  SetCurrentStatementStartTimestamp();
+  StartTransactionCommand();
+  PushActiveSnapshot(GetTransactionSnapshot());
+  pgstat_report_activity(STATE_RUNNING, "outbox: partition maintenance");
+  ReportState("maintaining partitions");
+  OUTBOX_FAULT("publisher.maintenance");
+  if (ExtensionInstalled()) {
+    // Partitions someone else made (a superuser running outbox.maintain(),
+    // or this publisher before it ran as the owner) go to outbox.events'
+    // owner first, as the superuser we are; then the owner maintains them.
+    AlignPartitionOwners();
+    OwnerScope owner;
+    EnterExtensionOwner(&owner);
+    MaintainPartitions(GetCurrentTimestamp());
+    LeaveExtensionOwner(owner);
+  }
+  PopActiveSnapshot();
+  CommitTransactionCommand();
+  (void)pgstat_report_stat(false);
+  pgstat_report_activity(STATE_IDLE, nullptr);
+}
+
+// How long to sleep when there is nothing to do right now. No transaction:
+// the last cycle left what it knows of the retry index (KnownRetryDue).
+long IdleWaitMs(long stats_flush_ms) {
+  long wait = guc::poll_interval_ms;
+  const TimestampTz now = GetCurrentTimestamp();
+  bool retry_known = false;
+  TimestampTz next = KnownRetryDue(&retry_known);
+  if (!retry_known) next = 0;  // the next cycle reads it, at the poll at the latest
+  const int64_t sink_retry = dispatcher->NextSinkRetryUs();
+  if (sink_retry != 0 && (next == 0 || sink_retry < next)) next = sink_retry;
+  if (next != 0) {
+    const long until_next = static_cast<long>((next - now) / 1000);
+    if (until_next < wait) wait = until_next < 0 ? 0 : until_next;
+  }
+  const long until_maintenance =
+      kMaintenanceIntervalMs - static_cast<long>((now - last_maintenance) / 1000);
+  if (until_maintenance < wait) wait = until_maintenance < 0 ? 0 : until_maintenance;
+  if (stats_flush_ms > 0 && stats_flush_ms < wait) wait = stats_flush_ms;
+  return wait;
+}
+
+// While a sink's late answers are awaited (dispatch.hpp, "Slow sinks"),
+// how often the idle publisher looks for them.
+constexpr long kLatePollMs = 10;
+
+// After a busy spell (a backlog drained, a sink's late answers settled) the
+// heap holds megabytes freed in small pieces, which glibc keeps: when idle,
+// and more than kTrimFreeBytes lie free, give those pages back to the
+// system. Looked at no more than every kTrimCheckMs (mallinfo2 walks the
+// heap's free lists).
+constexpr long kTrimCheckMs = 1000;
+constexpr size_t kTrimFreeBytes = 4 * 1024 * 1024;
+TimestampTz last_trim_check = 0;
+
+void ReturnFreedMemory() {
+  const TimestampTz now = GetCurrentTimestamp();
+  if (now - last_trim_check < kTrimCheckMs * 1000L) return;
+  last_trim_check = now;
+  if (mallinfo2().fordblks > kTrimFreeBytes) (void)malloc_trim(0);
+}
+
+void Sleep(long ms) {
+  if (ms <= 0) return;
+  const TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ms);
+  for (;;) {
+    long slice = static_cast<long>((until - GetCurrentTimestamp()) / 1000);
+    if (slice <= 0) return;
+    // Late answers come through the sinks' queues, not the latch: look for
+    // them every few ms while any are awaited.
+    const bool late = dispatcher->HasLate();
+    if (late && slice > kLatePollMs) slice = kLatePollMs;
+    const int rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, slice,
+                             PG_WAIT_EXTENSION);
+    ResetLatch(MyLatch);
+    if ((rc & WL_LATCH_SET) != 0 || !late || dispatcher->LateArrived()) return;
+  }
+}
+
+// The backoff after an error: commits setting our latch do not cut it
+// short (they would turn a failing cycle into a busy loop); SIGTERM and a
+// pause (DROP DATABASE waits for us to leave) do.
+void Backoff(long ms) {
+  const TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ms);
+  for (;;) {
+    const long left = static_cast<long>((until - GetCurrentTimestamp()) / 1000);
+    if (left <= 0 || ShutdownRequestPending || PausedNow()) return;
+    (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, left,
+                    PG_WAIT_EXTENSION);
+    ResetLatch(MyLatch);
+  }
+}
+
+// The wake interval (outbox.wake_interval): a cycle that commits asked for
+// starts no sooner than this after the previous cycle started, so that under
+// load one cycle takes what many commits brought. Commits setting our latch
+// meanwhile do not cut it short (their cycle is the one waited for); SIGTERM
+// and a pause do. A cycle right after a quiet spell waits for nothing.
+void WaitForWakeInterval(TimestampTz last_cycle_start) {
+  if (guc::wake_interval_ms <= 0 || last_cycle_start == 0) return;
+  const TimestampTz until = TimestampTzPlusMilliseconds(last_cycle_start, guc::wake_interval_ms);
+  for (;;) {
+    const long left_us = static_cast<long>(until - GetCurrentTimestamp());
+    if (left_us <= 0 || ShutdownRequestPending || PausedNow()) return;
+    // WaitLatch counts milliseconds: round up, or the last one would spin.
+    (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+                    (left_us + 999) / 1000, PG_WAIT_EXTENSION);
+    ResetLatch(MyLatch);
+  }
+}
+
+// Before a cycle's claims: take the cycles commits asked for (a commit after
+// this asks again, and its cycle's claims see it), or, while no route
+// delivers, keep them asked for, so that commits do not wake us for events
+// no claim would take (a route change wakes us anyway). Returns whether a
+// commit had asked for this cycle. A full barrier: before the claims'
+// snapshots.
+bool TakeCycleRequest(bool suppress) {
+  return pg_atomic_exchange_u32(&slot->cycle_requested[worker_index], suppress ? 1 : 0) != 0;
+}
+
+// Whether commits are kept from waking us: no route delivers (with the
+// routes loaded), so no claim would take their events.
+bool KeepingCommitsAway() { return config_loaded && !HasDeliverableRoutes(); }
+
+// Whether a commit has asked for a cycle that no cycle has taken yet. A
+// full barrier first: a commit that sets the word after this read sets our
+// latch after it too (RequestCycle), so the sleep that follows ends at once.
+bool CycleRequested() {
+  pg_memory_barrier();
+  return pg_atomic_read_u32(&slot->cycle_requested[worker_index]) != 0;
+}
+
+void HandleSignals() {
+  CHECK_FOR_INTERRUPTS();
+  if (ConfigReloadPending) {
+    ConfigReloadPending = false;
+    ProcessConfigFile(PGC_SIGHUP);
+  }
+}
+
+void PublisherMain(Datum main_arg) {
+  const Oid dboid = DatumGetObjectId(main_arg);
+  worker_index = static_cast<int>(MyBgworkerEntry->bgw_extra[0]);
+
+  pqsignal(SIGHUP, SignalHandlerForConfigReload);
+  pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
+  BackgroundWorkerUnblockSignals();
+
+  // Our place first: if another publisher holds it (two launchers started
+  // one each), this one leaves before doing anything.
+  slot = TakePublisherPlace(dboid, worker_index, static_cast<uint32>(MyProcIndex()));
+  if (slot == nullptr) {
+    ereport(DEBUG1, (errmsg("outbox: publisher %d for database %u is running already, or the "
+                            "database is no longer tracked; exiting",
+                            worker_index, dboid)));
+    proc_exit(0);
+  }
+  {
+    PublisherStats *st = MyStats();
+    SpinLockAcquire(&st->mutex);
+    memset(reinterpret_cast<char *>(st) + offsetof(PublisherStats, pid), 0,
+           sizeof *st - offsetof(PublisherStats, pid));
+    st->pid = MyProcPid;
+    strlcpy(st->state, "starting", sizeof st->state);
+    SpinLockRelease(&st->mutex);
+  }
+  on_shmem_exit(Unregister, 0);
+  in_publisher = true;
+  pg_atomic_write_u32(&slot->cycle_requested[worker_index], 0);
+  BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+  PinWorkerSettings();
+  // The publisher's transactions only record what the brokers acknowledged.
+  // Losing the last of them in a crash means those events are sent again
+  // (at least once, same ids), never lost: so its commits need not wait for
+  // the WAL flush, which otherwise took a third of its time under load.
+  SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+  JoinKeySlots(slot, worker_index);
+  pgstat_report_appname("outbox publisher");
+
+  dispatcher = Dispatcher::Create();
+  if (dispatcher == nullptr) {
+    ereport(FATAL, (errcode(ERRCODE_OUT_OF_MEMORY),
+                    errmsg("outbox: could not set up the publisher's dispatcher")));
+  }
+  cycle_context =
+      AllocSetContextCreate(TopMemoryContext, "outbox publish cycle", ALLOCSET_DEFAULT_SIZES);
+  // Catalog lookups need a transaction.
+  StartTransactionCommand();
+  const char *name = get_database_name(MyDatabaseId);
+  strlcpy(database_name, name != nullptr ? name : "?", sizeof database_name);
+  CommitTransactionCommand();
+
+  // Error recovery, as in PostgreSQL's own background processes: log, give
+  // up the batches in flight, abort the transaction (its events stay
+  // pending), back off, carry on.
+  sigjmp_buf local_sigjmp_buf;
+  if (sigsetjmp(local_sigjmp_buf, 1) != 0) {
+    HOLD_INTERRUPTS();
+    error_context_stack = nullptr;
+    EmitErrorReport();
+    {
+      MemoryContext error_cxt = MemoryContextSwitchTo(TopMemoryContext);
+      ErrorData *edata = CopyErrorData();
+      ReportError(edata->message != nullptr ? edata->message : "error");
+      FreeErrorData(edata);
+      MemoryContextSwitchTo(error_cxt);
+    }
+    // Before the transaction's memory goes: nothing may point into it.
+    dispatcher->AbandonAll();
+    ForgetClaimFloor();
+    AbortCurrentTransaction();
+    FlushErrorState();
+    MemoryContextSwitchTo(TopMemoryContext);
+    MemoryContextReset(cycle_context);
+    RESUME_INTERRUPTS();
+    FlushDispatcherLogs();  // what the abandoned batches had to say
+    consecutive_errors++;
+    config_loaded = false;  // reload routes and order state from the database
+    long wait = kErrorBackoffMinMs << (consecutive_errors < 10 ? consecutive_errors - 1 : 9);
+    if (wait > kErrorBackoffMaxMs) wait = kErrorBackoffMaxMs;
+    ReportState("backing off after an error");
+    Backoff(wait);
+  }
+  PG_exception_stack = &local_sigjmp_buf;
+
+  bool backlog = false;  // the last cycle left events to claim at once
+  for (;;) {
+    if (!backlog) WaitForWakeInterval(last_cycle_start);
+    HandleSignals();
+    if (ShutdownRequestPending || PausedNow()) break;
+
+    // Between transactions: nothing claimed, nothing in flight.
+    if (RebalanceKeySlots(slot, worker_index, guc::workers)) {
+      config_loaded = false;  // rebuild the order state for the slots gained
+    }
+    if (config_loaded && GetCurrentTimestamp() - last_overdue_check >= kOverdueWaitingMs * 1000L) {
+      last_overdue_check = GetCurrentTimestamp();
+      if (dispatcher->HasOverdueWaiting(last_overdue_check - kOverdueWaitingMs * 1000L)) {
+        config_loaded = false;  // an event we wait for may be settled elsewhere
+      }
+    }
+
+    if (GetCurrentTimestamp() - last_maintenance >= kMaintenanceIntervalMs * 1000L) {
+      last_maintenance = GetCurrentTimestamp();
+      if (MaintainsPartitions()) RunMaintenance();
+    }
+
+    const bool suppress = KeepingCommitsAway();
+    // The wake interval spaces the cycles commits start: only those count
+    // (a safety poll's cycle just before a lone commit must not delay it).
+    if (TakeCycleRequest(suppress)) last_cycle_start = GetCurrentTimestamp();
+    MemoryContext old = MemoryContextSwitchTo(cycle_context);
+    const int claimed = RunCycle();
+    MemoryContextSwitchTo(old);
+    MemoryContextReset(cycle_context);
+    if (claimed < 0) {
+      // A probe of a database without the extension is routine: say it
+      // quietly. A publisher that was publishing says it loudly.
+      ereport(config_loaded ? LOG : DEBUG1,
+              (errmsg("outbox: extension not installed in database \"%s\"; publisher exits",
+                      database_name)));
+      break;
+    }
+    consecutive_errors = 0;
+    // More may be waiting; or routes that deliver appeared while commits
+    // were kept from waking us.
+    backlog = claimed >= guc::batch_size || more_waiting || (suppress && HasDeliverableRoutes());
+    if (backlog) continue;
+
+    CallCpp([] {
+      OUTBOX_FAULT_CPP("publisher.poll");
+      dispatcher->Poll();
+    });
+    FlushDispatcherLogs();
+    if (dispatcher->LateArrived()) {
+      backlog = true;  // record them now
+      continue;
+    }
+    // A commit that asked for a cycle while this one ran set our latch, and
+    // a wait inside the cycle may have consumed it: PostgreSQL's own waits
+    // (a lock, a condition variable such as a buffer's I/O) sleep on the
+    // same latch and reset it. Later commits see the request standing and
+    // set no latch, so sleeping now would leave their events to the next
+    // statistics flush or poll (p99 950 ms at 5,000 events/s; TAP 095).
+    // Run the cycle asked for instead. While no route delivers, the request
+    // is kept standing on purpose (TakeCycleRequest): then sleep, unless
+    // sinks or routes changed since they were loaded (a resumed route's
+    // wake-up may have been consumed the same way).
+    if (!KeepingCommitsAway() && CycleRequested()) continue;
+    if (config_loaded && !ConfigCurrent(false)) continue;
+    ReportState("idle");
+    ReturnFreedMemory();
+    // What the last cycles left of table statistics goes out at most once a
+    // second (PostgreSQL's own pace), and before a long sleep.
+    const long stats_flush_ms = pgstat_report_stat(false);
+    Sleep(IdleWaitMs(stats_flush_ms));
+  }
+  proc_exit(0);
+}
+
+}  // namespace
+
+bool InPublisher() { return in_publisher; }
+
+uint64 ClaimFloorResets() { return slot != nullptr ? pg_atomic_read_u64(&slot->floor_resets) : 0; }
+
+}  // namespace outbox
+
+// The publisher's entry: one exception boundary around everything (every
+// C++ call inside has its own; this one catches what would otherwise reach
+// std::terminate and take every session of the server down with it).
+void outbox_publisher_main(Datum main_arg) {
+  outbox::bridge::CaughtError error;
+  auto body = [main_arg] { outbox::PublisherMain(main_arg); };
+  (void)outbox::bridge::Guard(body, &error);
+  ereport(FATAL,
+          (errcode(error.sqlstate != 0 ? error.sqlstate : ERRCODE_INTERNAL_ERROR),
+           errmsg("outbox: publisher stopped by an unexpected exception: %s", error.message)));
+}

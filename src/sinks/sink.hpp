@@ -1,0 +1,158 @@
+// The Sink interface: how the publisher hands a batch of events to a broker
+// and learns, per event, what became of it. No PostgreSQL header here or in
+// any implementation (kafka_sink, redis_sink): sinks are unit-tested against
+// brokers on their own, and their threads can never call into PostgreSQL.
+//
+// Threading: a Sink is created, used and destroyed by one thread (the
+// publisher's main thread). Implementations may run threads of their own
+// (librdkafka does) but report back only through Publish/Poll/TakeLogs on the
+// owner's thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sinks/message_format.hpp"
+#include "sinks/sink_options.hpp"
+
+namespace outbox {
+
+struct Header {
+  std::string_view name;
+  std::string_view value;
+};
+
+// One event to deliver. Views point into memory the caller keeps alive for
+// the whole Publish call.
+struct OutMessage {
+  std::string_view id;      // the event id, canonical UUID text
+  std::string_view topic;   // the event's topic
+  std::string_view target;  // Kafka topic or Redis key to deliver to
+  bool has_key = false;
+  std::string_view key;
+  std::string_view payload;         // compact JSON text
+  const Header *headers = nullptr;  // the user's headers, in jsonb order
+  size_t header_count = 0;
+  std::string_view headers_json;  // the same headers as a compact JSON object ("{}" if none)
+  MessageFormat format = MessageFormat::kRaw;  // the route's (message_format.hpp)
+  int64_t created_at = 0;                      // timestamptz: microseconds since 2000-01-01 UTC
+  std::string_view source;                     // the CloudEvents source (outbox.cloudevents_source)
+};
+
+enum class DeliveryStatus {
+  kDelivered,      // the broker acknowledged it
+  kRetriable,      // transient (broker down, timeout, leader change): back off, retry
+  kRejected,       // the broker refused this message (too large, not authorised,
+                   // wrong type): counts as a failed attempt once seen alone
+  kNotSent,        // deliberately not sent: an earlier message of the same target
+                   // and key failed in this call, and sending this one could
+                   // overtake it. Not an attempt: it waits behind that message.
+  kTargetRefused,  // the broker answered, and its target cannot take messages
+                   // now (Kafka: unknown topic, not authorised for it): an
+                   // attempt for the event, not retried alone (its neighbours
+                   // are not the cause), and never a sign that the sink is down.
+};
+
+struct Delivery {
+  DeliveryStatus status = DeliveryStatus::kRetriable;
+  std::string error;  // empty when delivered; a human-readable reason otherwise
+};
+
+enum class LogLevel { kDebug, kInfo, kWarning, kError };
+
+struct LogLine {
+  LogLevel level;
+  std::string text;
+};
+
+class Sink {
+ public:
+  virtual ~Sink() = default;
+
+  // Deliver n messages and wait until each has an outcome. The wait is
+  // bounded by the sink's own delivery timeout (Kafka: message.timeout.ms);
+  // besides, `interrupted` (may be null) is checked about every 100 ms and,
+  // when it returns true, Publish stops waiting and reports what has no
+  // outcome yet as kRetriable with error "interrupted". Fills out[0..n).
+  // Never throws. Messages with the same target and key are sent in array
+  // order and, as far as the broker protocol allows, arrive in that order.
+  using InterruptCheck = bool (*)();
+  virtual void Publish(const OutMessage *messages, size_t n, Delivery *out,
+                       InterruptCheck interrupted) = 0;
+
+  // Pipelined delivery: Send hands n messages to the broker and may return
+  // before they have outcomes, and returns a ticket for them; Collect(ticket,
+  // ...) waits until every message of that Send has its outcome in the `out`
+  // it was given, with the same rules as Publish. Tickets are never reused by
+  // a sink (a 64-bit counter), so a stale ticket matches nothing; 0 means the
+  // Send settled everything itself and there is nothing to collect. Several
+  // Sends may be open at once (so requests stay in flight while the owner
+  // prepares the next batch); messages with the same target and key keep
+  // their order across them. `out` must stay valid until its Collect or
+  // AbandonAll, and every Send must be collected or abandoned. Sinks that
+  // cannot pipeline deliver within Send (this default).
+  virtual uint64_t Send(const OutMessage *messages, size_t n, Delivery *out,
+                        InterruptCheck interrupted) {
+    Publish(messages, n, out, interrupted);
+    return 0;
+  }
+  virtual void Collect(uint64_t ticket, InterruptCheck interrupted) {}
+
+  // Collect, waiting at most wait_ms (0: only what has arrived): true when
+  // every message of the Send has its outcome (the Send is then closed, as
+  // after Collect), false when some have none yet. The Send then stays open
+  // and its `out` keeps being filled as answers come (from Poll or a later
+  // CollectFor); the sink's own delivery timeout still bounds it. Sinks that
+  // deliver within Send are always done (this default).
+  virtual bool CollectFor(uint64_t ticket, int64_t wait_ms, InterruptCheck interrupted) {
+    (void)wait_ms;
+    Collect(ticket, interrupted);
+    return true;
+  }
+
+  // The longest a Send may take to settle every message, in ms, from the
+  // Send (its delivery timeout plus margin); 0 for sinks that deliver within
+  // Send.
+  virtual int64_t SettleLimitMs() const { return 0; }
+
+  // Give up every open Send at once: stop waiting, fill each open Send's
+  // missing outcomes as kRetriable with `reason` (their `out` arrays are
+  // still valid when this is called), and forget them, so nothing the sink
+  // does later writes into those arrays. Messages already handed to the
+  // broker may still arrive (at least once). The owner calls it when it
+  // abandons its batches (an error in its transaction). Never throws.
+  virtual void AbandonAll(const char *reason) noexcept {}
+
+  // Serve background work (log queue, error events) while idle. Never blocks
+  // for long; never throws.
+  virtual void Poll() = 0;
+
+  // Log lines gathered since the last call, oldest first.
+  virtual std::vector<LogLine> TakeLogs() = 0;
+
+  // True after a fatal error (e.g. Kafka's idempotent producer lost its
+  // sequence): the owner must destroy this sink and create a new one.
+  virtual bool NeedsRecreate() const = 0;
+
+  // One word for monitoring: "connected", "connecting", "down", ...
+  virtual std::string State() const = 0;
+};
+
+// For sink factories, inside a catch block: describe the exception being
+// handled into *error ("out of memory", its what(), or "unexpected error").
+void DescribeCurrentException(std::string *error) noexcept;
+
+// Build a Kafka sink from create_sink() options. Our defaults apply unless
+// the options set them: enable.idempotence=true, acks=all,
+// partitioner=murmur2_random, linger.ms=1, message.timeout.ms=10000.
+// Returns nullptr and sets *error when librdkafka refuses the configuration,
+// or it sets a property outbox does not allow (a superuser's property, see
+// sink_options.hpp, unless `privileged`).
+std::unique_ptr<Sink> MakeKafkaSink(const std::string &name, const SinkOptions &options,
+                                    std::string *error, bool privileged = false);
+
+}  // namespace outbox
