@@ -755,8 +755,56 @@ void Dispatcher::SettleGroup(const Flight &flight, Group *group, Sink::Interrupt
   Judge(j, interrupted);
 }
 
+// Per key, a group's events reach the broker in id order, and the broker
+// takes or refuses them together, except where librdkafka split them over
+// two Produce requests and the broker refused the first and took the second
+// (README, Limits): the refused event then arrives after a later one of its
+// key, whatever is decided below. Say so, naming the events that will
+// arrive late, so that an operator (and the fault suites) can tell this
+// known break of per-key order from any other. Never throws: out of memory
+// only loses the line.
+void Dispatcher::NoteOvertaken(const Judging &j) noexcept {
+  try {
+    const std::vector<size_t> &members = *j.members;
+    const std::vector<Delivery> &results = *j.results;
+    std::set<RouteKey> failed;  // keys with an earlier member not delivered
+    std::vector<std::string_view> late;
+    for (size_t k = 0; k < members.size(); ++k) {
+      const EventRow &row = j.rows[members[k]];
+      if (!row.has_key) continue;
+      RouteKey key(routes_[j.route_of[members[k]]].pattern, std::string(row.key));
+      if (results[k].status != DeliveryStatus::kDelivered) {
+        failed.insert(std::move(key));
+      } else if (failed.count(key) != 0) {
+        // Delivered past an earlier event of its key: that one is late.
+        for (size_t e = 0; e < k; ++e) {
+          const EventRow &earlier = j.rows[members[e]];
+          if (results[e].status != DeliveryStatus::kDelivered && earlier.has_key &&
+              earlier.key == row.key && j.route_of[members[e]] == j.route_of[members[k]] &&
+              std::find(late.begin(), late.end(), earlier.id) == late.end()) {
+            late.push_back(earlier.id);
+          }
+        }
+      }
+    }
+    if (late.empty()) return;
+    std::string text = "sink \"" + *j.sink_name + "\": " + std::to_string(late.size()) +
+                       " event(s) will arrive after a later event of their key, which the broker" +
+                       " took while refusing them (one batch split over two requests): ";
+    for (size_t i = 0; i < late.size() && i < kMaxOvertakenNamed; ++i) {
+      if (i > 0) text += ", ";
+      text += late[i];
+    }
+    if (late.size() > kMaxOvertakenNamed) text += ", ...";
+    Log(LogLevel::kWarning, std::move(text));
+  } catch (...) {
+    // The line is lost; nothing else depends on it.
+  }
+}
+
 // Decide a group's rows from its sink's answers (all in).
 void Dispatcher::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
+  NoteOvertaken(j);
   Sink *sink = j.solo_sink;
   const std::string &sink_name = *j.sink_name;
   SinkState *state = &sinks_[sink_name];

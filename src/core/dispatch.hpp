@@ -307,6 +307,9 @@ class Dispatcher {
   };
 
   void NoteBehindDownSink(std::string_view topic, const std::string &sink);
+  void NoteOvertaken(const Judging &j) noexcept;
+  // Most event ids one NoteOvertaken line names.
+  static constexpr size_t kMaxOvertakenNamed = 20;
   int RouteIndex(std::string_view topic) const;
   Sink *SinkFor(const std::string &name, SinkState *state, bool may_recreate = true);
   void Log(LogLevel level, std::string text);

@@ -998,6 +998,33 @@ Delivery NotSent() {
                   "not sent: an earlier event with the same key failed in this batch"};
 }
 
+TEST_F(DispatcherTest, KeysOrderBrokenByASplitRequestIsLoggedNamingTheLateEvents) {
+  // librdkafka split a key's events over two Produce requests and the broker
+  // refused the first while it took the second (README, Limits): the refused
+  // event will arrive after a later one of its key. One warning names it;
+  // keyless events, other keys and events held back (kNotSent) do not count.
+  ConfigureOneSink();
+  Broker("kafka").script = [](const OutMessage &m, int call) {
+    if (call > 0) return Rejected();  // alone too: it is retried later
+    if (m.id == Id(1) || m.id == Id(4)) return Rejected();
+    if (m.id == Id(6)) return NotSent();
+    return Delivered();
+  };
+  Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.a", "k"), Ev(3, "orders.a", "other"),
+            Ev(4, "orders.a"), Ev(5, "orders.a"), Ev(6, "orders.a", "k")});
+  EXPECT_EQ(
+      CountLogs(LogLevel::kWarning, "1 event(s) will arrive after a later event of their key"), 1)
+      << AllLogs();
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, Id(1)), 1) << AllLogs();
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, Id(4)), 0) << AllLogs();
+
+  // Every event of a key refused, or delivered in order: nothing to say.
+  logs_.clear();
+  Broker("kafka").script = FailOnly({Id(8), Id(9)}, Rejected());
+  Dispatch({Ev(7, "orders.a", "k2"), Ev(8, "orders.a", "k2"), Ev(9, "orders.a", "k2")});
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, "will arrive after"), 0) << AllLogs();
+}
+
 TEST_F(DispatcherTest, EventHeldBackByTheSinkWaitsBehindTheFailedOneWithoutAnAttempt) {
   ConfigureOneSink();
   Broker("kafka").script = [](const OutMessage &m, int) {
