@@ -78,6 +78,52 @@ RESET ROLE;
 
 SELECT topic, payload FROM outbox.events WHERE topic = 'priv.t';
 
+-- emit() writes as its owner, not as a SECURITY DEFINER function (see
+-- src/event_insert.hpp): through the INSERT statement as well as straight
+-- into the partition, and the caller is itself again afterwards, in the
+-- same transaction.
+SET outbox.emit_direct_insert = off;
+SET ROLE regress_outbox_app;
+SELECT outbox.emit('priv.spi', '{"by": "app"}') IS NOT NULL AS emitted_through_insert;
+RESET ROLE;
+RESET outbox.emit_direct_insert;
+SET ROLE regress_outbox_app;
+DO $$
+BEGIN
+  PERFORM outbox.emit('priv.spi', '{"by": "app"}');
+  RAISE NOTICE 'afterwards: %, %', current_user, session_user = current_user;
+  PERFORM count(*) FROM outbox.events;
+EXCEPTION WHEN insufficient_privilege THEN
+  RAISE NOTICE 'and still cannot read the events';
+END $$;
+RESET ROLE;
+SELECT topic, count(*) FROM outbox.events WHERE topic = 'priv.spi' GROUP BY topic;
+
+-- A CHECK constraint an operator puts on outbox.events is judged with
+-- search_path pinned (pg_catalog, pg_temp), whatever the caller's: here
+-- only the caller's schema holds the table the constraint looks for, so the
+-- row is refused, both ways.
+CREATE SCHEMA regress_app_schema AUTHORIZATION regress_outbox_app;
+CREATE TABLE regress_app_schema.regress_planted ();
+ALTER TABLE outbox.events ADD CONSTRAINT regress_lookup_check
+    CHECK (to_regclass('regress_planted') IS NOT NULL) NOT VALID;
+SET ROLE regress_outbox_app;
+SET search_path = regress_app_schema, public;
+SELECT to_regclass('regress_planted') IS NOT NULL AS caller_sees_it;
+SELECT regexp_replace(error_of($$SELECT outbox.emit('priv.check', '{}')$$),
+                      'events_p[0-9]+', 'events_pYYYYMMDD') AS straight;
+RESET ROLE;
+SET outbox.emit_direct_insert = off;
+SET ROLE regress_outbox_app;
+SELECT regexp_replace(error_of($$SELECT outbox.emit('priv.check', '{}')$$),
+                      'events_p[0-9]+', 'events_pYYYYMMDD') AS through_insert;
+RESET ROLE;
+RESET outbox.emit_direct_insert;
+RESET search_path;
+ALTER TABLE outbox.events DROP CONSTRAINT regress_lookup_check;
+DROP SCHEMA regress_app_schema CASCADE;
+SELECT count(*) AS refused_rows FROM outbox.events WHERE topic = 'priv.check';
+
 DROP OWNED BY regress_outbox_app, regress_outbox_other, regress_outbox_monitor;
 DROP ROLE regress_outbox_app;
 DROP ROLE regress_outbox_other;

@@ -22,10 +22,12 @@
 
 extern "C" {
 #include "catalog/pg_collation.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "port.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 }
@@ -121,6 +123,23 @@ Datum HeadersWithTraceContext(bool has_headers, Datum headers) {
   return DirectFunctionCall2(jsonb_concat, JsonbPGetDatum(trace), headers);
 }
 
+// Who writes the event: the owner of the SQL function that called us, as
+// SECURITY DEFINER would have it (event_insert.hpp says why it is not).
+// Kept in fn_extra for the calls of one statement; only superusers can
+// declare another SQL function over this C symbol.
+Oid Writer(FunctionCallInfo fcinfo) {
+  FmgrInfo *flinfo = fcinfo->flinfo;
+  if (flinfo->fn_extra != nullptr) return *static_cast<Oid *>(flinfo->fn_extra);
+  HeapTuple proc = SearchSysCache1(PROCOID, ObjectIdGetDatum(flinfo->fn_oid));
+  if (!HeapTupleIsValid(proc)) elog(ERROR, "cache lookup failed for function %u", flinfo->fn_oid);
+  const Oid owner = reinterpret_cast<Form_pg_proc>(GETSTRUCT(proc))->proowner;
+  ReleaseSysCache(proc);
+  Oid *kept = static_cast<Oid *>(MemoryContextAlloc(flinfo->fn_mcxt, sizeof(Oid)));
+  *kept = owner;
+  flinfo->fn_extra = kept;
+  return owner;
+}
+
 }  // namespace
 }  // namespace outbox
 
@@ -180,7 +199,7 @@ extern "C" Datum outbox_emit(PG_FUNCTION_ARGS) {
   values[kColHeaders] = headers;
   isnull[kColHeaders] = !has_headers;
   values[kColCreatedAt] = TimestampTzGetDatum(now);
-  InsertEvent(values, isnull);
+  InsertEvent(values, isnull, Writer(fcinfo));
 
   // Not now: at commit, and only if the transaction commits; and only the
   // publisher that handles this key (key_slot.hpp: the hash the claims use

@@ -534,19 +534,38 @@ bool CompileChecks() {
   return true;
 }
 
+// search_path as SECURITY DEFINER ... SET search_path = pg_catalog, pg_temp
+// would have it, until UnpinSearchPath(the returned level). An error in
+// between needs nothing: the (sub)transaction's abort unwinds the level.
+int PinSearchPath() {
+  const int level = NewGUCNestLevel();
+  (void)set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION,
+                          GUC_ACTION_SAVE, true, 0, false);
+  return level;
+}
+
+void UnpinSearchPath(int level) { AtEOXact_GUC(true, level); }
+
 // Whether every CHECK constraint holds for the row in cache.slot, evaluated
 // in ExecRelCheck's order and way (NULL is a pass); stops at the first that
 // refuses it, as ExecRelCheck does, so an error from a later one is raised
-// only where the INSERT raises it too.
+// only where the INSERT raises it too. With search_path pinned while any is
+// compiled or evaluated (those of the extension's table hold for every row
+// once they held for one: after the first row this costs nothing).
 bool ChecksHold(ExprContext *econtext) {
-  if (!CompileChecks()) return false;
-  for (int i = 0; i < cache.nchecks; ++i) {
+  bool all_held = cache.checks_compiled;
+  for (int i = 0; all_held && i < cache.nchecks; ++i) all_held = cache.checks[i].held;
+  if (all_held) return true;
+  const int level = PinSearchPath();
+  bool holds = CompileChecks();
+  for (int i = 0; holds && i < cache.nchecks; ++i) {
     CheckPlan &plan = cache.checks[i];
     if (plan.held) continue;
-    if (!ExecCheck(plan.state, econtext)) return false;
-    plan.held = plan.constant;
+    holds = ExecCheck(plan.state, econtext);
+    if (holds) plan.held = plan.constant;
   }
-  return true;
+  UnpinSearchPath(level);
+  return holds;
 }
 
 // Index entries for the row in cache.slot, just written to `part` at `tid`,
@@ -634,21 +653,33 @@ void InsertThroughSpi(const Datum *values, const bool *isnull) {
 
 }  // namespace
 
-bool InsertEvent(const Datum *values, const bool *isnull) {
+bool InsertEvent(const Datum *values, const bool *isnull, Oid writer) {
   // What the executor checks before an INSERT, in the same words.
   PreventCommandIfReadOnly("INSERT");
   PreventCommandIfParallelMode("INSERT");
+  // As the writer from here on, as fmgr_security_definer switches (see the
+  // header). An ERROR below leaves it to the abort to switch back.
+  Oid caller = InvalidOid;
+  int caller_context = 0;
+  GetUserIdAndSecContext(&caller, &caller_context);
+  SetUserIdAndSecContext(writer, caller_context | SECURITY_LOCAL_USERID_CHANGE);
   const TimestampTz at = DatumGetTimestampTz(values[kColCreatedAt]);
   bool direct = guc::emit_direct_insert && Prepare(at) &&
-                pg_class_aclcheck(cache.parent, GetUserId(), ACL_INSERT) == ACLCHECK_OK;
+                pg_class_aclcheck(cache.parent, writer, ACL_INSERT) == ACLCHECK_OK;
   // A NULL in a NOT NULL column: the INSERT reports it (ExecConstraints
   // checks NOT NULL before any CHECK constraint).
   for (int c = 0; direct && c < kEmitColumns; ++c) direct = !(isnull[c] && cache.not_null[c]);
   // A CHECK constraint refusing the row: the INSERT reports which one.
-  if (direct && InsertDirect(values, isnull)) return true;
-  // SPI checks column privileges, NOT NULL, CHECK and everything else itself.
-  InsertThroughSpi(values, isnull);
-  return false;
+  direct = direct && InsertDirect(values, isnull);
+  if (!direct) {
+    // SPI checks column privileges, NOT NULL, CHECK and everything else
+    // itself, and parses its statement: with search_path pinned.
+    const int level = PinSearchPath();
+    InsertThroughSpi(values, isnull);
+    UnpinSearchPath(level);
+  }
+  SetUserIdAndSecContext(caller, caller_context);
+  return direct;
 }
 
 }  // namespace outbox

@@ -49,9 +49,20 @@ enum EventColumn {
   kEmitColumns
 };
 
-// Insert one event. values/isnull are indexed by EventColumn; created_at must
-// not be null. Called in a transaction, from emit(); may ereport. Returns
-// whether the direct path was taken (false: it went through SPI).
-bool InsertEvent(const Datum *values, const bool *isnull);
+// Insert one event as `writer` (emit()'s owner: what SECURITY DEFINER would
+// switch to; the caller's user is back on return, and on an error the
+// (sub)transaction's abort restores it). values/isnull are indexed by
+// EventColumn; created_at must not be null. Called in a transaction, from
+// emit(); may ereport. Returns whether the direct path was taken (false: it
+// went through SPI).
+//
+// Why not SECURITY DEFINER with SET search_path on the SQL function:
+// fmgr_security_definer builds its cache for every statement that calls the
+// function and sets search_path twice per call, about 14 us of the 25 us an
+// emit() statement cost (bench/README.md). The user switch is two variable
+// writes here; search_path is pinned only where a name could be resolved:
+// around the SPI INSERT and around CHECK constraints not yet known to hold
+// (a text-to-regclass cast in one would look the name up).
+bool InsertEvent(const Datum *values, const bool *isnull, Oid writer);
 
 }  // namespace outbox
