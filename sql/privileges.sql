@@ -124,6 +124,106 @@ ALTER TABLE outbox.events DROP CONSTRAINT regress_lookup_check;
 DROP SCHEMA regress_app_schema CASCADE;
 SELECT count(*) AS refused_rows FROM outbox.events WHERE topic = 'priv.check';
 
+-- Indexes an operator adds on outbox.events run as emit()'s owner: never
+-- with the caller's search_path. A PL/pgSQL index function that looks a name
+-- up when it runs finds pg_catalog's lower(), not the caller's, both ways.
+CREATE SCHEMA regress_plant_schema AUTHORIZATION regress_outbox_app;
+CREATE FUNCTION public.regress_norm_topic(t text) RETURNS text LANGUAGE plpgsql IMMUTABLE
+    AS $$ BEGIN RETURN lower(t); END $$;
+CREATE INDEX regress_norm_topic_idx ON outbox.events (public.regress_norm_topic(topic));
+SET ROLE regress_outbox_app;
+CREATE FUNCTION regress_plant_schema.lower(text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE NOTICE 'planted lower() runs as %', current_user;
+    RETURN $1;
+END $$;
+SET search_path = regress_plant_schema, pg_catalog;
+SELECT outbox.emit('priv.index', '{}') IS NOT NULL AS emitted_straight;
+RESET ROLE;
+SET outbox.emit_direct_insert = off;
+SET ROLE regress_outbox_app;
+SELECT outbox.emit('priv.index', '{}') IS NOT NULL AS emitted_through_insert;
+RESET ROLE;
+RESET outbox.emit_direct_insert;
+RESET search_path;
+DROP INDEX outbox.regress_norm_topic_idx;
+SELECT count(*) AS indexed_rows FROM outbox.events WHERE topic = 'priv.index';
+
+-- An SQL function in an index predicate is inlined when a backend first
+-- loads the index, with that backend's search_path: a caller who makes its
+-- backend load it (a refused SELECT is planned first) binds its own
+-- starts_with() into its copy. emit() refuses to run another role's code as
+-- its owner (42501), both ways, and the planted function never runs.
+CREATE FUNCTION public.regress_is_audit(t text) RETURNS boolean LANGUAGE sql IMMUTABLE
+    AS $$ SELECT starts_with(t, 'audit.') $$;
+CREATE INDEX regress_audit_idx ON outbox.events (id) WHERE public.regress_is_audit(topic);
+SET ROLE regress_outbox_app;
+CREATE FUNCTION regress_plant_schema.starts_with(text, text) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RAISE NOTICE 'planted starts_with() runs as %', current_user;
+    RETURN false;
+END $$;
+SET search_path = regress_plant_schema, pg_catalog;
+SELECT public.error_of($$SELECT count(*) FROM outbox.events$$);
+RESET search_path;
+SELECT regexp_replace(error_of($$SELECT outbox.emit('priv.inlined', '{}')$$),
+                      'events_p[0-9]+', 'events_pYYYYMMDD', 'g') AS straight;
+RESET ROLE;
+SET outbox.emit_direct_insert = off;
+SET ROLE regress_outbox_app;
+SELECT regexp_replace(error_of($$SELECT outbox.emit('priv.inlined', '{}')$$),
+                      'events_p[0-9]+', 'events_pYYYYMMDD', 'g') AS through_insert;
+RESET ROLE;
+RESET outbox.emit_direct_insert;
+DROP INDEX outbox.regress_audit_idx;
+-- The index gone, the same caller emits again.
+SET ROLE regress_outbox_app;
+SELECT outbox.emit('priv.inlined', '{}') IS NOT NULL AS emitted_after_drop;
+RESET ROLE;
+
+-- Code run as emit()'s owner runs as a security-restricted operation, as
+-- REFRESH MATERIALIZED VIEW runs its owner's: a trigger of the owner's
+-- cannot leave a temporary object behind for the caller to run into, and a
+-- setting it changes does not outlive the call.
+CREATE FUNCTION public.regress_plant_temp() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM set_config('work_mem', '77kB', false);
+    IF NEW.topic = 'priv.temp' THEN
+        CREATE TEMPORARY TABLE regress_planted_temp ();
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER regress_plant_temp AFTER INSERT ON outbox.events
+    FOR EACH ROW EXECUTE FUNCTION public.regress_plant_temp();
+SET ROLE regress_outbox_app;
+SHOW work_mem;
+SELECT outbox.emit('priv.setting', '{}') IS NOT NULL AS emitted;
+SHOW work_mem;
+SELECT error_of($$SELECT outbox.emit('priv.temp', '{}')$$);
+SELECT current_user, to_regclass('pg_temp.regress_planted_temp') AS planted;
+RESET ROLE;
+DROP TRIGGER regress_plant_temp ON outbox.events;
+
+-- An index function that calls emit() itself (a loop an owner could build):
+-- the nested call writes its own row and the outer one completes.
+CREATE FUNCTION public.regress_echo(t text) RETURNS text LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF t = 'priv.outer' THEN
+        PERFORM outbox.emit('priv.inner', '{}');
+    END IF;
+    RETURN t;
+END $$;
+CREATE INDEX regress_echo_idx ON outbox.events (public.regress_echo(topic));
+CREATE INDEX regress_later_idx ON outbox.events (lower(topic));
+SET ROLE regress_outbox_app;
+SELECT outbox.emit('priv.outer', '{}') IS NOT NULL AS emitted;
+RESET ROLE;
+DROP INDEX outbox.regress_echo_idx, outbox.regress_later_idx;
+SELECT topic, count(*) FROM outbox.events WHERE topic IN ('priv.outer', 'priv.inner')
+ GROUP BY topic ORDER BY topic;
+DROP SCHEMA regress_plant_schema CASCADE;
+
 DROP OWNED BY regress_outbox_app, regress_outbox_other, regress_outbox_monitor;
 DROP ROLE regress_outbox_app;
 DROP ROLE regress_outbox_other;

@@ -58,7 +58,9 @@ extern "C" {
 #include "catalog/index.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_am_d.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_proc_d.h"
+#include "catalog/pg_type.h"
 #include "catalog/pg_type_d.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
@@ -79,7 +81,9 @@ extern "C" {
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/partcache.h"
+#include "utils/regproc.h"
 #include "utils/rel.h"
+#include "utils/syscache.h"
 }
 
 #include <cstring>
@@ -299,6 +303,93 @@ bool UnsafeToEvaluateTwice(Node *node, void *context) {
       node, reinterpret_cast<Walker>(reinterpret_cast<void (*)()>(UnsafeToEvaluateTwice)), context);
 }
 
+// search_path as SECURITY DEFINER ... SET search_path = pg_catalog, pg_temp
+// would have it, until UnpinSearchPath(the returned level). An error in
+// between needs nothing: the (sub)transaction's abort unwinds the level.
+int PinSearchPath() {
+  const int level = NewGUCNestLevel();
+  (void)set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION,
+                          GUC_ACTION_SAVE, true, 0, false);
+  return level;
+}
+
+// false: a SET (LOCAL or not) by code run as the writer (a trigger of the
+// owner's) is undone too, as REFRESH MATERIALIZED VIEW undoes it.
+void UnpinSearchPath(int level) { AtEOXact_GUC(false, level); }
+
+// check_functions_in_node's callback: true (stop) for a function that
+// neither the writer (emit()'s owner) nor a superuser owns. `context`
+// points to the writer's Oid, and receives the function's when one is found.
+bool OwnedByAnother(Oid function, void *context) {
+  Oid *who = static_cast<Oid *>(context);
+  if (function < FirstNormalObjectId) return false;
+  HeapTuple tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(function));
+  if (!HeapTupleIsValid(tuple)) return false;  // dropped meanwhile: nothing to run
+  const Oid owner = reinterpret_cast<Form_pg_proc>(GETSTRUCT(tuple))->proowner;
+  ReleaseSysCache(tuple);
+  if (owner == *who || superuser_arg(owner)) return false;
+  *who = function;
+  return true;
+}
+
+// expression_tree_walker over an index's expressions or predicate: true when
+// one calls a function OwnedByAnother, or coerces to a domain that neither
+// the writer nor a superuser owns (its constraints run as the writer).
+bool CallsCodeOfAnother(Node *node, void *context) {
+  if (node == nullptr) return false;
+  if (IsA(node, CoerceToDomain)) {
+    const Oid domain = castNode(CoerceToDomain, node)->resulttype;
+    HeapTuple tuple = SearchSysCache1(TYPEOID, ObjectIdGetDatum(domain));
+    if (HeapTupleIsValid(tuple)) {
+      const Oid owner = reinterpret_cast<Form_pg_type>(GETSTRUCT(tuple))->typowner;
+      ReleaseSysCache(tuple);
+      Oid *who = static_cast<Oid *>(context);
+      if (owner != *who && !superuser_arg(owner)) {
+        *who = domain;
+        return true;
+      }
+    }
+  }
+  if (check_functions_in_node(node, OwnedByAnother, context)) return true;
+  using Walker = bool (*)();
+  return expression_tree_walker(
+      node, reinterpret_cast<Walker>(reinterpret_cast<void (*)()>(CallsCodeOfAnother)), context);
+}
+
+// Refuse to write into `part` as `writer` when one of its indexes would run
+// code that another role owns. The index's owner chose its functions, but
+// the trees PostgreSQL keeps for it are not only the owner's: an SQL function
+// in an index expression or predicate is inlined when a backend first loads
+// the index, with that backend's search_path, so a caller who reads
+// outbox.events first (refused, but planned) can have its own function bound
+// in its backend's copy, which emit() would then run as the writer. Requires
+// a lock on `part`.
+void RefuseCodeOfOthers(Relation part, Oid writer) {
+  List *index_oids = RelationGetIndexList(part);
+  ListCell *cell;
+  foreach (cell, index_oids) {
+    Relation index = index_open(lfirst_oid(cell), RowExclusiveLock);
+    Oid found = writer;
+    const bool refused =
+        CallsCodeOfAnother(reinterpret_cast<Node *>(RelationGetIndexExpressions(index)), &found) ||
+        CallsCodeOfAnother(reinterpret_cast<Node *>(RelationGetIndexPredicate(index)), &found);
+    if (refused) {
+      const bool is_function = SearchSysCacheExists1(PROCOID, ObjectIdGetDatum(found));
+      ereport(ERROR,
+              (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+               errmsg("outbox: emit() does not run %s %s as the owner of outbox.events",
+                      is_function ? "function" : "domain",
+                      is_function ? format_procedure(found) : format_type_be(found)),
+               errdetail("Index %s of %s calls it, and neither role %s nor a superuser owns it.",
+                         RelationGetRelationName(index), RelationGetRelationName(part),
+                         GetUserNameFromId(writer, false)),
+               errhint("Functions and domains in indexes on outbox.events must belong to the "
+                       "extension owner or a superuser, and schema-qualify every name.")));
+    }
+    index_close(index, NoLock);
+  }
+}
+
 // Pushed while the direct write does what the INSERT's executor would do, so
 // that an error raised there reads as the INSERT's: SPI's error callback
 // (_SPI_error_callback) adds this very line to every error of the statement.
@@ -436,6 +527,15 @@ const char *Inspect(Relation parent, Relation part) {
         plan.info->ii_ExclusionOps == nullptr && (!plan.unique || index->rd_index->indimmediate);
     index_close(index, NoLock);
     if (!plain) return "its partition has an index other than an immediate btree or hash";
+    // Code of the user's (a PL/pgSQL function can look names up when it
+    // runs) is run only by the SPI INSERT, with search_path pinned; the
+    // direct write evaluates built-in, non-volatile code only, which looks
+    // nothing up and cannot call emit() again under it.
+    if (UnsafeToEvaluateTwice(reinterpret_cast<Node *>(plan.info->ii_Expressions), nullptr) ||
+        UnsafeToEvaluateTwice(reinterpret_cast<Node *>(plan.info->ii_Predicate), nullptr)) {
+      return "its partition has an index whose expressions or predicate call a function of the "
+             "user's or a volatile one";
+    }
     plan.predicate = plan.info->ii_Predicate != NIL
                          ? ExecPrepareQual(plan.info->ii_Predicate, cache.estate)
                          : nullptr;
@@ -447,7 +547,7 @@ const char *Inspect(Relation parent, Relation part) {
 
 // Make the cache describe the partition taking `at`, with the locks an INSERT
 // takes held. Returns whether the direct path may be used.
-bool Prepare(TimestampTz at) {
+bool Prepare(TimestampTz at, Oid writer) {
   if (!callback_registered) {
     CacheRegisterRelcacheCallback(OnRelcacheInvalidation, (Datum)0);
     callback_registered = true;
@@ -480,6 +580,10 @@ bool Prepare(TimestampTz at) {
     cache.parent = OidIsValid(schema) ? get_relname_relid("events", schema) : InvalidOid;
     if (!OidIsValid(cache.parent)) return false;
 
+    // Loading the relcache's index expressions and predicates inlines SQL
+    // functions and resolves their names: with search_path pinned, as the
+    // INSERT would.
+    const int level = PinSearchPath();
     MemoryContext caller = MemoryContextSwitchTo(cache.context);
     LockRelationOid(cache.parent, RowExclusiveLock);
     Relation parent = table_open(cache.parent, NoLock);
@@ -488,11 +592,13 @@ bool Prepare(TimestampTz at) {
     if (unrouted == nullptr) {
       LockRelationOid(cache.partition, RowExclusiveLock);
       Relation part = table_open(cache.partition, NoLock);
+      RefuseCodeOfOthers(part, writer);
       indirect = Inspect(parent, part);
       table_close(part, NoLock);
     }
     table_close(parent, NoLock);
     MemoryContextSwitchTo(caller);
+    UnpinSearchPath(level);
     // Once per rebuild, for whoever wonders why emit() costs what it does.
     if (indirect == nullptr) {
       ereport(DEBUG1, (errmsg("outbox: emit() writes events straight into outbox.events")));
@@ -533,18 +639,6 @@ bool CompileChecks() {
   cache.checks_compiled = true;
   return true;
 }
-
-// search_path as SECURITY DEFINER ... SET search_path = pg_catalog, pg_temp
-// would have it, until UnpinSearchPath(the returned level). An error in
-// between needs nothing: the (sub)transaction's abort unwinds the level.
-int PinSearchPath() {
-  const int level = NewGUCNestLevel();
-  (void)set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION,
-                          GUC_ACTION_SAVE, true, 0, false);
-  return level;
-}
-
-void UnpinSearchPath(int level) { AtEOXact_GUC(true, level); }
 
 // Whether every CHECK constraint holds for the row in cache.slot, evaluated
 // in ExecRelCheck's order and way (NULL is a pass); stops at the first that
@@ -657,14 +751,20 @@ bool InsertEvent(const Datum *values, const bool *isnull, Oid writer) {
   // What the executor checks before an INSERT, in the same words.
   PreventCommandIfReadOnly("INSERT");
   PreventCommandIfParallelMode("INSERT");
-  // As the writer from here on, as fmgr_security_definer switches (see the
-  // header). An ERROR below leaves it to the abort to switch back.
+  // As the writer from here on (see the header), in a security-restricted
+  // operation as REFRESH MATERIALIZED VIEW runs its owner's code: whatever
+  // the writer's triggers or index functions do cannot outlive the call to
+  // run as the caller (no temporary objects, no deferred triggers, no SET
+  // ROLE). An ERROR below leaves it to the abort to switch back.
   Oid caller = InvalidOid;
   int caller_context = 0;
   GetUserIdAndSecContext(&caller, &caller_context);
-  SetUserIdAndSecContext(writer, caller_context | SECURITY_LOCAL_USERID_CHANGE);
+  SetUserIdAndSecContext(
+      writer, caller_context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
   const TimestampTz at = DatumGetTimestampTz(values[kColCreatedAt]);
-  bool direct = guc::emit_direct_insert && Prepare(at) &&
+  // Prepared on both paths: it refuses indexes that would run others' code.
+  const bool prepared = Prepare(at, writer);
+  bool direct = guc::emit_direct_insert && prepared &&
                 pg_class_aclcheck(cache.parent, writer, ACL_INSERT) == ACLCHECK_OK;
   // A NULL in a NOT NULL column: the INSERT reports it (ExecConstraints
   // checks NOT NULL before any CHECK constraint).

@@ -13,7 +13,8 @@
 // The direct path is taken only when it writes exactly what the INSERT would:
 // - the table is the extension's own layout (no extra columns, no columns of
 //   another type, no generated columns, no row triggers, rules or row
-//   security), and every index is an immediate btree or hash index;
+//   security), and every index is an immediate btree or hash index whose
+//   expressions and predicate call only built-in, non-volatile functions;
 // - each column emit() does not supply (status, attempts, published_at,
 //   last_error, next_attempt_at) has, on outbox.events (whose defaults the
 //   INSERT takes, not the partition's), no default or a constant one, which
@@ -60,9 +61,14 @@ enum EventColumn {
 // fmgr_security_definer builds its cache for every statement that calls the
 // function and sets search_path twice per call, about 14 us of the 25 us an
 // emit() statement cost (bench/README.md). The user switch is two variable
-// writes here; search_path is pinned only where a name could be resolved:
-// around the SPI INSERT and around CHECK constraints not yet known to hold
-// (a text-to-regclass cast in one would look the name up).
+// writes here, in a security-restricted operation (as REFRESH MATERIALIZED
+// VIEW runs its owner's code); search_path is pinned only where a name could
+// be resolved: around the SPI INSERT, around loading the partition's indexes
+// and constraints into the cache, and around CHECK constraints not yet known
+// to hold (a text-to-regclass cast in one would look the name up). Index
+// expressions and predicates that call anything but built-in, non-volatile
+// functions take the SPI INSERT; one that calls a function or domain neither
+// `writer` nor a superuser owns is refused (42501): see RefuseCodeOfOthers.
 bool InsertEvent(const Datum *values, const bool *isnull, Oid writer);
 
 }  // namespace outbox

@@ -125,7 +125,7 @@ my $backlog_bytes = $node->safe_psql('postgres',
 my $pending = pending_count($node);
 note(sprintf('outage: %d pending (%.1f MB of rows), publisher RssAnon %.1f MB before, %s MB during; '
 	  . 'the events tables grew by %.1f MB',
-	$pending, $backlog_bytes / $MB, $before_outage / $MB, join(' ', map { sprintf('%.1f', $_ / $MB) } @during),
+	$pending, $backlog_bytes / 1024 / 1024, $before_outage / $MB, join(' ', map { sprintf('%.1f', $_ / $MB) } @during),
 	($size_during - $size_before) / 1024 / 1024));
 cmp_ok($pending, '>', $OUTAGE_EVENTS * 0.9, 'during the outage the backlog waits in the database');
 my $during_median = (sort { $a <=> $b } @during)[2];
