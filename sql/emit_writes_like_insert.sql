@@ -94,7 +94,8 @@ SELECT count(*) AS events FROM outbox.events WHERE topic = 'direct.column';
 SELECT public.indexes_complete();
 
 -- A row trigger on outbox.events fires for emit() as for an INSERT.
-CREATE FUNCTION public.note_event() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION public.note_event() RETURNS trigger LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     RAISE NOTICE 'trigger saw topic %', NEW.topic;
     RETURN NEW;
@@ -426,7 +427,7 @@ ROLLBACK;
 -- sends a notice (to_tsquery() of stop words only) runs once for each row,
 -- as in the INSERT: once for each emit(), also when it refuses the row.
 CREATE FUNCTION public.topic_ok(topic text) RETURNS boolean
-LANGUAGE plpgsql IMMUTABLE AS $$
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     RAISE NOTICE 'checking topic %', topic;
     RETURN topic <> 'forbidden';

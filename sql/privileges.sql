@@ -124,9 +124,11 @@ ALTER TABLE outbox.events DROP CONSTRAINT regress_lookup_check;
 DROP SCHEMA regress_app_schema CASCADE;
 SELECT count(*) AS refused_rows FROM outbox.events WHERE topic = 'priv.check';
 
--- Indexes an operator adds on outbox.events run as emit()'s owner: never
--- with the caller's search_path. A PL/pgSQL index function that looks a name
--- up when it runs finds pg_catalog's lower(), not the caller's, both ways.
+-- Indexes an operator adds on outbox.events run as emit()'s owner, in the
+-- caller's backend, where PL/pgSQL binds a function's names the first time
+-- it runs, with whatever search_path the caller had then: emit() runs only
+-- functions declared with SET search_path (42501 otherwise), which are
+-- compiled under their own path.
 CREATE SCHEMA regress_plant_schema AUTHORIZATION regress_outbox_app;
 CREATE FUNCTION public.regress_norm_topic(t text) RETURNS text LANGUAGE plpgsql IMMUTABLE
     AS $$ BEGIN RETURN lower(t); END $$;
@@ -138,6 +140,11 @@ BEGIN
     RETURN $1;
 END $$;
 SET search_path = regress_plant_schema, pg_catalog;
+SELECT public.error_of($$SELECT outbox.emit('priv.index', '{}')$$) AS unpinned_function;
+RESET ROLE;
+ALTER FUNCTION public.regress_norm_topic(text) SET search_path = pg_catalog, pg_temp;
+SET ROLE regress_outbox_app;
+-- The caller's lower() never runs, both ways.
 SELECT outbox.emit('priv.index', '{}') IS NOT NULL AS emitted_straight;
 RESET ROLE;
 SET outbox.emit_direct_insert = off;
@@ -146,6 +153,11 @@ SELECT outbox.emit('priv.index', '{}') IS NOT NULL AS emitted_through_insert;
 RESET ROLE;
 RESET outbox.emit_direct_insert;
 RESET search_path;
+-- Declared so, and then not: the next emit() sees it.
+ALTER FUNCTION public.regress_norm_topic(text) RESET search_path;
+SET ROLE regress_outbox_app;
+SELECT public.error_of($$SELECT outbox.emit('priv.index', '{}')$$) AS reset_function;
+RESET ROLE;
 DROP INDEX outbox.regress_norm_topic_idx;
 SELECT count(*) AS indexed_rows FROM outbox.events WHERE topic = 'priv.index';
 
@@ -176,6 +188,17 @@ SELECT regexp_replace(error_of($$SELECT outbox.emit('priv.inlined', '{}')$$),
                       'events_p[0-9]+', 'events_pYYYYMMDD', 'g') AS through_insert;
 RESET ROLE;
 RESET outbox.emit_direct_insert;
+-- Also when outbox.events has what makes every emit() take the INSERT (a
+-- statement trigger, row security, a rule).
+CREATE FUNCTION public.regress_statement_trigger() RETURNS trigger LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp AS $$ BEGIN RETURN NULL; END $$;
+CREATE TRIGGER regress_statement_trigger AFTER INSERT ON outbox.events
+    FOR EACH STATEMENT EXECUTE FUNCTION public.regress_statement_trigger();
+SET ROLE regress_outbox_app;
+SELECT regexp_replace(error_of($$SELECT outbox.emit('priv.inlined', '{}')$$),
+                      'events_p[0-9]+', 'events_pYYYYMMDD', 'g') AS with_statement_trigger;
+RESET ROLE;
+DROP TRIGGER regress_statement_trigger ON outbox.events;
 DROP INDEX outbox.regress_audit_idx;
 -- The index gone, the same caller emits again.
 SET ROLE regress_outbox_app;
@@ -186,7 +209,8 @@ RESET ROLE;
 -- REFRESH MATERIALIZED VIEW runs its owner's: a trigger of the owner's
 -- cannot leave a temporary object behind for the caller to run into, and a
 -- setting it changes does not outlive the call.
-CREATE FUNCTION public.regress_plant_temp() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION public.regress_plant_temp() RETURNS trigger LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM set_config('work_mem', '77kB', false);
     IF NEW.topic = 'priv.temp' THEN
@@ -207,7 +231,8 @@ DROP TRIGGER regress_plant_temp ON outbox.events;
 
 -- An index function that calls emit() itself (a loop an owner could build):
 -- the nested call writes its own row and the outer one completes.
-CREATE FUNCTION public.regress_echo(t text) RETURNS text LANGUAGE plpgsql IMMUTABLE AS $$
+CREATE FUNCTION public.regress_echo(t text) RETURNS text LANGUAGE plpgsql IMMUTABLE
+    SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF t = 'priv.outer' THEN
         PERFORM outbox.emit('priv.inner', '{}');
@@ -222,6 +247,29 @@ RESET ROLE;
 DROP INDEX outbox.regress_echo_idx, outbox.regress_later_idx;
 SELECT topic, count(*) FROM outbox.events WHERE topic IN ('priv.outer', 'priv.inner')
  GROUP BY topic ORDER BY topic;
+
+-- An index expression whose function emit() folds while it loads the index
+-- (immutable, on constants) and which calls emit() itself: refused, and the
+-- backend lives on.
+CREATE FUNCTION public.regress_folded(s text) RETURNS text LANGUAGE plpgsql IMMUTABLE
+    SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF current_setting('regress.folding', true) IS DISTINCT FROM 'on' THEN
+        PERFORM set_config('regress.folding', 'on', true);
+        PERFORM outbox.emit('priv.folded', '{}');
+    END IF;
+    RETURN s;
+END $$;
+SET regress.folding = 'on';
+CREATE INDEX regress_folded_idx ON outbox.events ((topic || public.regress_folded('.x')));
+RESET regress.folding;
+\c -
+SET ROLE regress_outbox_app;
+SELECT regexp_replace(public.error_of($$SELECT outbox.emit('priv.folding', '{}')$$),
+                      'events_p[0-9]+', 'events_pYYYYMMDD', 'g') AS nested_while_loading;
+RESET ROLE;
+DROP INDEX outbox.regress_folded_idx;
+SELECT count(*) AS folded_rows FROM outbox.events WHERE topic LIKE 'priv.fold%';
 DROP SCHEMA regress_plant_schema CASCADE;
 
 DROP OWNED BY regress_outbox_app, regress_outbox_other, regress_outbox_monitor;

@@ -47,6 +47,7 @@
 #include "event_insert.hpp"
 
 #include "guc.hpp"
+#include "writer_code_check.hpp"
 
 extern "C" {
 #include "access/genam.h"
@@ -169,7 +170,13 @@ struct InsertCache {
   bool checks_compiling = false;  // true and not compiled: compiling them failed
   int nindexes = 0;
   IndexPlan indexes[kMaxIndexes];
+  // Every index RefuseCodeTheCallerCouldBind looked at (Inspect may stop
+  // before it reaches them all): a change to one must make it look again.
+  int nwatched = 0;
+  Oid *watched = nullptr;  // in cache.context, room for kMaxWatched
+  bool watch_all = false;  // more than kMaxWatched: every invalidation counts
 };
+constexpr int kMaxWatched = 64;
 
 InsertCache cache;
 uint64 inval_generation = 1;
@@ -184,8 +191,34 @@ void OnRelcacheInvalidation(Datum, Oid relid) {
   if (!cache.built && cache.parent == InvalidOid) return;
   bool ours = relid == InvalidOid || relid == cache.parent || relid == cache.partition;
   for (int i = 0; !ours && i < cache.nindexes; ++i) ours = relid == cache.indexes[i].oid;
+  ours = ours || cache.watch_all;
+  for (int i = 0; !ours && i < cache.nwatched; ++i) ours = relid == cache.watched[i];
   if (ours) ++inval_generation;
 }
+
+// Any change to pg_proc (a function of an index, CHECK or trigger altered,
+// given away or replaced): what RefuseCodeTheCallerCouldBind allowed may no
+// longer hold. Rare enough to rebuild the cache for.
+void OnFunctionInvalidation(Datum, int, uint32) { ++inval_generation; }
+
+// RefuseCodeTheCallerCouldBind's `watch`. Beyond kMaxWatched indexes, every
+// relcache invalidation counts (the callback cannot look a relation up).
+void Watch(Oid relid) {
+  if (cache.watched == nullptr) {
+    cache.watched =
+        static_cast<Oid *>(MemoryContextAlloc(cache.context, kMaxWatched * sizeof(Oid)));
+  }
+  if (cache.nwatched < kMaxWatched) {
+    cache.watched[cache.nwatched++] = relid;
+  } else {
+    cache.watch_all = true;
+  }
+}
+
+// True while a Prepare builds the cache: an emit() that code run meanwhile
+// calls (an immutable index function folded on constants while the index
+// is loaded) must not reset the cache under it.
+bool preparing = false;
 
 bool HasRowInsertTriggers(Relation rel) {
   const TriggerDesc *t = rel->trigdesc;
@@ -199,17 +232,23 @@ bool HasAnyInsertTriggers(Relation rel) {
                           t->trig_insert_after_statement || t->trig_insert_new_table);
 }
 
-// Which partition of outbox.events takes `at`, and the range of times that go
-// to the same place. Requires RowExclusiveLock on `parent`. Returns why not
-// (nullptr: routed) when outbox.events is not as the extension made it (one
-// range key on created_at compared as timestamptz, concrete bounds, leaf
-// partitions, no rules, row security or INSERT triggers) or no partition takes
-// `at`: then the SPI INSERT routes, or reports the missing partition.
-const char *Route(Relation parent, TimestampTz at) {
-  if (parent->rd_rel->relkind != RELKIND_PARTITIONED_TABLE) return "it is not partitioned";
+// Why the direct write must not write into outbox.events whatever the
+// partition (nullptr: it may): rules, row security or INSERT triggers.
+const char *ParentWhyNot(Relation parent) {
   if (parent->rd_rules != nullptr) return "it has rules";
   if (parent->rd_rel->relrowsecurity) return "it has row security";
   if (HasAnyInsertTriggers(parent)) return "it has INSERT triggers";
+  return nullptr;
+}
+
+// Which partition of outbox.events takes `at`, and the range of times that go
+// to the same place. Requires RowExclusiveLock on `parent`. Returns why not
+// (nullptr: routed) when outbox.events is not partitioned as the extension
+// made it (one range key on created_at compared as timestamptz, concrete
+// bounds, leaf partitions) or no partition takes `at`: then the SPI INSERT
+// routes, or reports the missing partition.
+const char *Route(Relation parent, TimestampTz at) {
+  if (parent->rd_rel->relkind != RELKIND_PARTITIONED_TABLE) return "it is not partitioned";
   PartitionKey key = RelationGetPartitionKey(parent);
   const AttrNumber created_at = get_attnum(RelationGetRelid(parent), "created_at");
   if (key == nullptr || key->strategy != PARTITION_STRATEGY_RANGE || key->partnatts != 1 ||
@@ -316,79 +355,6 @@ int PinSearchPath() {
 // false: a SET (LOCAL or not) by code run as the writer (a trigger of the
 // owner's) is undone too, as REFRESH MATERIALIZED VIEW undoes it.
 void UnpinSearchPath(int level) { AtEOXact_GUC(false, level); }
-
-// check_functions_in_node's callback: true (stop) for a function that
-// neither the writer (emit()'s owner) nor a superuser owns. `context`
-// points to the writer's Oid, and receives the function's when one is found.
-bool OwnedByAnother(Oid function, void *context) {
-  Oid *who = static_cast<Oid *>(context);
-  if (function < FirstNormalObjectId) return false;
-  HeapTuple tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(function));
-  if (!HeapTupleIsValid(tuple)) return false;  // dropped meanwhile: nothing to run
-  const Oid owner = reinterpret_cast<Form_pg_proc>(GETSTRUCT(tuple))->proowner;
-  ReleaseSysCache(tuple);
-  if (owner == *who || superuser_arg(owner)) return false;
-  *who = function;
-  return true;
-}
-
-// expression_tree_walker over an index's expressions or predicate: true when
-// one calls a function OwnedByAnother, or coerces to a domain that neither
-// the writer nor a superuser owns (its constraints run as the writer).
-bool CallsCodeOfAnother(Node *node, void *context) {
-  if (node == nullptr) return false;
-  if (IsA(node, CoerceToDomain)) {
-    const Oid domain = castNode(CoerceToDomain, node)->resulttype;
-    HeapTuple tuple = SearchSysCache1(TYPEOID, ObjectIdGetDatum(domain));
-    if (HeapTupleIsValid(tuple)) {
-      const Oid owner = reinterpret_cast<Form_pg_type>(GETSTRUCT(tuple))->typowner;
-      ReleaseSysCache(tuple);
-      Oid *who = static_cast<Oid *>(context);
-      if (owner != *who && !superuser_arg(owner)) {
-        *who = domain;
-        return true;
-      }
-    }
-  }
-  if (check_functions_in_node(node, OwnedByAnother, context)) return true;
-  using Walker = bool (*)();
-  return expression_tree_walker(
-      node, reinterpret_cast<Walker>(reinterpret_cast<void (*)()>(CallsCodeOfAnother)), context);
-}
-
-// Refuse to write into `part` as `writer` when one of its indexes would run
-// code that another role owns. The index's owner chose its functions, but
-// the trees PostgreSQL keeps for it are not only the owner's: an SQL function
-// in an index expression or predicate is inlined when a backend first loads
-// the index, with that backend's search_path, so a caller who reads
-// outbox.events first (refused, but planned) can have its own function bound
-// in its backend's copy, which emit() would then run as the writer. Requires
-// a lock on `part`.
-void RefuseCodeOfOthers(Relation part, Oid writer) {
-  List *index_oids = RelationGetIndexList(part);
-  ListCell *cell;
-  foreach (cell, index_oids) {
-    Relation index = index_open(lfirst_oid(cell), RowExclusiveLock);
-    Oid found = writer;
-    const bool refused =
-        CallsCodeOfAnother(reinterpret_cast<Node *>(RelationGetIndexExpressions(index)), &found) ||
-        CallsCodeOfAnother(reinterpret_cast<Node *>(RelationGetIndexPredicate(index)), &found);
-    if (refused) {
-      const bool is_function = SearchSysCacheExists1(PROCOID, ObjectIdGetDatum(found));
-      ereport(ERROR,
-              (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-               errmsg("outbox: emit() does not run %s %s as the owner of outbox.events",
-                      is_function ? "function" : "domain",
-                      is_function ? format_procedure(found) : format_type_be(found)),
-               errdetail("Index %s of %s calls it, and neither role %s nor a superuser owns it.",
-                         RelationGetRelationName(index), RelationGetRelationName(part),
-                         GetUserNameFromId(writer, false)),
-               errhint("Functions and domains in indexes on outbox.events must belong to the "
-                       "extension owner or a superuser, and schema-qualify every name.")));
-    }
-    index_close(index, NoLock);
-  }
-}
 
 // Pushed while the direct write does what the INSERT's executor would do, so
 // that an error raised there reads as the INSERT's: SPI's error callback
@@ -550,7 +516,14 @@ const char *Inspect(Relation parent, Relation part) {
 bool Prepare(TimestampTz at, Oid writer) {
   if (!callback_registered) {
     CacheRegisterRelcacheCallback(OnRelcacheInvalidation, (Datum)0);
+    CacheRegisterSyscacheCallback(PROCOID, OnFunctionInvalidation, (Datum)0);
     callback_registered = true;
+  }
+  if (preparing) {
+    ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                    errmsg("outbox: emit() cannot be called while emit() loads the indexes of "
+                           "outbox.events"),
+                    errdetail("An index expression or predicate of outbox.events calls emit().")));
   }
   if (cache.context == nullptr) {
     cache.context =
@@ -573,6 +546,9 @@ bool Prepare(TimestampTz at, Oid writer) {
     cache.checks_compiled = false;
     cache.checks_compiling = false;
     cache.nindexes = 0;
+    cache.nwatched = 0;
+    cache.watched = nullptr;
+    cache.watch_all = false;
     cache.partition = InvalidOid;
     MemoryContextReset(cache.context);
     const uint64 generation = inval_generation;
@@ -582,22 +558,38 @@ bool Prepare(TimestampTz at, Oid writer) {
 
     // Loading the relcache's index expressions and predicates inlines SQL
     // functions and resolves their names: with search_path pinned, as the
-    // INSERT would.
+    // INSERT would; in the caller's memory context, which code run by the
+    // loading (constant folding) cannot reset, unlike cache.context.
     const int level = PinSearchPath();
-    MemoryContext caller = MemoryContextSwitchTo(cache.context);
-    LockRelationOid(cache.parent, RowExclusiveLock);
-    Relation parent = table_open(cache.parent, NoLock);
-    const char *unrouted = Route(parent, at);
-    const char *indirect = unrouted;
-    if (unrouted == nullptr) {
-      LockRelationOid(cache.partition, RowExclusiveLock);
-      Relation part = table_open(cache.partition, NoLock);
-      RefuseCodeOfOthers(part, writer);
-      indirect = Inspect(parent, part);
-      table_close(part, NoLock);
+    const char *volatile unrouted = nullptr;
+    const char *volatile indirect = nullptr;
+    preparing = true;
+    PG_TRY();
+    {
+      LockRelationOid(cache.parent, RowExclusiveLock);
+      Relation parent = table_open(cache.parent, NoLock);
+      unrouted = Route(parent, at);
+      Relation part = nullptr;
+      if (unrouted == nullptr) {
+        LockRelationOid(cache.partition, RowExclusiveLock);
+        part = table_open(cache.partition, NoLock);
+      }
+      RefuseCodeTheCallerCouldBind(parent, part, writer, Watch);
+      indirect = unrouted;
+      if (part != nullptr) {
+        indirect = ParentWhyNot(parent);
+        if (indirect == nullptr) {
+          MemoryContext caller = MemoryContextSwitchTo(cache.context);
+          indirect = Inspect(parent, part);
+          MemoryContextSwitchTo(caller);
+        }
+        table_close(part, NoLock);
+      }
+      table_close(parent, NoLock);
     }
-    table_close(parent, NoLock);
-    MemoryContextSwitchTo(caller);
+    PG_FINALLY();
+    { preparing = false; }
+    PG_END_TRY();
     UnpinSearchPath(level);
     // Once per rebuild, for whoever wonders why emit() costs what it does.
     if (indirect == nullptr) {

@@ -67,8 +67,8 @@ enum EventColumn {
 // and constraints into the cache, and around CHECK constraints not yet known
 // to hold (a text-to-regclass cast in one would look the name up). Index
 // expressions and predicates that call anything but built-in, non-volatile
-// functions take the SPI INSERT; one that calls a function or domain neither
-// `writer` nor a superuser owns is refused (42501): see RefuseCodeOfOthers.
+// functions take the SPI INSERT; code the caller could have bound to objects
+// of its own is refused (42501): see writer_code_check.hpp.
 bool InsertEvent(const Datum *values, const bool *isnull, Oid writer);
 
 }  // namespace outbox
