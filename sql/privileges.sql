@@ -270,6 +270,41 @@ SELECT regexp_replace(public.error_of($$SELECT outbox.emit('priv.folding', '{}')
 RESET ROLE;
 DROP INDEX outbox.regress_folded_idx;
 SELECT count(*) AS folded_rows FROM outbox.events WHERE topic LIKE 'priv.fold%';
+-- The same rule for everything else an INSERT into outbox.events runs as
+-- emit()'s owner: a column default, a trigger's WHEN condition, a policy
+-- under FORCE ROW LEVEL SECURITY, a rule.
+CREATE FUNCTION public.regress_unpinned(t text) RETURNS boolean LANGUAGE plpgsql IMMUTABLE
+    AS $$ BEGIN RETURN t IS NOT NULL; END $$;
+CREATE FUNCTION public.regress_pinned_trigger() RETURNS trigger LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp AS $$ BEGIN RETURN NEW; END $$;
+ALTER TABLE outbox.events ADD COLUMN regress_flag boolean DEFAULT public.regress_unpinned('x');
+SET ROLE regress_outbox_app;
+SELECT public.error_of($$SELECT outbox.emit('priv.other', '{}')$$) AS column_default;
+RESET ROLE;
+ALTER TABLE outbox.events DROP COLUMN regress_flag;
+CREATE TRIGGER regress_when BEFORE INSERT ON outbox.events FOR EACH ROW
+    WHEN (public.regress_unpinned(NEW.topic)) EXECUTE FUNCTION public.regress_pinned_trigger();
+SET ROLE regress_outbox_app;
+SELECT public.error_of($$SELECT outbox.emit('priv.other', '{}')$$) AS trigger_condition;
+RESET ROLE;
+DROP TRIGGER regress_when ON outbox.events;
+CREATE POLICY regress_policy ON outbox.events WITH CHECK (public.regress_unpinned(topic));
+ALTER TABLE outbox.events ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
+SET ROLE regress_outbox_app;
+SELECT public.error_of($$SELECT outbox.emit('priv.other', '{}')$$) AS forced_policy;
+RESET ROLE;
+ALTER TABLE outbox.events NO FORCE ROW LEVEL SECURITY, DISABLE ROW LEVEL SECURITY;
+DROP POLICY regress_policy ON outbox.events;
+CREATE RULE regress_rule AS ON INSERT TO outbox.events
+    WHERE public.regress_unpinned(NEW.topic) DO ALSO NOTHING;
+SET ROLE regress_outbox_app;
+SELECT public.error_of($$SELECT outbox.emit('priv.other', '{}')$$) AS rule_condition;
+RESET ROLE;
+DROP RULE regress_rule ON outbox.events;
+SET ROLE regress_outbox_app;
+SELECT outbox.emit('priv.other', '{}') IS NOT NULL AS emitted_after_all_dropped;
+RESET ROLE;
+SELECT count(*) AS other_rows FROM outbox.events WHERE topic = 'priv.other';
 DROP SCHEMA regress_plant_schema CASCADE;
 
 DROP OWNED BY regress_outbox_app, regress_outbox_other, regress_outbox_monitor;

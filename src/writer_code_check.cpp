@@ -15,6 +15,8 @@ extern "C" {
 #include "commands/trigger.h"
 #include "miscadmin.h"
 #include "nodes/nodeFuncs.h"
+#include "rewrite/prs2lock.h"
+#include "rewrite/rowsecurity.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
@@ -101,11 +103,13 @@ bool CallsRefusedCode(Node *node, void *context) {
       return true;
     }
   }
-  if (check_functions_in_node(node, Refused, context)) return true;
-  // PostgreSQL 15 declares the walker as `bool (*)()`; see event_insert.cpp.
+  // PostgreSQL 15 declares the walkers as `bool (*)()`; see event_insert.cpp.
   using Walker = bool (*)();
-  return expression_tree_walker(
-      node, reinterpret_cast<Walker>(reinterpret_cast<void (*)()>(CallsRefusedCode)), context);
+  const Walker walker = reinterpret_cast<Walker>(reinterpret_cast<void (*)()>(CallsRefusedCode));
+  // A subquery (a rule's action, a policy's SubLink): every expression in it.
+  if (IsA(node, Query)) return query_tree_walker(castNode(Query, node), walker, context, 0);
+  if (check_functions_in_node(node, Refused, context)) return true;
+  return expression_tree_walker(node, walker, context);
 }
 
 void Refuse(const Finding &finding, const char *what, const char *where) {
@@ -121,16 +125,53 @@ void Refuse(const Finding &finding, const char *what, const char *where) {
                    "declared with SET search_path = pg_catalog, pg_temp (docs/security.md).")));
 }
 
-// The INSERT triggers of `rel` (row or statement; not PostgreSQL's internal
-// ones, which call built-in functions).
-void CheckInsertTriggers(Relation rel, Finding *finding) {
+// Everything of `rel` that an INSERT into it runs as the writer: its INSERT
+// triggers (row or statement, their WHEN conditions; not PostgreSQL's
+// internal ones, which call built-in functions), column defaults and
+// generated columns, CHECK constraints, rules, and row security policies when
+// they apply to the table's owner too (FORCE ROW LEVEL SECURITY).
+void CheckRelation(Relation rel, Finding *finding) {
   const TriggerDesc *triggers = rel->trigdesc;
-  if (triggers == nullptr) return;
-  for (int i = 0; i < triggers->numtriggers; ++i) {
+  for (int i = 0; triggers != nullptr && i < triggers->numtriggers; ++i) {
     const Trigger &trigger = triggers->triggers[i];
     if (!TRIGGER_FOR_INSERT(trigger.tgtype) || trigger.tgisinternal) continue;
-    if (Refused(trigger.tgfoid, finding)) {
+    if (Refused(trigger.tgfoid, finding) ||
+        (trigger.tgqual != nullptr &&
+         CallsRefusedCode(static_cast<Node *>(stringToNode(trigger.tgqual)), finding))) {
       Refuse(*finding, "trigger", quote_identifier(trigger.tgname));
+    }
+  }
+  const TupleDesc desc = RelationGetDescr(rel);
+  const TupleConstr *constr = desc->constr;
+  for (int i = 0; constr != nullptr && i < constr->num_defval; ++i) {
+    if (CallsRefusedCode(static_cast<Node *>(stringToNode(constr->defval[i].adbin)), finding)) {
+      const Form_pg_attribute att = TupleDescAttr(desc, constr->defval[i].adnum - 1);
+      Refuse(*finding, "the default or generation expression of column",
+             quote_identifier(NameStr(att->attname)));
+    }
+  }
+  for (int i = 0; constr != nullptr && i < constr->num_check; ++i) {
+    if (CallsRefusedCode(static_cast<Node *>(stringToNode(constr->check[i].ccbin)), finding)) {
+      Refuse(*finding, "CHECK constraint", quote_identifier(constr->check[i].ccname));
+    }
+  }
+  const RuleLock *rules = rel->rd_rules;
+  for (int i = 0; rules != nullptr && i < rules->numLocks; ++i) {
+    const RewriteRule *rule = rules->rules[i];
+    if (CallsRefusedCode(rule->qual, finding) ||
+        CallsRefusedCode(reinterpret_cast<Node *>(rule->actions), finding)) {
+      Refuse(*finding, "a rule of", quote_identifier(RelationGetRelationName(rel)));
+    }
+  }
+  if (rel->rd_rel->relrowsecurity && rel->rd_rel->relforcerowsecurity &&
+      rel->rd_rsdesc != nullptr) {
+    ListCell *cell;
+    foreach (cell, rel->rd_rsdesc->policies) {
+      const RowSecurityPolicy *policy = static_cast<RowSecurityPolicy *>(lfirst(cell));
+      if (CallsRefusedCode(reinterpret_cast<Node *>(policy->qual), finding) ||
+          CallsRefusedCode(reinterpret_cast<Node *>(policy->with_check_qual), finding)) {
+        Refuse(*finding, "policy", quote_identifier(policy->policy_name));
+      }
     }
   }
 }
@@ -139,17 +180,9 @@ void CheckInsertTriggers(Relation rel, Finding *finding) {
 
 void RefuseCodeTheCallerCouldBind(Relation parent, Relation part, Oid writer, void (*watch)(Oid)) {
   Finding finding = {writer, InvalidOid, false, nullptr};
-  CheckInsertTriggers(parent, &finding);
+  CheckRelation(parent, &finding);
   if (part == nullptr) return;
-  CheckInsertTriggers(part, &finding);
-
-  const TupleConstr *constr = RelationGetDescr(part)->constr;
-  for (int i = 0; constr != nullptr && i < constr->num_check; ++i) {
-    Node *expr = static_cast<Node *>(stringToNode(constr->check[i].ccbin));
-    if (CallsRefusedCode(expr, &finding)) {
-      Refuse(finding, "CHECK constraint", quote_identifier(constr->check[i].ccname));
-    }
-  }
+  CheckRelation(part, &finding);
 
   List *index_oids = RelationGetIndexList(part);
   ListCell *cell;

@@ -2,8 +2,10 @@
 //
 // emit() writes its row as the function's owner (the writer), in the
 // caller's backend. Whatever the row's INSERT runs there (index expressions
-// and predicates, CHECK constraints, INSERT triggers of outbox.events and of
-// the day's partition) runs as the writer, and some of it was bound to
+// and predicates, column defaults and generated columns, CHECK constraints,
+// INSERT triggers and their WHEN conditions, rules, and row security
+// policies forced on the owner, of outbox.events and of the day's
+// partition) runs as the writer, and some of it was bound to
 // objects when the caller's backend first loaded it, with the caller's
 // search_path, not the writer's:
 // - PostgreSQL inlines an SQL function in an index expression or predicate
