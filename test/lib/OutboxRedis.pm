@@ -10,6 +10,12 @@ use IO::Socket::INET;
 use PostgreSQL::Test::Utils;
 use Time::HiRes qw(usleep);
 
+# Every server started and not yet stopped. The END block below stops them
+# before File::Temp's own END removes their directories (END blocks run last
+# defined first): stopping from DESTROY alone at global destruction found the
+# pid file gone and left redis-server running after the test.
+my %running;
+
 sub _free_port {
 	my $sock = IO::Socket::INET->new(Listen => 1, LocalAddr => '127.0.0.1', LocalPort => 0)
 	  or die "no free port: $!";
@@ -40,7 +46,12 @@ sub _launch {
 	push @args, '--requirepass', $self->{password} if defined $self->{password};
 	system(@args) == 0 or die "redis-server did not start";
 	for (1 .. 100) {
-		return if eval { $self->cli('PING') eq 'PONG' };
+		if (eval { $self->cli('PING') eq 'PONG' }) {
+			$self->{pid} = slurp_file("$self->{dir}/redis.pid");
+			chomp $self->{pid};
+			$running{ $self->{dir} } = $self;
+			return;
+		}
 		usleep(50_000);
 	}
 	die "redis-server does not answer";
@@ -58,9 +69,9 @@ sub cli {
 
 sub stop {
 	my ($self) = @_;
-	return unless -f "$self->{dir}/redis.pid";
-	my $pid = slurp_file("$self->{dir}/redis.pid");
-	chomp $pid;
+	my $pid = delete $self->{pid};
+	delete $running{ $self->{dir} };
+	return unless $pid;
 	kill 'KILL', $pid;
 	usleep(100_000) while kill 0, $pid;
 	unlink "$self->{dir}/redis.pid";
@@ -73,5 +84,7 @@ sub restart {
 }
 
 sub DESTROY { $_[0]->stop }
+
+END { $_->stop for values %running }
 
 1;
