@@ -175,6 +175,10 @@ struct InsertCache {
   int nwatched = 0;
   Oid *watched = nullptr;  // in cache.context, room for kMaxWatched
   bool watch_all = false;  // more than kMaxWatched: every invalidation counts
+  // PROCOID hashes of the functions RefuseCodeTheCallerCouldBind allowed.
+  int nfunctions = 0;
+  uint32 *functions = nullptr;  // in cache.context, room for kMaxWatched
+  bool functions_all = false;   // more than kMaxWatched: every pg_proc change counts
 };
 constexpr int kMaxWatched = 64;
 
@@ -196,10 +200,27 @@ void OnRelcacheInvalidation(Datum, Oid relid) {
   if (ours) ++inval_generation;
 }
 
-// Any change to pg_proc (a function of an index, CHECK or trigger altered,
-// given away or replaced): what RefuseCodeTheCallerCouldBind allowed may no
-// longer hold. Rare enough to rebuild the cache for.
-void OnFunctionInvalidation(Datum, int, uint32) { ++inval_generation; }
+// A change to the pg_proc row of a function RefuseCodeTheCallerCouldBind
+// allowed (altered, given away, replaced; hash 0: every row): it must look
+// again. Other functions' changes cost nothing.
+void OnFunctionInvalidation(Datum, int, uint32 hash) {
+  bool ours = hash == 0 || cache.functions_all;
+  for (int i = 0; !ours && i < cache.nfunctions; ++i) ours = cache.functions[i] == hash;
+  if (ours) ++inval_generation;
+}
+
+// RefuseCodeTheCallerCouldBind's `watch_function`.
+void WatchFunction(uint32 hash) {
+  if (cache.functions == nullptr) {
+    cache.functions =
+        static_cast<uint32 *>(MemoryContextAlloc(cache.context, kMaxWatched * sizeof(uint32)));
+  }
+  if (cache.nfunctions < kMaxWatched) {
+    cache.functions[cache.nfunctions++] = hash;
+  } else {
+    cache.functions_all = true;
+  }
+}
 
 // RefuseCodeTheCallerCouldBind's `watch`. Beyond kMaxWatched indexes, every
 // relcache invalidation counts (the callback cannot look a relation up).
@@ -549,6 +570,9 @@ bool Prepare(TimestampTz at, Oid writer) {
     cache.nwatched = 0;
     cache.watched = nullptr;
     cache.watch_all = false;
+    cache.nfunctions = 0;
+    cache.functions = nullptr;
+    cache.functions_all = false;
     cache.partition = InvalidOid;
     MemoryContextReset(cache.context);
     const uint64 generation = inval_generation;
@@ -574,7 +598,7 @@ bool Prepare(TimestampTz at, Oid writer) {
         LockRelationOid(cache.partition, RowExclusiveLock);
         part = table_open(cache.partition, NoLock);
       }
-      RefuseCodeTheCallerCouldBind(parent, part, writer, Watch);
+      RefuseCodeTheCallerCouldBind(parent, part, writer, Watch, WatchFunction);
       indirect = unrouted;
       if (part != nullptr) {
         indirect = ParentWhyNot(parent);

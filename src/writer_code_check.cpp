@@ -34,6 +34,7 @@ namespace {
 // nothing yet).
 struct Finding {
   Oid writer;
+  void (*watch_function)(uint32);
   Oid object;
   bool is_domain;
   const char *why;
@@ -81,7 +82,12 @@ const char *WhyNot(Oid function, Oid writer) {
 bool Refused(Oid function, void *context) {
   Finding *finding = static_cast<Finding *>(context);
   const char *why = WhyNot(function, finding->writer);
-  if (why == nullptr) return false;
+  if (why == nullptr) {
+    if (function >= FirstNormalObjectId) {
+      finding->watch_function(GetSysCacheHashValue1(PROCOID, ObjectIdGetDatum(function)));
+    }
+    return false;
+  }
   finding->object = function;
   finding->is_domain = false;
   finding->why = why;
@@ -178,8 +184,9 @@ void CheckRelation(Relation rel, Finding *finding) {
 
 }  // namespace
 
-void RefuseCodeTheCallerCouldBind(Relation parent, Relation part, Oid writer, void (*watch)(Oid)) {
-  Finding finding = {writer, InvalidOid, false, nullptr};
+void RefuseCodeTheCallerCouldBind(Relation parent, Relation part, Oid writer,
+                                  void (*watch_index)(Oid), void (*watch_function)(uint32)) {
+  Finding finding = {writer, watch_function, InvalidOid, false, nullptr};
   CheckRelation(parent, &finding);
   if (part == nullptr) return;
   CheckRelation(part, &finding);
@@ -188,7 +195,7 @@ void RefuseCodeTheCallerCouldBind(Relation parent, Relation part, Oid writer, vo
   ListCell *cell;
   foreach (cell, index_oids) {
     const Oid oid = lfirst_oid(cell);
-    watch(oid);
+    watch_index(oid);
     Relation index = index_open(oid, RowExclusiveLock);
     // The relcache's trees: what the INSERT will evaluate, inlined with the
     // search_path of whichever statement of this backend loaded them first.

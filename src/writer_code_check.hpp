@@ -38,12 +38,15 @@ namespace outbox {
 
 // Raise 42501, naming the object and where it is used, when the INSERT of
 // an event into `parent` (outbox.events) and `part` (the partition it lands
-// in; nullptr when that is not known: then only the parent's triggers are
-// looked at) would run code the rules above do not allow. `watch` is called
-// with the OID of every index it looked at, whose relcache invalidation must
-// make the caller check again. Requires locks on both relations. Loads the
+// in; nullptr when that is not known: then only outbox.events itself is
+// looked at) would run code the rules above do not allow. `watch_index` is
+// called with the OID of every index it looked at, whose relcache
+// invalidation must make the caller check again, and `watch_function` with
+// the PROCOID syscache hash of every function it allowed that is not built
+// in (a change to its pg_proc row must too). Requires locks on both relations. Loads the
 // indexes' expressions and predicates into the relcache: call it with
 // search_path pinned, in a memory context the code it runs may not reset.
-void RefuseCodeTheCallerCouldBind(Relation parent, Relation part, Oid writer, void (*watch)(Oid));
+void RefuseCodeTheCallerCouldBind(Relation parent, Relation part, Oid writer,
+                                  void (*watch_index)(Oid), void (*watch_function)(uint32));
 
 }  // namespace outbox
