@@ -164,8 +164,9 @@ SELECT count(*) AS indexed_rows FROM outbox.events WHERE topic = 'priv.index';
 -- An SQL function in an index predicate is inlined when a backend first
 -- loads the index, with that backend's search_path: a caller who makes its
 -- backend load it (a refused SELECT is planned first) binds its own
--- starts_with() into its copy. emit() refuses to run another role's code as
--- its owner (42501), both ways, and the planted function never runs.
+-- starts_with() into its copy. The function does not pin search_path, so
+-- emit() refuses it (42501), both ways, also with a statement trigger on
+-- outbox.events, and the planted function never runs.
 CREATE FUNCTION public.regress_is_audit(t text) RETURNS boolean LANGUAGE sql IMMUTABLE
     AS $$ SELECT starts_with(t, 'audit.') $$;
 CREATE INDEX regress_audit_idx ON outbox.events (id) WHERE public.regress_is_audit(topic);
@@ -301,6 +302,58 @@ SET ROLE regress_outbox_app;
 SELECT public.error_of($$SELECT outbox.emit('priv.other', '{}')$$) AS rule_condition;
 RESET ROLE;
 DROP RULE regress_rule ON outbox.events;
+-- A search_path that lets the caller in is no pin: pg_temp must come last
+-- (else the caller's temporary types and tables come first), and every
+-- other schema must be pg_catalog or one that only emit()'s owner or a
+-- superuser owns (public belongs to pg_database_owner).
+CREATE FUNCTION public.regress_path_trigger() RETURNS trigger LANGUAGE plpgsql
+    SET search_path = public AS $$ DECLARE t text; BEGIN RETURN NEW; END $$;
+CREATE TRIGGER regress_path_trigger BEFORE INSERT ON outbox.events
+    FOR EACH ROW EXECUTE FUNCTION public.regress_path_trigger();
+SET ROLE regress_outbox_app;
+SELECT public.error_of($$SELECT outbox.emit('priv.other', '{}')$$) AS path_public;
+RESET ROLE;
+ALTER FUNCTION public.regress_path_trigger() SET search_path = pg_catalog, public, pg_temp;
+SET ROLE regress_outbox_app;
+SELECT public.error_of($$SELECT outbox.emit('priv.other', '{}')$$) AS path_with_public;
+RESET ROLE;
+ALTER FUNCTION public.regress_path_trigger() SET search_path = pg_temp, pg_catalog;
+SET ROLE regress_outbox_app;
+SELECT public.error_of($$SELECT outbox.emit('priv.other', '{}')$$) AS path_temp_first;
+RESET ROLE;
+ALTER FUNCTION public.regress_path_trigger() SET search_path = pg_catalog, pg_temp;
+SET ROLE regress_outbox_app;
+SELECT public.error_of($$SELECT outbox.emit('priv.other', '{}')$$) AS path_pinned;
+RESET ROLE;
+DROP TRIGGER regress_path_trigger ON outbox.events;
+
+-- An immutable function on constants in an index is run (folded) when a
+-- backend loads the index: emit() judges the index as stored before it
+-- loads it, so an unpinned one never runs as its owner.
+CREATE FUNCTION public.regress_folded_status() RETURNS text LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF current_setting('role') <> 'none' THEN
+        RAISE NOTICE 'folded as % for %', current_user, current_setting('role');
+    END IF;
+    RETURN 'pending';
+END $$;
+CREATE INDEX regress_folded_status_idx ON outbox.events (id)
+    WHERE status = public.regress_folded_status();
+\c -
+SET ROLE regress_outbox_app;
+SELECT public.error_of($$SELECT outbox.emit('priv.other', '{}')$$) AS folded_when_loaded;
+RESET ROLE;
+DROP INDEX outbox.regress_folded_status_idx;
+
+-- A column of a domain whose CHECK calls such a function: the INSERT coerces
+-- the column's default (NULL) to the domain, so its CHECK runs as the owner.
+CREATE DOMAIN public.regress_checked AS text CHECK (public.regress_unpinned(coalesce(VALUE, 'none')));
+ALTER TABLE outbox.events ADD COLUMN regress_checked public.regress_checked;
+SET ROLE regress_outbox_app;
+SELECT public.error_of($$SELECT outbox.emit('priv.other', '{}')$$) AS domain_column;
+RESET ROLE;
+ALTER TABLE outbox.events DROP COLUMN regress_checked;
+DROP DOMAIN public.regress_checked;
 SET ROLE regress_outbox_app;
 SELECT outbox.emit('priv.other', '{}') IS NOT NULL AS emitted_after_all_dropped;
 RESET ROLE;

@@ -58,6 +58,7 @@ extern "C" {
 #include "access/xact.h"
 #include "catalog/index.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_inherits.h"
 #include "catalog/pg_am_d.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_proc_d.h"
@@ -147,6 +148,11 @@ struct IndexPlan {
   bool unique;
 };
 
+struct WatchedRow {
+  int cacheid;
+  uint32 hash;
+};
+
 struct InsertCache {
   MemoryContext context = nullptr;
   bool built = false;              // the fields below describe `partition`
@@ -175,10 +181,11 @@ struct InsertCache {
   int nwatched = 0;
   Oid *watched = nullptr;  // in cache.context, room for kMaxWatched
   bool watch_all = false;  // more than kMaxWatched: every invalidation counts
-  // PROCOID hashes of the functions RefuseCodeTheCallerCouldBind allowed.
-  int nfunctions = 0;
-  uint32 *functions = nullptr;  // in cache.context, room for kMaxWatched
-  bool functions_all = false;   // more than kMaxWatched: every pg_proc change counts
+  // The catalog rows (PROCOID and TYPEOID syscache hashes) of the functions
+  // and domains RefuseCodeTheCallerCouldBind allowed.
+  int nrows = 0;
+  WatchedRow *rows = nullptr;  // in cache.context, room for kMaxWatched
+  bool rows_all = false;       // more than kMaxWatched: every change counts
 };
 constexpr int kMaxWatched = 64;
 
@@ -200,30 +207,37 @@ void OnRelcacheInvalidation(Datum, Oid relid) {
   if (ours) ++inval_generation;
 }
 
-// A change to the pg_proc row of a function RefuseCodeTheCallerCouldBind
-// allowed (altered, given away, replaced; hash 0: every row): it must look
-// again. Other functions' changes cost nothing.
-void OnFunctionInvalidation(Datum, int, uint32 hash) {
-  bool ours = hash == 0 || cache.functions_all;
-  for (int i = 0; !ours && i < cache.nfunctions; ++i) ours = cache.functions[i] == hash;
+// A change to the pg_proc or pg_type row of a function or domain
+// RefuseCodeTheCallerCouldBind allowed (altered, given away, replaced, a
+// domain constraint added; hash 0: every row): it must look again. Other
+// rows' changes (any role can create functions and types, temporary tables
+// make types) cost nothing.
+void OnCatalogRowInvalidation(Datum, int cacheid, uint32 hash) {
+  bool ours = hash == 0 || cache.rows_all;
+  for (int i = 0; !ours && i < cache.nrows; ++i) {
+    ours = cache.rows[i].cacheid == cacheid && cache.rows[i].hash == hash;
+  }
   if (ours) ++inval_generation;
 }
 
-// RefuseCodeTheCallerCouldBind's `watch_function`.
-void WatchFunction(uint32 hash) {
-  if (cache.functions == nullptr) {
-    cache.functions =
-        static_cast<uint32 *>(MemoryContextAlloc(cache.context, kMaxWatched * sizeof(uint32)));
+void OnAnyInvalidation(Datum, int, uint32) { ++inval_generation; }
+
+// RefuseCodeTheCallerCouldBind's `watch_row`.
+void WatchRow(int cacheid, uint32 hash) {
+  if (cache.rows == nullptr) {
+    cache.rows = static_cast<WatchedRow *>(
+        MemoryContextAlloc(cache.context, kMaxWatched * sizeof(WatchedRow)));
   }
-  if (cache.nfunctions < kMaxWatched) {
-    cache.functions[cache.nfunctions++] = hash;
+  if (cache.nrows < kMaxWatched) {
+    cache.rows[cache.nrows++] = {cacheid, hash};
   } else {
-    cache.functions_all = true;
+    cache.rows_all = true;
   }
 }
 
-// RefuseCodeTheCallerCouldBind's `watch`. Beyond kMaxWatched indexes, every
-// relcache invalidation counts (the callback cannot look a relation up).
+// RefuseCodeTheCallerCouldBind's `watch_index`. Beyond kMaxWatched indexes,
+// every relcache invalidation counts (the callback cannot look a relation
+// up).
 void Watch(Oid relid) {
   if (cache.watched == nullptr) {
     cache.watched =
@@ -537,7 +551,13 @@ const char *Inspect(Relation parent, Relation part) {
 bool Prepare(TimestampTz at, Oid writer) {
   if (!callback_registered) {
     CacheRegisterRelcacheCallback(OnRelcacheInvalidation, (Datum)0);
-    CacheRegisterSyscacheCallback(PROCOID, OnFunctionInvalidation, (Datum)0);
+    CacheRegisterSyscacheCallback(PROCOID, OnCatalogRowInvalidation, (Datum)0);
+    CacheRegisterSyscacheCallback(TYPEOID, OnCatalogRowInvalidation, (Datum)0);
+    // Who is a superuser, and who owns the schemas a function's search_path
+    // names, decide what RefuseCodeTheCallerCouldBind allows; both change
+    // rarely.
+    CacheRegisterSyscacheCallback(AUTHOID, OnAnyInvalidation, (Datum)0);
+    CacheRegisterSyscacheCallback(NAMESPACEOID, OnAnyInvalidation, (Datum)0);
     callback_registered = true;
   }
   if (preparing) {
@@ -570,9 +590,9 @@ bool Prepare(TimestampTz at, Oid writer) {
     cache.nwatched = 0;
     cache.watched = nullptr;
     cache.watch_all = false;
-    cache.nfunctions = 0;
-    cache.functions = nullptr;
-    cache.functions_all = false;
+    cache.nrows = 0;
+    cache.rows = nullptr;
+    cache.rows_all = false;
     cache.partition = InvalidOid;
     MemoryContextReset(cache.context);
     const uint64 generation = inval_generation;
@@ -598,7 +618,23 @@ bool Prepare(TimestampTz at, Oid writer) {
         LockRelationOid(cache.partition, RowExclusiveLock);
         part = table_open(cache.partition, NoLock);
       }
-      RefuseCodeTheCallerCouldBind(parent, part, writer, Watch, WatchFunction);
+      if (part != nullptr) {
+        RefuseCodeTheCallerCouldBind(parent, part, writer, Watch, WatchRow);
+      } else {
+        // A layout the direct write does not route (a day partitioned
+        // again, unbounded ranges): the INSERT may reach any partition.
+        List *all = find_all_inheritors(cache.parent, RowExclusiveLock, nullptr);
+        ListCell *cell;
+        foreach (cell, all) {
+          if (lfirst_oid(cell) == cache.parent) continue;
+          Relation member = table_open(lfirst_oid(cell), NoLock);
+          RefuseCodeTheCallerCouldBind(parent, member, writer, Watch, WatchRow);
+          table_close(member, NoLock);
+        }
+        if (list_length(all) <= 1) {
+          RefuseCodeTheCallerCouldBind(parent, nullptr, writer, Watch, WatchRow);
+        }
+      }
       indirect = unrouted;
       if (part != nullptr) {
         indirect = ParentWhyNot(parent);

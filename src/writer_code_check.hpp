@@ -41,12 +41,12 @@ namespace outbox {
 // in; nullptr when that is not known: then only outbox.events itself is
 // looked at) would run code the rules above do not allow. `watch_index` is
 // called with the OID of every index it looked at, whose relcache
-// invalidation must make the caller check again, and `watch_function` with
-// the PROCOID syscache hash of every function it allowed that is not built
-// in (a change to its pg_proc row must too). Requires locks on both relations. Loads the
-// indexes' expressions and predicates into the relcache: call it with
+// invalidation must make the caller check again, and `watch_row` with the
+// syscache (PROCOID, TYPEOID) and hash of the catalog row of every function
+// and domain it allowed that is not built in (a change to one must too). Requires locks on both
+// relations. Loads the indexes' expressions and predicates into the relcache: call it with
 // search_path pinned, in a memory context the code it runs may not reset.
 void RefuseCodeTheCallerCouldBind(Relation parent, Relation part, Oid writer,
-                                  void (*watch_index)(Oid), void (*watch_function)(uint32));
+                                  void (*watch_index)(Oid), void (*watch_row)(int, uint32));
 
 }  // namespace outbox
