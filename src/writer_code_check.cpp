@@ -26,6 +26,7 @@ extern "C" {
 #include "nodes/nodeFuncs.h"
 #include "rewrite/prs2lock.h"
 #include "rewrite/rowsecurity.h"
+#include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/typcache.h"
 #include "utils/builtins.h"
@@ -55,10 +56,28 @@ bool OwnedByWriterOrSuperuser(Oid owner, Oid writer) {
   return owner == writer || superuser_arg(owner);
 }
 
+// Whether the schema's ACL gives CREATE to PUBLIC or to any role that is
+// neither `writer` nor a superuser (a role's members may use its grant).
+// NULL ACL: the owner's default, CREATE for the owner only.
+bool OthersMayCreateIn(HeapTuple schema, Oid writer) {
+  bool isnull = true;
+  const Datum datum = SysCacheGetAttr(NAMESPACEOID, schema, Anum_pg_namespace_nspacl, &isnull);
+  if (isnull) return false;
+  const Acl *acl = DatumGetAclP(datum);
+  const AclItem *items = ACL_DAT(acl);
+  for (int i = 0; i < ACL_NUM(acl); ++i) {
+    if ((ACLITEM_GET_PRIVS(items[i]) & ACL_CREATE) == 0) continue;
+    const Oid grantee = items[i].ai_grantee;
+    if (grantee == ACL_ID_PUBLIC || !OwnedByWriterOrSuperuser(grantee, writer)) return true;
+  }
+  return false;
+}
+
 // Whether `path` (a search_path value) finds nothing the caller could have
 // made: pg_temp named, and last (else the caller's temporary schema is
 // searched first for tables and types), and every other schema pg_catalog or
-// one that emit()'s owner or a superuser owns ("$user" is whoever runs).
+// one that emit()'s owner or a superuser owns and no one else may create
+// objects in ("$user" is whoever runs).
 bool SafePath(const char *path, Oid writer) {
   char *copy = pstrdup(path);
   List *names = nullptr;
@@ -74,10 +93,11 @@ bool SafePath(const char *path, Oid writer) {
     // here would notice.
     if (!OidIsValid(schema)) return false;
     HeapTuple tuple = SearchSysCache1(NAMESPACEOID, ObjectIdGetDatum(schema));
-    if (!HeapTupleIsValid(tuple)) continue;
+    if (!HeapTupleIsValid(tuple)) return false;
     const Oid owner = reinterpret_cast<Form_pg_namespace>(GETSTRUCT(tuple))->nspowner;
+    const bool others_create = OthersMayCreateIn(tuple, writer);
     ReleaseSysCache(tuple);
-    if (!OwnedByWriterOrSuperuser(owner, writer)) return false;
+    if (!OwnedByWriterOrSuperuser(owner, writer) || others_create) return false;
   }
   return true;
 }
@@ -266,8 +286,7 @@ void Refuse(const Finding &finding, const char *what, const char *where) {
 // Everything of `rel` that an INSERT into it runs as the writer: its INSERT
 // triggers (row or statement, their WHEN conditions; not PostgreSQL's
 // internal ones, which call built-in functions), column defaults and
-// generated columns, CHECK constraints, rules, and row security policies when
-// they apply to the table's owner too (FORCE ROW LEVEL SECURITY).
+// generated columns, CHECK constraints, rules, and row security policies.
 void CheckRelation(Relation rel, Finding *finding) {
   const TriggerDesc *triggers = rel->trigdesc;
   for (int i = 0; triggers != nullptr && i < triggers->numtriggers; ++i) {
@@ -312,8 +331,9 @@ void CheckRelation(Relation rel, Finding *finding) {
       Refuse(*finding, "a rule of", quote_identifier(RelationGetRelationName(rel)));
     }
   }
-  if (rel->rd_rel->relrowsecurity && rel->rd_rel->relforcerowsecurity &&
-      rel->rd_rsdesc != nullptr) {
+  // Whether the policies apply to the writer (not the table's owner, or
+  // FORCE) or not, they are looked at: conservative, and cheap.
+  if (rel->rd_rel->relrowsecurity && rel->rd_rsdesc != nullptr) {
     ListCell *cell;
     foreach (cell, rel->rd_rsdesc->policies) {
       const RowSecurityPolicy *policy = static_cast<RowSecurityPolicy *>(lfirst(cell));
