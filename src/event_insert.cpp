@@ -60,9 +60,7 @@ extern "C" {
 #include "catalog/namespace.h"
 #include "catalog/pg_inherits.h"
 #include "catalog/pg_am_d.h"
-#include "catalog/pg_proc.h"
 #include "catalog/pg_proc_d.h"
-#include "catalog/pg_type.h"
 #include "catalog/pg_type_d.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
@@ -83,7 +81,6 @@ extern "C" {
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/partcache.h"
-#include "utils/regproc.h"
 #include "utils/rel.h"
 #include "utils/syscache.h"
 }
@@ -148,9 +145,46 @@ struct IndexPlan {
   bool unique;
 };
 
+// A catalog row by syscache and hash value, as syscache callbacks name it.
 struct WatchedRow {
   int cacheid;
   uint32 hash;
+  bool operator==(const WatchedRow &other) const {
+    return cacheid == other.cacheid && hash == other.hash;
+  }
+};
+
+// What a cache built by Prepare depends on beyond its own relations, to be
+// matched by invalidation callbacks, which cannot look anything up: up to
+// kMaxWatched entries in cache.context, beyond that everything matches.
+template <typename T>
+struct WatchList {
+  static constexpr int kMaxWatched = 64;
+  int count = 0;
+  T *items = nullptr;
+  bool all = false;
+
+  void Reset() {
+    count = 0;
+    items = nullptr;
+    all = false;
+  }
+  void Add(MemoryContext context, const T &item) {
+    if (items == nullptr) {
+      items = static_cast<T *>(MemoryContextAlloc(context, kMaxWatched * sizeof(T)));
+    }
+    if (count < kMaxWatched) {
+      items[count++] = item;
+    } else {
+      all = true;
+    }
+  }
+  bool Matches(const T &item) const {
+    for (int i = 0; !all && i < count; ++i) {
+      if (items[i] == item) return true;
+    }
+    return all;
+  }
 };
 
 struct InsertCache {
@@ -176,18 +210,14 @@ struct InsertCache {
   bool checks_compiling = false;  // true and not compiled: compiling them failed
   int nindexes = 0;
   IndexPlan indexes[kMaxIndexes];
-  // Every index RefuseCodeTheCallerCouldBind looked at (Inspect may stop
-  // before it reaches them all): a change to one must make it look again.
-  int nwatched = 0;
-  Oid *watched = nullptr;  // in cache.context, room for kMaxWatched
-  bool watch_all = false;  // more than kMaxWatched: every invalidation counts
-  // The catalog rows (PROCOID and TYPEOID syscache hashes) of the functions
-  // and domains RefuseCodeTheCallerCouldBind allowed.
-  int nrows = 0;
-  WatchedRow *rows = nullptr;  // in cache.context, room for kMaxWatched
-  bool rows_all = false;       // more than kMaxWatched: every change counts
+  // Every index RefuseCodeTheCallerCouldBind looked at, which includes every
+  // index in `indexes` (Inspect may stop before it reaches them all): a
+  // change to one must make it look again.
+  WatchList<Oid> watched_indexes;
+  // The catalog rows (PROCOID and TYPEOID) of the functions and domains
+  // RefuseCodeTheCallerCouldBind allowed.
+  WatchList<WatchedRow> watched_rows;
 };
-constexpr int kMaxWatched = 64;
 
 InsertCache cache;
 uint64 inval_generation = 1;
@@ -200,11 +230,10 @@ SPIPlanPtr insert_plan = nullptr;  // the fallback, prepared once per backend
 // is rebuilt at the next check, never freed under a caller.
 void OnRelcacheInvalidation(Datum, Oid relid) {
   if (!cache.built && cache.parent == InvalidOid) return;
-  bool ours = relid == InvalidOid || relid == cache.parent || relid == cache.partition;
-  for (int i = 0; !ours && i < cache.nindexes; ++i) ours = relid == cache.indexes[i].oid;
-  ours = ours || cache.watch_all;
-  for (int i = 0; !ours && i < cache.nwatched; ++i) ours = relid == cache.watched[i];
-  if (ours) ++inval_generation;
+  if (relid == InvalidOid || relid == cache.parent || relid == cache.partition ||
+      cache.watched_indexes.Matches(relid)) {
+    ++inval_generation;
+  }
 }
 
 // A change to the pg_proc or pg_type row of a function or domain
@@ -213,42 +242,14 @@ void OnRelcacheInvalidation(Datum, Oid relid) {
 // rows' changes (any role can create functions and types, temporary tables
 // make types) cost nothing.
 void OnCatalogRowInvalidation(Datum, int cacheid, uint32 hash) {
-  bool ours = hash == 0 || cache.rows_all;
-  for (int i = 0; !ours && i < cache.nrows; ++i) {
-    ours = cache.rows[i].cacheid == cacheid && cache.rows[i].hash == hash;
-  }
-  if (ours) ++inval_generation;
+  if (hash == 0 || cache.watched_rows.Matches({cacheid, hash})) ++inval_generation;
 }
 
 void OnAnyInvalidation(Datum, int, uint32) { ++inval_generation; }
 
-// RefuseCodeTheCallerCouldBind's `watch_row`.
-void WatchRow(int cacheid, uint32 hash) {
-  if (cache.rows == nullptr) {
-    cache.rows = static_cast<WatchedRow *>(
-        MemoryContextAlloc(cache.context, kMaxWatched * sizeof(WatchedRow)));
-  }
-  if (cache.nrows < kMaxWatched) {
-    cache.rows[cache.nrows++] = {cacheid, hash};
-  } else {
-    cache.rows_all = true;
-  }
-}
-
-// RefuseCodeTheCallerCouldBind's `watch_index`. Beyond kMaxWatched indexes,
-// every relcache invalidation counts (the callback cannot look a relation
-// up).
-void Watch(Oid relid) {
-  if (cache.watched == nullptr) {
-    cache.watched =
-        static_cast<Oid *>(MemoryContextAlloc(cache.context, kMaxWatched * sizeof(Oid)));
-  }
-  if (cache.nwatched < kMaxWatched) {
-    cache.watched[cache.nwatched++] = relid;
-  } else {
-    cache.watch_all = true;
-  }
-}
+// RefuseCodeTheCallerCouldBind's `watch_row` and `watch_index`.
+void WatchRow(int cacheid, uint32 hash) { cache.watched_rows.Add(cache.context, {cacheid, hash}); }
+void WatchIndex(Oid relid) { cache.watched_indexes.Add(cache.context, relid); }
 
 // True while a Prepare builds the cache: an emit() that code run meanwhile
 // calls (an immutable index function folded on constants while the index
@@ -372,9 +373,7 @@ bool UnsafeToEvaluateTwice(Node *node, void *context) {
   // PostgreSQL 15 declares the walker as `bool (*)()` (C's unprototyped
   // function) and calls it with (Node *, void *), our signature; the cast
   // through void (*)() says so to the compiler (-Wcast-function-type).
-  using Walker = bool (*)();
-  return expression_tree_walker(
-      node, reinterpret_cast<Walker>(reinterpret_cast<void (*)()>(UnsafeToEvaluateTwice)), context);
+  return expression_tree_walker(node, TreeWalker(UnsafeToEvaluateTwice), context);
 }
 
 // search_path as SECURITY DEFINER ... SET search_path = pg_catalog, pg_temp
@@ -517,7 +516,7 @@ const char *Inspect(Relation parent, Relation part) {
   foreach (cell, index_oids) {
     IndexPlan &plan = cache.indexes[cache.nindexes];
     plan.oid = lfirst_oid(cell);
-    ++cache.nindexes;  // before the lock: its invalidations count from here
+    ++cache.nindexes;  // (its invalidations count already: watched_indexes)
     Relation index = index_open(plan.oid, RowExclusiveLock);
     plan.info = BuildIndexInfo(index);
     plan.unique = index->rd_index->indisunique;
@@ -587,12 +586,8 @@ bool Prepare(TimestampTz at, Oid writer) {
     cache.checks_compiled = false;
     cache.checks_compiling = false;
     cache.nindexes = 0;
-    cache.nwatched = 0;
-    cache.watched = nullptr;
-    cache.watch_all = false;
-    cache.nrows = 0;
-    cache.rows = nullptr;
-    cache.rows_all = false;
+    cache.watched_indexes.Reset();
+    cache.watched_rows.Reset();
     cache.partition = InvalidOid;
     MemoryContextReset(cache.context);
     const uint64 generation = inval_generation;
@@ -619,7 +614,7 @@ bool Prepare(TimestampTz at, Oid writer) {
         part = table_open(cache.partition, NoLock);
       }
       if (part != nullptr) {
-        RefuseCodeTheCallerCouldBind(parent, part, writer, Watch, WatchRow);
+        RefuseCodeTheCallerCouldBind(parent, part, writer, WatchIndex, WatchRow);
       } else {
         // A layout the direct write does not route (a day partitioned
         // again, unbounded ranges): the INSERT may reach any partition.
@@ -628,11 +623,11 @@ bool Prepare(TimestampTz at, Oid writer) {
         foreach (cell, all) {
           if (lfirst_oid(cell) == cache.parent) continue;
           Relation member = table_open(lfirst_oid(cell), NoLock);
-          RefuseCodeTheCallerCouldBind(parent, member, writer, Watch, WatchRow);
+          RefuseCodeTheCallerCouldBind(parent, member, writer, WatchIndex, WatchRow);
           table_close(member, NoLock);
         }
         if (list_length(all) <= 1) {
-          RefuseCodeTheCallerCouldBind(parent, nullptr, writer, Watch, WatchRow);
+          RefuseCodeTheCallerCouldBind(parent, nullptr, writer, WatchIndex, WatchRow);
         }
       }
       indirect = unrouted;

@@ -15,6 +15,9 @@
 //   17: pgstat_fetch_stat_local_beentry(i) became
 //       pgstat_get_local_beentry_by_index(i).
 //   18: pg_attribute_noreturn() is gone; the tree uses C++'s [[noreturn]].
+//   16: expression_tree_walker and query_tree_walker became macros that cast
+//       the callback to a typed pointer; 15 declares it `bool (*)()`, C's
+//       unprototyped function. TreeWalker's cast suits both.
 #pragma once
 
 #include <cstddef>
@@ -29,6 +32,7 @@ extern "C" {
 #include "catalog/pg_database.h"
 #include "catalog/pg_tablespace.h"
 #include "miscadmin.h"
+#include "nodes/nodes.h"
 #include "storage/proc.h"
 #include "utils/acl.h"
 #include "utils/backend_status.h"
@@ -103,6 +107,12 @@ inline LocalPgBackendStatus *LocalBackendStatus(int i) {
 #else
   return pgstat_fetch_stat_local_beentry(i);
 #endif
+}
+
+// A callback `bool f(Node *, void *)` as the tree walkers take it (see
+// above): they call it with those arguments on every major.
+inline auto TreeWalker(bool (*callback)(Node *, void *)) {
+  return reinterpret_cast<bool (*)()>(reinterpret_cast<void (*)()>(callback));
 }
 
 // Memory for a GUC check hook's *extra, of the allocator the server frees it

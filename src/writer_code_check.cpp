@@ -7,17 +7,16 @@
 
 extern "C" {
 #include "access/genam.h"
-#include "access/transam.h"
-#include "catalog/namespace.h"
-#include "catalog/pg_language_d.h"
-#include "catalog/pg_namespace.h"
 #include "access/htup_details.h"
 #include "access/skey.h"
 #include "access/stratnum.h"
 #include "access/table.h"
+#include "access/transam.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_constraint.h"
 #include "catalog/pg_index.h"
-#include "utils/fmgroids.h"
+#include "catalog/pg_language_d.h"
+#include "catalog/pg_namespace.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
@@ -28,12 +27,13 @@ extern "C" {
 #include "rewrite/rowsecurity.h"
 #include "utils/acl.h"
 #include "utils/array.h"
-#include "utils/typcache.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 #include "utils/regproc.h"
 #include "utils/relcache.h"
 #include "utils/syscache.h"
+#include "utils/typcache.h"
 #include "utils/varlena.h"
 }
 
@@ -261,9 +261,7 @@ bool CallsRefusedCode(Node *node, void *context) {
     default:
       break;
   }
-  // PostgreSQL 15 declares the walkers as `bool (*)()`; see event_insert.cpp.
-  using Walker = bool (*)();
-  const Walker walker = reinterpret_cast<Walker>(reinterpret_cast<void (*)()>(CallsRefusedCode));
+  const auto walker = TreeWalker(CallsRefusedCode);
   // A subquery (a rule's action, a policy's SubLink): every expression in it.
   if (IsA(node, Query)) return query_tree_walker(castNode(Query, node), walker, context, 0);
   if (check_functions_in_node(node, Refused, context)) return true;
