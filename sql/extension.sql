@@ -129,6 +129,15 @@ SELECT count(*) AS schema_dependencies FROM pg_depend
    AND refclassid = 'pg_namespace'::regclass;
 DROP EXTENSION outbox;
 SELECT count(*) AS outbox_schemas_left FROM pg_namespace WHERE nspname = 'outbox';
+-- The same from 0.2.0.
+CREATE EXTENSION outbox VERSION '0.2.0';
+ALTER EXTENSION outbox UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'outbox';
+CREATE TEMP TABLE updated_from_0_2_0 AS SELECT * FROM pg_temp.outbox_shape();
+SELECT 'only after the update' AS side, * FROM (TABLE updated_from_0_2_0 EXCEPT TABLE fresh_shape) u
+UNION ALL
+SELECT 'only in a fresh install', * FROM (TABLE fresh_shape EXCEPT TABLE updated_from_0_2_0) f;
+DROP EXTENSION outbox;
 
 -- Privileges on the schema changed under 0.1.0 survive the update, and a
 -- dump writes them: the schema's initial privileges, from which pg_dump

@@ -3,6 +3,7 @@
 // without preloading; the publisher does not.
 #include "pg_bridge.hpp"
 
+#include "config_changes.hpp"
 #include "publisher/database_guard.hpp"
 #include "emit_horizon.hpp"
 #include "guc.hpp"
@@ -33,6 +34,7 @@ void _PG_init(void) {
   outbox::RequestSharedMemory();
   outbox::InstallSharedMemoryHooks();
   outbox::InstallDatabaseGuard();
+  outbox::InstallConfigChangeHook();
   // In this order: the emit horizon's callback runs before the wake-up's.
   outbox::InstallWakeCallback();
   outbox::InstallEmitHorizon();

@@ -99,8 +99,12 @@ void Exec(const char *sql) {
 
 // Run step(arg) in a subtransaction with lock_timeout set to
 // outbox.maintenance_lock_timeout. A lock timeout rolls the step back and
-// returns false (logged, retried next run); any other error propagates.
-bool RunGuarded(const char *what, StepFn step, void *arg) {
+// returns false (logged, retried next run); so does, when `made_elsewhere`,
+// a relation of the same name that another session created first (a
+// restore's CREATE TABLE of the partition, before its ATTACH PARTITION; or a
+// concurrent maintain()): that session's work, not an error of ours. Any
+// other error propagates.
+bool RunGuarded(const char *what, StepFn step, void *arg, bool made_elsewhere = false) {
   MemoryContext oldcontext = CurrentMemoryContext;
   ResourceOwner oldowner = CurrentResourceOwner;
   volatile bool done = false;
@@ -135,10 +139,20 @@ bool RunGuarded(const char *what, StepFn step, void *arg) {
     RollbackAndReleaseCurrentSubTransaction();
     MemoryContextSwitchTo(oldcontext);
     CurrentResourceOwner = oldowner;
-    if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE) ReThrowError(edata);
-    ereport(NOTICE, (errmsg("outbox: could not %s within outbox.maintenance_lock_timeout "
-                            "(%d ms); will retry at the next maintenance",
-                            what, guc::maintenance_lock_timeout_ms)));
+    // Two sessions creating one name: the second fails on the name (42P07)
+    // or, when both got past that check, on the catalogs' unique index.
+    const bool elsewhere = made_elsewhere && (edata->sqlerrcode == ERRCODE_DUPLICATE_TABLE ||
+                                              edata->sqlerrcode == ERRCODE_UNIQUE_VIOLATION);
+    if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE && !elsewhere) ReThrowError(edata);
+    if (elsewhere) {
+      ereport(LOG, (errmsg("outbox: did not %s: another session is creating it (a restore?); "
+                           "will look again at the next maintenance",
+                           what)));
+    } else {
+      ereport(NOTICE, (errmsg("outbox: could not %s within outbox.maintenance_lock_timeout "
+                              "(%d ms); will retry at the next maintenance",
+                              what, guc::maintenance_lock_timeout_ms)));
+    }
     FreeErrorData(edata);
   }
   PG_END_TRY();
@@ -238,7 +252,7 @@ void CreatePartition(int64_t day, bool move_from_default) {
   char name[kPartitionNameBufSize];
   FormatPartitionName(day, name);
   snprintf(what, sizeof what, "create partition outbox.%s", name);
-  RunGuarded(what, CreateStep, &arg);
+  RunGuarded(what, CreateStep, &arg, /*made_elsewhere=*/true);
   creating_extension = saved_creating;
   CurrentExtensionObject = saved_extension;
 }

@@ -6,6 +6,12 @@
 # a rolled-back savepoint), and shows what arrived at each broker.
 #
 #   bash test/demo.sh
+#
+# It installs only what it needs (test/install_deps.sh demo). Ports: the
+# first free one at or above OUTBOX_DEMO_PG_PORT (54400; PostgreSQL listens
+# on a Unix socket only, the port names it) and OUTBOX_DEMO_REDIS_PORT (6390);
+# the Kafka brokers take OUTBOX_DEMO_KAFKA_PORT and the two after it when it is
+# set, random free ports otherwise.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -14,7 +20,7 @@ cd "$REPO"
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 step "Installing missing packages"
-bash test/install_deps.sh
+bash test/install_deps.sh demo
 # shellcheck source=lib/pg_major.sh
 source "$REPO/test/lib/pg_major.sh"
 outbox_use_postgres
@@ -28,8 +34,8 @@ echo "installed $(ls "$(pg_config --pkglibdir)"/outbox.so)"
 # shellcheck source=lib/cluster.sh
 source "$REPO/test/lib/cluster.sh"
 DIR=$(make_cluster_dir)
-PORT=$(pick_free_port 54400)
-REDIS_PORT=$(pick_free_port 6390)
+PORT=$(pick_free_port "${OUTBOX_DEMO_PG_PORT:-54400}")
+REDIS_PORT=$(pick_free_port "${OUTBOX_DEMO_REDIS_PORT:-6390}")
 REDIS_DIR=$(mktemp -d)
 cleanup() {
   stop_cluster "$DIR"
@@ -47,7 +53,9 @@ redis-cli -p "$REDIS_PORT" ping
 
 step "Starting a Kafka-protocol broker (3 brokers on loopback)"
 # The broker reads control commands on stdin and exits when it closes.
-coproc BROKER { exec "$REPO/test/kafka/kafka_broker"; }
+BROKER_ARGS=()
+[[ -n ${OUTBOX_DEMO_KAFKA_PORT:-} ]] && BROKER_ARGS=(--port "$OUTBOX_DEMO_KAFKA_PORT")
+coproc BROKER { exec "$REPO/test/kafka/kafka_broker" "${BROKER_ARGS[@]}"; }
 read -r -u "${BROKER[0]}" _ BOOTSTRAP
 echo "bootstrap.servers = $BOOTSTRAP"
 echo "create_topic orders 3" >&"${BROKER[1]}"

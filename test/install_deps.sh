@@ -28,6 +28,11 @@ set -euo pipefail
 #   (debian/, built with pg_buildext by test/package.sh).
 # valgrind: test/valgrind_publisher.sh (a publisher under memcheck).
 # gdb: TAP 056 holds a publisher at a chosen instruction to make a race certain.
+# iproute2: test/quickstart.sh brings up the loopback of its own network
+#   namespace (ip link).
+#
+# `install_deps.sh demo` installs only what test/demo.sh needs: the build, the
+# server, the Kafka and Redis client libraries and redis-server.
 # shellcheck source=lib/pg_major.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/pg_major.sh"
 MAJOR=$(outbox_default_major)
@@ -38,17 +43,25 @@ if [[ -z $MAJOR && $EUID == 0 ]]; then
 fi
 [[ -n $MAJOR ]] || { echo "install_deps: no postgresql-NN package known to apt" >&2; exit 1; }
 
-PACKAGES=(
-  build-essential g++ cmake pkg-config make
-  "postgresql-$MAJOR" "postgresql-server-dev-$MAJOR"
-  librdkafka-dev libhiredis-dev libipc-run-perl
-  libio-pty-perl
-  redis-server kcat "postgresql-$MAJOR-pgq3"
-  googletest libgtest-dev clang-format clang-tidy python3 procps
-  clang libclang-rt-14-dev
-  valgrind gdb
-  debhelper dpkg-dev postgresql-server-dev-all debootstrap
-)
+if [[ ${1:-} == demo ]]; then
+  PACKAGES=(
+    build-essential g++ pkg-config make
+    "postgresql-$MAJOR" "postgresql-server-dev-$MAJOR"
+    librdkafka-dev libhiredis-dev redis-server
+  )
+else
+  PACKAGES=(
+    build-essential g++ cmake pkg-config make
+    "postgresql-$MAJOR" "postgresql-server-dev-$MAJOR"
+    librdkafka-dev libhiredis-dev libipc-run-perl
+    libio-pty-perl
+    redis-server kcat "postgresql-$MAJOR-pgq3"
+    googletest libgtest-dev clang-format clang-tidy python3 procps
+    clang libclang-rt-14-dev
+    valgrind gdb iproute2
+    debhelper dpkg-dev postgresql-server-dev-all debootstrap
+  )
+fi
 
 is_installed() {
   # "install ok installed" is the only status that means the package is usable;

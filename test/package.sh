@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the Debian package (debian/) from a copy of this checkout, install it,
 # and prove the installed package works: a throwaway server preloads the
-# packaged outbox.so, CREATE EXTENSION makes version 0.2.0, and an event
+# packaged outbox.so, CREATE EXTENSION makes the version outbox.control names, and an event
 # emitted in a committed transaction arrives in a Redis stream.
 #
 #   bash test/package.sh WORKDIR
@@ -74,8 +74,9 @@ BEGIN;
 SELECT outbox.emit('orders.created', '{"order": 1}', 'order-1') IS NOT NULL;
 COMMIT;
 SQL
-[[ "$("${PSQL[@]}" -c "SELECT extversion FROM pg_extension WHERE extname = 'outbox'")" == 0.2.0 ]] ||
-  { echo "package: the installed extension is not version 0.2.0" >&2; exit 1; }
+DEFAULT_VERSION=$(sed -nE "s/^default_version = '(.*)'/\1/p" "$REPO/outbox.control")
+[[ "$("${PSQL[@]}" -c "SELECT extversion FROM pg_extension WHERE extname = 'outbox'")" == "$DEFAULT_VERSION" ]] ||
+  { echo "package: the installed extension is not version $DEFAULT_VERSION" >&2; exit 1; }
 for ((i = 0; i < 100; i++)); do
   n=$(redis-cli -p "$REDIS_PORT" XLEN orders)
   ((n >= 1)) && break

@@ -5,7 +5,9 @@
 #
 # Suites (each counted once in the closing "N passed, N failed" line, which CI
 # reads): format, unit (GoogleTest via ctest), regression (pg_regress),
-# isolation (pg_isolation_regress), TAP (prove with PostgreSQL::Test::Cluster),
+# isolation (pg_isolation_regress), quickstart (the README's Quick start run
+# as pasted, test/quickstart.sh), harness (this script names what failed:
+# test/harness_selftest.sh), TAP (prove with PostgreSQL::Test::Cluster),
 # tidy (clang-tidy's analyzer checks, test/tidy.sh),
 # sanitizers (unit tests and the test broker under ASan + UBSan, a publisher
 # under valgrind; test/sanitize.sh), fuzz (libFuzzer on the PostgreSQL-free parsers and
@@ -16,6 +18,13 @@
 # server's default_transaction_isolation at REPEATABLE READ and SERIALIZABLE.
 # A failing suite does not stop the others; a suite whose build failed counts
 # as failed. Exit status is non-zero when anything failed.
+#
+# The closing lines are the table of suites, then every failed test by name
+# (TAP file, regression or isolation test, unit test, a chroot's too) with
+# the end of its log, then "N passed, N failed": CI keeps only a run's last
+# lines, and they must say what failed. The whole run keeps to a time budget
+# (OUTBOX_RUN_BUDGET, 55 minutes): each suite's timeout is cut to what is
+# left, so the summary is printed even when a suite hangs.
 #
 # Needs root on a fresh machine (apt-get, make install). The PostgreSQL servers
 # run as the `postgres` OS user because initdb refuses to run as root.
@@ -28,7 +37,15 @@
 #   OUTBOX_TAP_ISOLATION=  default_transaction_isolation for TAP_publisher
 #   OUTBOX_TAP_FILES="t/040_*.pl ..."  only these TAP files (globs under test/)
 #   OUTBOX_PG_MAJOR=NN     test against /usr/lib/postgresql/NN (lib/pg_major.sh)
-#   OUTBOX_CHROOT_CACHE=d  keep the chroots in d/<suite> and reuse them
+#   OUTBOX_CHROOT_CACHE=d  where the chroots are kept and reused (default
+#                          /var/cache/outbox-test/chroots; empty: a throwaway
+#                          directory removed at the end)
+#   OUTBOX_RUN_BUDGET=s    seconds the whole run may take (default 3300)
+#   OUTBOX_SKIP_BUILD=1    use the outbox already installed: no PGXS or fault
+#                          injection build, and the unit suite builds only
+#                          the unit tests (test/harness_selftest.sh)
+#   OUTBOX_FAILURES_FILE=f where the failed tests are written (default
+#                          test/results/failures.txt)
 set -uo pipefail # no -e: a failing suite must not stop the next one
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -46,11 +63,24 @@ source "$REPO/test/lib/pg_major.sh"
 # The other majors: Debian suite, major, and the default isolation level their
 # publisher suites run at (the host runs them at READ COMMITTED).
 CHROOTS=("trixie 17 repeatable read" "sid 18 serializable")
-SUITES=(format unit regression isolation tidy TAP sanitizers fuzz package pg17 pg18)
+SUITES=(format unit regression isolation quickstart harness tidy TAP sanitizers fuzz package pg17 pg18)
 if [[ -n ${OUTBOX_SUITES:-} ]]; then read -r -a SUITES <<<"$OUTBOX_SUITES"; fi
 wanted() { [[ " ${SUITES[*]} " == *" $1 "* ]]; }
 declare -A RESULT=() NOTE=()
 RUN_START=$SECONDS
+RUN_DEADLINE=$((SECONDS + ${OUTBOX_RUN_BUDGET:-3300}))
+
+# budget SECONDS: a suite's timeout, cut to what is left of the run's budget
+# (at least a minute, so a late suite still gets to start and say so).
+budget() {
+  local left=$((RUN_DEADLINE - SECONDS - 60))
+  ((left < 60)) && left=60
+  ((left < $1)) && echo "$left" || echo "$1"
+}
+
+# shellcheck source-path=SCRIPTDIR source=lib/failures.sh
+source "$REPO/test/lib/failures.sh"
+SUITE_LOGS=$REPO/test/results/logs
 
 banner() { printf '\n===== %s =====\n' "$*"; }
 
@@ -67,9 +97,20 @@ summary_and_exit() {
   for s in "${SUITES[@]}"; do
     local r=${RESULT[$s]:-fail} n=${NOTE[$s]:-}
     [[ -n "${RESULT[$s]:-}" ]] || n="not run"
-    printf '  %-11s %s%s\n' "$s" "${r^^}" "${n:+  ($n)}"
+    printf '  %-13s %s%s\n' "$s" "${r^^}" "${n:+  ($n)}"
     if [[ $r == pass ]]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+    # A failed suite with no test named (a build that failed, a suite that
+    # never ran): the end of its own output stands for it.
+    if [[ $r != pass ]] && ! failures_has_suite "$s"; then
+      if [[ -s $SUITE_LOGS/$s.log ]]; then
+        failure_add "$s" "${n:-the suite}" "$SUITE_LOGS/$s.log" tail
+      else
+        failure_add "$s" "${n:-the suite}" "" tail "" "    (no output: it did not run)"
+      fi
+    fi
   done
+  echo
+  failures_print
   echo
   echo "$passed passed, $failed failed"
   ((failed == 0))
@@ -85,52 +126,66 @@ show_diffs() {
   echo "----- end of $f -----"
 }
 
-# The chroots of this run go with it (a cache named by OUTBOX_CHROOT_CACHE
-# stays). Nothing may still be mounted inside when they are removed: /proc or
-# /dev/pts under a directory that rm walks would be fatal, so whatever
-# findmnt still lists there is unmounted first, and rm stays on one file system.
+# The chroots are kept between runs (OUTBOX_CHROOT_CACHE; test/chroot/
+# prepare.sh reuses a finished one and waits for another run preparing it),
+# unless the variable is set empty: then they go with this run. Mounts and
+# processes inside need no clean-up here: test/chroot/prepare.sh and run.sh
+# keep theirs in namespaces of their own that end with them. What this run
+# started in the background is stopped with it, and nothing of another run's.
 CHROOT_BASE=""
-declare -A PREPARE_PID=()
-remove_chroots() {
-  local major pid target
-  [[ -n $CHROOT_BASE && -d $CHROOT_BASE ]] || return 0
-  # Only a preparation still going, still this shell's child: a finished
-  # one's PID may be another process's by now.
-  for major in "${!PREPARE_PID[@]}"; do
-    pid=${PREPARE_PID[$major]}
+CHROOT_THROWAWAY=0
+BACKGROUND_PIDS=()
+# kill_tree PID: PID and every process below it, children first.
+kill_tree() {
+  local child
+  for child in $(ps -o pid= --ppid "$1" 2>/dev/null); do kill_tree "$child"; done
+  kill "$1" 2>/dev/null || true
+}
+finish_run() {
+  local pid
+  for pid in "${BACKGROUND_PIDS[@]}"; do
+    # Only a job still going, still this shell's child: a finished one's PID
+    # may be another process's by now.
     if kill -0 "$pid" 2>/dev/null &&
       [[ "$(ps -o ppid= -p "$pid" 2>/dev/null | tr -d ' ')" == "$$" ]]; then
-      kill "$pid" 2>/dev/null || true
+      kill_tree "$pid"
     fi
   done
-  pkill -f "chroot/(prepare|run)\.sh .*$CHROOT_BASE/" 2>/dev/null || true
-  while read -r target; do
-    umount "$target" 2>/dev/null || umount -l "$target" 2>/dev/null || true
-  done < <(findmnt -rn -o TARGET | grep -F "$CHROOT_BASE/" | sort -r)
-  if [[ -z ${OUTBOX_CHROOT_CACHE:-} ]]; then
-    if findmnt -rn -o TARGET | grep -qF "$CHROOT_BASE/"; then
-      echo "not removing $CHROOT_BASE: something is still mounted inside" >&2
-    else
-      rm -rf --one-file-system "$CHROOT_BASE"
-    fi
+  [[ -n ${RUN_FILES:-} ]] && rm -rf "$RUN_FILES"
+  [[ -n ${RELEASES_DIR:-} ]] && rm -rf "$RELEASES_DIR"
+  if ((CHROOT_THROWAWAY)) && [[ -n $CHROOT_BASE && -d $CHROOT_BASE ]]; then
+    sleep 1 # the namespaces' last processes are gone
+    rm -rf --one-file-system "$CHROOT_BASE"
   fi
-  CHROOT_BASE=""
 }
-trap remove_chroots EXIT
+trap finish_run EXIT
 trap 'echo "interrupted"; exit 130' INT TERM HUP
 
 # Results of an earlier run would be mistaken for this run's.
 rm -rf test/results
+failures_init "${OUTBOX_FAILURES_FILE:-$REPO/test/results/failures.txt}"
+mkdir -p "$SUITE_LOGS"
+
+# run_logged SUITE COMMAND...: COMMAND's output shown and kept in the suite's
+# log (its end stands for the suite in the summary when no test is named).
+run_logged() {
+  local suite=$1
+  shift
+  "$@" 2>&1 | tee -a "$SUITE_LOGS/$suite.log"
+  return "${PIPESTATUS[0]}"
+}
 
 # ---------------------------------------------------------------------------
 banner "Dependencies"
 if [[ "${OUTBOX_SKIP_DEPS:-0}" != 1 ]]; then
-  if ! timeout -k 30 1800 bash "$REPO/test/install_deps.sh"; then
+  if ! run_logged dependencies timeout -k 30 "$(budget 1800)" bash "$REPO/test/install_deps.sh"; then
     echo "installing dependencies failed: nothing can be built or tested" >&2
+    failure_add dependencies "test/install_deps.sh" "$SUITE_LOGS/dependencies.log" tail
     summary_and_exit
   fi
 fi
 if ! outbox_use_postgres; then
+  failure_add dependencies "no PostgreSQL found" "" tail "" "    run test/install_deps.sh"
   summary_and_exit
 fi
 # shellcheck source-path=SCRIPTDIR source=lib/cluster.sh
@@ -142,23 +197,27 @@ echo "pg_config: $PG_CONFIG ($("$PG_CONFIG" --version))"
 # The chroots for the other majors are made in the background while the suites
 # below run on this machine's PostgreSQL (debootstrap and apt mostly wait on
 # the mirror and the disk): prepare.sh's output goes to DIR.log.
+# Each run keeps its own status and log files (RUN_FILES): two runs may
+# share the kept chroots.
+RUN_FILES=$(mktemp -d /tmp/outbox-run.XXXXXX)
 if wanted pg17 || wanted pg18; then
-  if [[ -n ${OUTBOX_CHROOT_CACHE:-} ]]; then
-    CHROOT_BASE=$OUTBOX_CHROOT_CACHE
-    mkdir -p "$CHROOT_BASE"
-  else
+  if [[ -z ${OUTBOX_CHROOT_CACHE-/var/cache/outbox-test/chroots} ]]; then
     CHROOT_BASE=$(mktemp -d /var/tmp/outbox-chroots.XXXXXX)
+    CHROOT_THROWAWAY=1
+  else
+    CHROOT_BASE=${OUTBOX_CHROOT_CACHE:-/var/cache/outbox-test/chroots}
+    mkdir -p "$CHROOT_BASE"
   fi
+  echo "chroots for PostgreSQL 17 and 18: $CHROOT_BASE"
   for spec in "${CHROOTS[@]}"; do
     read -r suite major _ <<<"$spec"
     wanted "pg$major" || continue
-    rm -f "$CHROOT_BASE/$suite.rc"
     (
       status=0
-      bash test/chroot/prepare.sh "$suite" "$major" "$CHROOT_BASE/$suite" || status=$?
-      echo "$status" >"$CHROOT_BASE/$suite.rc"
-    ) >"$CHROOT_BASE/$suite.log" 2>&1 &
-    PREPARE_PID[$major]=$!
+      timeout -k 30 "$(budget 2400)" bash test/chroot/prepare.sh "$suite" "$major" "$CHROOT_BASE/$suite" || status=$?
+      echo "$status" >"$RUN_FILES/$suite.rc"
+    ) >"$RUN_FILES/$suite.log" 2>&1 &
+    BACKGROUND_PIDS+=($!)
   done
 fi
 
@@ -182,6 +241,10 @@ else
   echo "($(printf '%s\n' "$FORMAT_OUT" | grep -cF 'error:') lines need reformatting in:" \
     "$(printf '%s\n' "$FORMAT_OUT" | grep -oE '^[^: ]+:[0-9]+:[0-9]+: error' | cut -d: -f1 | sort -u | tr '\n' ' '))"
   echo "fix with: $CLANG_FORMAT -i src/*.cpp src/*.hpp src/*/*.cpp src/*/*.hpp test/unit/*.cpp"
+  while read -r f; do
+    failure_add format "$f" "" tail "" \
+      "$(printf '%s\n' "$FORMAT_OUT" | grep -F "$f:" | grep -F 'error:' | head -n 5)"
+  done < <(printf '%s\n' "$FORMAT_OUT" | grep -oE '^[^: ]+:[0-9]+:[0-9]+: error' | cut -d: -f1 | sort -u)
   record format fail "files need clang-format"
 fi
 
@@ -192,13 +255,44 @@ banner "PGXS build and install (make WERROR=1 && make install)"
 PGXS_OK=0
 # The test Kafka broker and consumer (test/kafka) are built here, as root:
 # the TAP tests run as the server's OS user, who cannot write the checkout.
-if timeout -k 30 1200 make -j2 WERROR=1 PG_CONFIG="$PG_CONFIG" &&
-  timeout -k 30 300 make install PG_CONFIG="$PG_CONFIG" &&
-  timeout -k 30 300 make -C test/kafka; then
+if [[ ${OUTBOX_SKIP_BUILD:-0} == 1 ]]; then
+  if [[ -f "$("$PG_CONFIG" --pkglibdir)/outbox.so" ]] && run_logged build make -s -C test/kafka; then
+    PGXS_OK=1
+    echo "OUTBOX_SKIP_BUILD: the outbox installed in $("$PG_CONFIG" --pkglibdir) is tested"
+  else
+    failure_add build "OUTBOX_SKIP_BUILD=1 but no outbox installed" "" tail "" "    run make install first"
+  fi
+elif run_logged build timeout -k 30 "$(budget 1200)" make -j2 WERROR=1 PG_CONFIG="$PG_CONFIG" &&
+  run_logged build timeout -k 30 "$(budget 300)" make install PG_CONFIG="$PG_CONFIG" &&
+  run_logged build timeout -k 30 "$(budget 300)" make -C test/kafka; then
   PGXS_OK=1
   echo "installed into $("$PG_CONFIG" --pkglibdir) and $("$PG_CONFIG" --sharedir)/extension"
 else
   echo "PGXS build or install failed: regression, isolation and TAP suites cannot run" >&2
+  # Named once, by the first error the compiler or make printed.
+  failure_add build "make (PGXS), make install or make -C test/kafka" "" tail "" \
+    "$(grep -E -m 12 -B 2 ' error|Error [0-9]+' "$SUITE_LOGS/build.log" || tail -n "$FAILURE_LINES" "$SUITE_LOGS/build.log")"
+fi
+
+# The released libraries the update tests install (test/lib/releases.sh,
+# test/lib/OutboxRelease.pm): built from their commits once and kept in
+# /var/cache/outbox-test/releases, in the background; this run's own build
+# is staged beside them. Needs the git history: a checkout without it (an
+# export, the chroots' copies) runs no update test.
+RELEASES_DIR=""
+RELEASES_PID=""
+RELEASE_COMMITS=(34385b2 17f5436)
+if ((PGXS_OK)) && wanted TAP && git -C "$REPO" rev-parse --git-dir >/dev/null 2>&1; then
+  RELEASES_DIR=$(mktemp -d /tmp/outbox-releases.XXXXXX)
+  chmod 755 "$RELEASES_DIR"
+  RELEASE_CACHE=${OUTBOX_RELEASE_CACHE:-/var/cache/outbox-test/releases}
+  (
+    bash test/lib/releases.sh stage "$RELEASE_CACHE" "${RELEASE_COMMITS[@]}" &&
+      for c in "${RELEASE_COMMITS[@]}"; do ln -s "$RELEASE_CACHE/$c" "$RELEASES_DIR/$c"; done &&
+      bash test/lib/releases.sh current "$RELEASES_DIR"
+  ) >"$SUITE_LOGS/releases.log" 2>&1 &
+  RELEASES_PID=$!
+  BACKGROUND_PIDS+=("$RELEASES_PID")
 fi
 
 # ---------------------------------------------------------------------------
@@ -211,12 +305,16 @@ if [[ -f build/CMakeCache.txt ]] &&
   echo "build/ was configured for another source tree: removing it"
   rm -rf build
 fi
-if timeout -k 30 1200 cmake -S . -B build -DOUTBOX_WERROR=ON -DPG_CONFIG="$PG_CONFIG" &&
-  timeout -k 30 1200 cmake --build build -j2; then
+rm -f build/Testing/Temporary/LastTestsFailed.log
+UNIT_TARGETS=()
+[[ ${OUTBOX_SKIP_BUILD:-0} == 1 ]] && UNIT_TARGETS=(--target outbox_unit_tests)
+if run_logged unit timeout -k 30 "$(budget 1200)" cmake -S . -B build -DOUTBOX_WERROR=ON -DPG_CONFIG="$PG_CONFIG" &&
+  run_logged unit timeout -k 30 "$(budget 1200)" cmake --build build -j2 "${UNIT_TARGETS[@]}"; then
   # --no-tests=error: a build that registered no test must not look green.
-  if timeout -k 30 900 ctest --test-dir build --output-on-failure --no-tests=error; then
+  if run_logged unit timeout -k 30 "$(budget 900)" ctest --test-dir build --output-on-failure --no-tests=error; then
     record unit pass
   else
+    failures_from_ctest unit build
     record unit fail "ctest failures"
   fi
 else
@@ -235,18 +333,20 @@ if ((PGXS_OK)); then
   # regression failure still lets the isolation suite run and be counted.
   if ! wanted regression; then
     :
-  elif timeout -k 30 900 make installcheck PG_CONFIG="$PG_CONFIG" ISOLATION=; then
+  elif run_logged regression timeout -k 30 "$(budget 900)" make installcheck PG_CONFIG="$PG_CONFIG" ISOLATION=; then
     record regression pass
   else
     show_diffs test/results/regression.diffs
+    failures_from_pg_regress regression "$SUITE_LOGS/regression.log" "$REPO/test/results/regression.diffs"
     record regression fail "see test/results/regression.diffs"
   fi
   if ! wanted isolation; then
     :
-  elif timeout -k 30 900 make installcheck PG_CONFIG="$PG_CONFIG" REGRESS=; then
+  elif run_logged isolation timeout -k 30 "$(budget 900)" make installcheck PG_CONFIG="$PG_CONFIG" REGRESS=; then
     record isolation pass
   else
     show_diffs test/results/isolation/regression.diffs
+    failures_from_pg_regress isolation "$SUITE_LOGS/isolation.log" "$REPO/test/results/isolation/regression.diffs"
     record isolation fail "see test/results/isolation/regression.diffs"
   fi
 else
@@ -255,6 +355,17 @@ else
 fi
 fi # wanted regression or isolation
 
+# ---------------------------------------------------------------------------
+if wanted quickstart; then
+  banner "The README's Quick start, as a user pastes it (test/quickstart.sh)"
+  if ((PGXS_OK)) && run_logged quickstart timeout -k 30 "$(budget 600)" bash test/quickstart.sh; then
+    record quickstart pass
+  else
+    record quickstart fail "the README's Quick start did not run as written"
+  fi
+fi
+
+# ---------------------------------------------------------------------------
 # ---------------------------------------------------------------------------
 banner "Fault injection build (CMake, OUTBOX_FAULT_INJECTION=ON; test/t/09x load it)"
 # The release module (installed above) has no fault injection points; the TAP
@@ -265,10 +376,12 @@ if [[ -f build-fi/CMakeCache.txt ]] &&
   ! grep -qxF "CMAKE_HOME_DIRECTORY:INTERNAL=$REPO" build-fi/CMakeCache.txt; then
   rm -rf build-fi
 fi
-if ((PGXS_OK)) && { wanted TAP || wanted TAP_publisher; } &&
-  timeout -k 30 1200 cmake -S . -B build-fi -DOUTBOX_WERROR=ON -DOUTBOX_FAULT_INJECTION=ON \
+if [[ ${OUTBOX_SKIP_BUILD:-0} == 1 ]]; then
+  FI_OK=1 # not built: the fault injection tests skip themselves
+elif ((PGXS_OK)) && { wanted TAP || wanted TAP_publisher; } &&
+  run_logged build timeout -k 30 "$(budget 1200)" cmake -S . -B build-fi -DOUTBOX_WERROR=ON -DOUTBOX_FAULT_INJECTION=ON \
     -DPG_CONFIG="$PG_CONFIG" >/dev/null &&
-  timeout -k 30 1200 cmake --build build-fi -j2 --target outbox; then
+  run_logged build timeout -k 30 "$(budget 1200)" cmake --build build-fi -j2 --target outbox; then
   FI_OK=1
 elif wanted TAP || wanted TAP_publisher; then
   echo "the fault injection build failed: the fault injection TAP tests cannot run" >&2
@@ -296,7 +409,7 @@ run_tap() {
   # $TESTDIR/tmp_check, and the tests call initdb, so everything runs as the
   # server's OS user, and a copy of the tests, readable by it, runs.
   cp -r "$REPO/test/t" "$REPO/test/lib" "$REPO/test/kafka" "$REPO/docs" "$dir/"
-  if ((FI_OK)); then
+  if ((FI_OK)) && [[ -f build-fi/outbox.so ]]; then
     mkdir -p "$dir/fi-lib"
     cp build-fi/outbox.so "$dir/fi-lib/"
     envs+=("OUTBOX_FI_LIBDIR=$dir/fi-lib")
@@ -307,7 +420,10 @@ run_tap() {
   ((EUID == 0)) && as_user=(runuser -u "$CLUSTER_OS_USER" --)
   # The environment PGXS's prove_installcheck sets, plus PERL5LIB for the
   # PostgreSQL::Test modules (Debian installs them under pgxs, off Perl's path).
-  if (cd "$dir" && timeout -k 30 1800 "${as_user[@]}" \
+  # prove's output is kept beside the logs: its summary names the failed
+  # files, and a prove killed by the time budget names none.
+  local out=$SUITE_LOGS/$suite.log
+  if (cd "$dir" && run_logged "$suite" timeout -k 30 "$(budget 2400)" "${as_user[@]}" \
     env -u PGHOST -u PGPORT -u PGUSER -u OUTBOX_TEST_ISOLATION \
     PATH="$PATH" HOME="$dir" LC_ALL=C.UTF-8 LANG=C.UTF-8 \
     PERL5LIB="$PGXS_TOP/src/test/perl:$dir/lib${PERL5LIB:+:$PERL5LIB}" \
@@ -335,6 +451,7 @@ run_tap() {
         tail -n 80 "$log"
       fi
     done
+    failures_from_prove "$suite" "$out" "$dir/tmp_check/log"
     record "$suite" fail "logs in $dir/tmp_check/log"
   fi
 }
@@ -344,9 +461,15 @@ if wanted tidy; then
   banner "clang-tidy: the static analyzer's checks (.clang-tidy, test/tidy.sh)"
   # The compile database comes from the CMake configure (the unit suite's).
   if timeout -k 30 600 cmake -S . -B build -DOUTBOX_WERROR=ON -DPG_CONFIG="$PG_CONFIG" >/dev/null &&
-    timeout -k 30 1200 bash test/tidy.sh build; then
+    run_logged tidy timeout -k 30 "$(budget 1200)" bash test/tidy.sh build; then
     record tidy pass
   else
+    # test/tidy.sh prints "----- FILE -----" before each file's reports.
+    while read -r f; do
+      failure_add tidy "${f#"$REPO"/}" "" tail "" \
+        "$(awk -v f="$f" '$0 == "----- " f " -----" { on = 1; next } /^----- / { on = 0 } on' \
+          "$SUITE_LOGS/tidy.log" | grep -E 'warning:|error:' | head -n 8)"
+    done < <(sed -nE 's/^----- (.+) -----$/\1/p' "$SUITE_LOGS/tidy.log")
     record tidy fail "reports above"
   fi
 fi
@@ -358,12 +481,28 @@ if wanted sanitizers; then
   # when the suite fails, for its reports and crash inputs.
   SANITIZE_DIR=$(mktemp -d /tmp/outbox-sanitize.XXXXXX)
   chmod 755 "$SANITIZE_DIR" # the publisher under valgrind runs as the server's OS user
-  if timeout -k 30 1800 env OUTBOX_SKIP_DEPS=1 bash test/sanitize.sh "$SANITIZE_DIR"; then
+  if run_logged sanitizers timeout -k 30 "$(budget 1800)" env OUTBOX_SKIP_DEPS=1 bash test/sanitize.sh "$SANITIZE_DIR"; then
     record sanitizers pass
     rm -rf "$SANITIZE_DIR"
   else
     record sanitizers fail "reports above and in $SANITIZE_DIR/reports"
   fi
+fi
+
+# ---------------------------------------------------------------------------
+# The harness check runs in the background, beside the suites below, after
+# the CPU-hungry ones (it builds a few unit tests and runs one file of each
+# other kind); its result
+# is taken before the summary.
+HARNESS_PID=""
+if wanted harness && ((PGXS_OK)); then
+  HARNESS_DIR=$(mktemp -d /tmp/outbox-harness.XXXXXX)
+  timeout -k 30 "$(budget 1500)" bash test/harness_selftest.sh "$HARNESS_DIR" \
+    >"$SUITE_LOGS/harness.log" 2>&1 &
+  HARNESS_PID=$!
+  BACKGROUND_PIDS+=("$HARNESS_PID")
+elif wanted harness; then
+  record harness fail "PGXS build failed"
 fi
 
 # ---------------------------------------------------------------------------
@@ -377,29 +516,32 @@ declare -A CHROOT_RUN=()
 for spec in "${CHROOTS[@]}"; do
   read -r suite major level <<<"$spec"
   wanted "pg$major" || continue
-  log=$CHROOT_BASE/pg$major.run.log
+  log=$RUN_FILES/pg$major.run.log
   (
     # The chroot was being made since the start (a child of the main shell,
-    # so this subshell cannot wait for it: it watches for its status file).
-    for ((waited = 0; waited < 1800; waited += 2)); do
-      [[ -s "$CHROOT_BASE/$suite.rc" ]] && break
-      sleep 2
-    done
-    cat "$CHROOT_BASE/$suite.log"
-    if [[ "$(cat "$CHROOT_BASE/$suite.rc" 2>/dev/null)" != 0 ]]; then
+    # so this subshell cannot wait for it: it watches for its status file,
+    # which its preparation writes however it ends).
+    while [[ ! -s "$RUN_FILES/$suite.rc" ]] && ((SECONDS < RUN_DEADLINE)); do sleep 2; done
+    cat "$RUN_FILES/$suite.log"
+    if [[ "$(cat "$RUN_FILES/$suite.rc" 2>/dev/null)" != 0 ]]; then
       echo "making the $suite chroot failed"
       exit 2
     fi
-    timeout -k 30 2400 bash test/chroot/run.sh "$CHROOT_BASE/$suite" "$major" "$level"
+    # The run inside keeps to what is left of this run's budget, less the
+    # time to print its summary and have it read here.
+    OUTBOX_CHROOT_BUDGET=$(($(budget 2400) - 90)) \
+      OUTBOX_CHROOT_FAILURES="$RUN_FILES/pg$major.failures" \
+      timeout -k 30 "$(budget 2400)" bash test/chroot/run.sh "$CHROOT_BASE/$suite" "$major" "$level"
   ) >"$log" 2>&1 &
   CHROOT_RUN[$major]=$!
+  BACKGROUND_PIDS+=($!)
 done
 
 # ---------------------------------------------------------------------------
 if wanted fuzz; then
   banner "Fuzzing the parsers and validators (test/fuzz/run.sh, ${FUZZ_SECONDS:-20} s per target)"
   FUZZ_DIR=$(mktemp -d /tmp/outbox-fuzz.XXXXXX)
-  if timeout -k 30 900 env FUZZ_SECONDS="${FUZZ_SECONDS:-20}" bash test/fuzz/run.sh "$FUZZ_DIR"; then
+  if run_logged fuzz timeout -k 30 "$(budget 900)" env FUZZ_SECONDS="${FUZZ_SECONDS:-20}" bash test/fuzz/run.sh "$FUZZ_DIR"; then
     record fuzz pass
     rm -rf "$FUZZ_DIR"
   else
@@ -411,7 +553,7 @@ fi
 if wanted package; then
   banner "The Debian package: build, install, deliver an event (test/package.sh)"
   PACKAGE_DIR=$(mktemp -d /tmp/outbox-package.XXXXXX)
-  if ((PGXS_OK)) && timeout -k 30 900 bash test/package.sh "$PACKAGE_DIR"; then
+  if ((PGXS_OK)) && run_logged package timeout -k 30 "$(budget 900)" bash test/package.sh "$PACKAGE_DIR"; then
     record package pass "postgresql-$PG_MAJOR-outbox"
     rm -rf "$PACKAGE_DIR"
   else
@@ -435,12 +577,24 @@ elif ((PGXS_OK)); then
   rm -f test/results/reliability.tsv.parts
   if wanted TAP; then
     banner "TAP tests (prove test/t/*.pl)"
+    RELEASE_ENV=()
+    if [[ -n $RELEASES_PID ]]; then
+      # With the history at hand the update tests must run: they fail,
+      # not skip, without the releases.
+      RELEASE_ENV=(OUTBOX_RELEASES_REQUIRED=1)
+      if wait "$RELEASES_PID"; then
+        RELEASE_ENV+=("OUTBOX_RELEASES_DIR=$RELEASES_DIR")
+      else
+        echo "building the earlier releases failed: the update tests cannot run" >&2
+        failure_add TAP "the earlier releases (test/lib/releases.sh)" "$SUITE_LOGS/releases.log" tail
+      fi
+    fi
     # The globs are expanded where the tests are (test/), as prove sees them.
     mapfile -t tests < <(cd test && for g in ${OUTBOX_TAP_FILES:-t/*.pl}; do compgen -G "$g"; done | LC_ALL=C sort)
     if ((${#tests[@]} == 0)); then
       record TAP fail "no test/t/*.pl"
     else
-      run_tap TAP "$REPO/test/results/tap" -- "${tests[@]}" kafka/selftest.pl
+      run_tap TAP "$REPO/test/results/tap" "${RELEASE_ENV[@]}" -- "${tests[@]}" kafka/selftest.pl
     fi
   fi
   if wanted TAP_publisher; then
@@ -462,18 +616,39 @@ else
 fi
 
 # ---------------------------------------------------------------------------
+if [[ -n $HARNESS_PID ]]; then
+  banner "The summary names what failed (test/harness_selftest.sh)"
+  if wait "$HARNESS_PID"; then
+    cat "$SUITE_LOGS/harness.log"
+    record harness pass
+    rm -rf "$HARNESS_DIR"
+  else
+    cat "$SUITE_LOGS/harness.log"
+    record harness fail "the broken tests were not all named; the run in $HARNESS_DIR"
+  fi
+fi
+
+# ---------------------------------------------------------------------------
 # The other majors' results (their runs started after the builds above).
 for spec in "${CHROOTS[@]}"; do
   read -r suite major level <<<"$spec"
   [[ -n ${CHROOT_RUN[$major]:-} ]] || continue
   banner "PostgreSQL $major in a Debian $suite chroot (test/chroot/run.sh), publisher suites at '$level'"
   if wait "${CHROOT_RUN[$major]}"; then status=0; else status=$?; fi
-  cat "$CHROOT_BASE/pg$major.run.log"
+  log=$RUN_FILES/pg$major.run.log
+  cp "$log" "$SUITE_LOGS/pg$major.log"
+  cat "$log"
+  counts=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
   case $status in
-    0) record "pg$major" pass "$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$CHROOT_BASE/pg$major.run.log" | tail -n 1)" ;;
+    0) record "pg$major" pass "$counts" ;;
     2) record "pg$major" fail "the $suite chroot could not be made" ;;
-    *) record "pg$major" fail "$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$CHROOT_BASE/pg$major.run.log" | tail -n 1)" ;;
+    124 | 137) record "pg$major" fail "out of time${counts:+ ($counts)}" ;;
+    *) record "pg$major" fail "$counts" ;;
   esac
+  # The run inside named its failed tests: under this suite's name here.
+  if ((status != 0)) && [[ -s $RUN_FILES/pg$major.failures ]]; then
+    sed -E "s/^--- /--- pg$major /" "$RUN_FILES/pg$major.failures" >>"$FAILURES_FILE"
+  fi
 done
 
 summary_and_exit

@@ -200,7 +200,7 @@ bool Dispatcher::Configure(const RouteRow *routes, size_t nroutes, const SinkRow
 std::vector<std::string> Dispatcher::DeliverableLikePatterns() const {
   std::vector<std::string> patterns;
   for (const Route &r : routes_) {
-    if (!r.paused) patterns.push_back(LikePatternOf(r.pattern));
+    if (!r.paused && sinks_.count(r.sink) != 0) patterns.push_back(LikePatternOf(r.pattern));
   }
   std::sort(patterns.begin(), patterns.end());
   return patterns;
@@ -277,10 +277,15 @@ void Dispatcher::Decide(Flight *flight, size_t i, std::set<std::string> *admitte
     return;
   }
   auto sink_it = sinks_.find(route.sink);
-  if (sink_it == sinks_.end()) {  // routes reference sinks; only a race gets here
-    out[i].outcome = Outcome::kPark;
-    out[i].next_attempt_us = settings.now_us + settings.backoff_max_ms * kUsecPerMs;
-    SetError(&out[i], "sink \"" + route.sink + "\" does not exist");
+  if (sink_it == sinks_.end()) {
+    // A route may name a sink that is not there (yet): a restore loads
+    // outbox.routes before outbox.sinks (pg_restore -j), or someone deleted
+    // the row by hand. Its events wait as unrouted ones do, without an
+    // attempt, and get another look when sinks or routes change.
+    out[i].outcome = Outcome::kParkNoRoute;
+    out[i].next_attempt_us = kInfinityUs;
+    SetError(&out[i], "route \"" + route.pattern + "\" names sink \"" + route.sink +
+                          "\", which does not exist");
     return;
   }
   SinkState &state = sink_it->second;

@@ -30,7 +30,10 @@ void LoadConfiguration(Dispatcher *dispatcher) {
   // Whoever can write outbox.sinks (its owner, the extension owner, or a
   // superuser) chose the options: a superuser's options only when both
   // owners are superusers (sink_options.hpp).
-  if (SPI_execute("SELECT r.rolsuper AND s.rolsuper FROM pg_catalog.pg_extension e"
+  // The installed version too: a route's format may mean what an earlier
+  // release meant by it until ALTER EXTENSION UPDATE (which reloads).
+  if (SPI_execute("SELECT r.rolsuper AND s.rolsuper, e.extversion"
+                  " FROM pg_catalog.pg_extension e"
                   " JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) e.extowner"
                   " JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=)"
                   " 'outbox.sinks'::pg_catalog.regclass"
@@ -40,10 +43,13 @@ void LoadConfiguration(Dispatcher *dispatcher) {
     elog(ERROR, "outbox: cannot read the extension's owner");
   }
   bool privileged = false;
+  bool version_0_1_0 = false;
   if (SPI_processed == 1) {
     bool isnull = false;
     const Datum d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
     privileged = !isnull && DatumGetBool(d);
+    const char *version = TextColumn(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+    version_0_1_0 = !isnull && strcmp(version, "0.1.0") == 0;
   }
   if (SPI_execute("SELECT name, kind, options FROM outbox.sinks ORDER BY name", false, 0) !=
       SPI_OK_SELECT) {
@@ -85,6 +91,11 @@ void LoadConfiguration(Dispatcher *dispatcher) {
     // The table's CHECK admits only names ParseMessageFormat knows.
     routes[i].format = ParseMessageFormat(View(TextColumn(row, route_rows->tupdesc, 5, &isnull)))
                            .value_or(MessageFormat::kRaw);
+    // 0.1.0's debezium, until the update renames such routes
+    // debezium-expanded (message_format.hpp).
+    if (version_0_1_0 && routes[i].format == MessageFormat::kDebezium) {
+      routes[i].format = MessageFormat::kDebezium010;
+    }
   }
   if (!dispatcher->Configure(routes, static_cast<size_t>(nroutes), sinks,
                              static_cast<size_t>(nsinks))) {
@@ -109,8 +120,10 @@ void LoadConfiguration(Dispatcher *dispatcher) {
           // matches stay as they are, at no cost per reload (patterns are
           // [A-Za-z0-9._-*]: only '_' needs escaping for LIKE, with '!',
           // which neither holds, whatever standard_conforming_strings says).
+          // A route naming a sink that does not exist delivers nothing either.
           " AND EXISTS (SELECT FROM outbox.routes r WHERE NOT r.paused AND topic LIKE"
-          " pg_catalog.replace(pg_catalog.replace(r.pattern, '_', '!_'), '*', '%') ESCAPE '!')",
+          " pg_catalog.replace(pg_catalog.replace(r.pattern, '_', '!_'), '*', '%') ESCAPE '!'"
+          " AND EXISTS (SELECT FROM outbox.sinks s WHERE s.name OPERATOR(pg_catalog.=) r.sink))",
           1, types, args, nullptr, false, 0) != SPI_OK_UPDATE) {
     elog(ERROR, "outbox: cannot release events that waited for a route");
   }

@@ -25,6 +25,7 @@
 // extension publishes at once instead of at the launcher's next scan.
 #include "publisher/database_guard.hpp"
 
+#include "config_changes.hpp"
 #include "restored_partition.hpp"
 
 #include "pg_bridge.hpp"
@@ -266,6 +267,8 @@ void GuardedProcessUtility(PlannedStmt *pstmt, const char *query_string, bool re
     if (qc != nullptr) SetQueryCompletion(qc, CMDTAG_CREATE_INDEX, 0);
     return;
   }
+  // Sinks and routes changed by COPY, TRUNCATE or an update script.
+  NoteConfigChangingUtility(stmt);
   Oid paused = InvalidOid;
   bool created_database = false;
   if (Shared() != nullptr) {

@@ -145,7 +145,7 @@ std::string_view DebeziumKey(const OutMessage &m) {
 // on as a string unless table.expand.json.payload is set, and the JSON
 // converter writes a string as a JSON string literal.
 void AppendDebeziumValue(const OutMessage &m, std::string *out) {
-  if (m.format == MessageFormat::kDebezium) {
+  if (m.format == MessageFormat::kDebezium) {  // not kDebezium010: 0.1.0 sent the payload
     AppendJsonString(JsonPayload(m), out);
   } else {
     out->append(JsonPayload(m));
@@ -252,6 +252,7 @@ std::string_view MessageFormatName(MessageFormat format) {
     case MessageFormat::kCloudEvents:
       return "cloudevents";
     case MessageFormat::kDebezium:
+    case MessageFormat::kDebezium010:
       return "debezium";
     case MessageFormat::kDebeziumExpanded:
       return "debezium-expanded";
@@ -317,6 +318,7 @@ void KafkaHeaders(const OutMessage &m, std::string *scratch, std::vector<Header>
     }
     case MessageFormat::kDebezium:
     case MessageFormat::kDebeziumExpanded:
+    case MessageFormat::kDebezium010:
       out->push_back({"id", m.id});
       break;
   }
@@ -371,6 +373,11 @@ void RedisStreamFields(const OutMessage &m, std::string *scratch,
       }
       break;
     }
+    case MessageFormat::kDebezium010:
+      // Debezium Server's default entry as outbox 0.1.0 wrote it: the
+      // record key names the field.
+      *fields = {DebeziumKey(m), JsonPayload(m)};
+      break;
   }
 }
 
@@ -385,6 +392,9 @@ void AppendRedisBody(const OutMessage &m, std::string *out) {
     case MessageFormat::kDebezium:
     case MessageFormat::kDebeziumExpanded:
       AppendDebeziumEnvelope(m, out);
+      break;
+    case MessageFormat::kDebezium010:
+      out->append(JsonPayload(m));
       break;
   }
 }

@@ -33,6 +33,13 @@
 //          "default" without one), value (as on Kafka), ID = event id, then
 //          the user's headers with their names upper-cased; publish/list send
 //          the same fields as one JSON object, value as JSON.
+// debezium as outbox 0.1.0 sent it (kDebezium010: no route names it; a
+// route of format debezium takes it while the database's extension is
+// still at version 0.1.0, so a new library sends what the old one did until
+// ALTER EXTENSION UPDATE turns such routes into debezium-expanded)
+//   Kafka: as debezium-expanded.
+//   Redis: one stream field named after the event key ("default" without
+//          one) holding the payload; publish/list send the payload.
 #pragma once
 
 #include <cstdint>
@@ -46,10 +53,10 @@ namespace outbox {
 struct OutMessage;
 struct Header;
 
-enum class MessageFormat { kRaw, kCloudEvents, kDebezium, kDebeziumExpanded };
+enum class MessageFormat { kRaw, kCloudEvents, kDebezium, kDebeziumExpanded, kDebezium010 };
 
 // "raw", "cloudevents", "debezium" or "debezium-expanded"; nullopt for
-// anything else.
+// anything else (kDebezium010 has no name of its own: see above).
 std::optional<MessageFormat> ParseMessageFormat(std::string_view name);
 std::string_view MessageFormatName(MessageFormat format);
 

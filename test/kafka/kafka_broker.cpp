@@ -15,7 +15,7 @@
 //
 // Usage:
 //   kafka_broker [--brokers N] [--partitions N] [--topic NAME[:PARTITIONS[:REPLICATION]]]...
-//                [--nagle] [--debug]
+//                [--nagle] [--debug] [--port P] [--serve]
 //     --brokers N      brokers in the cluster, ids 1..N (default 3)
 //     --partitions N   partition count for topics created by --topic or create_topic when
 //                      no count is given (default 4). Topics the mock creates on its own get
@@ -31,6 +31,11 @@
 //                      plain producer, 100 keyed messages over 6 partitions + flush: p50
 //                      44 ms with --nagle, 0.3 ms without).
 //     --debug          librdkafka debug=mock,broker logging on stderr
+//     --port P         broker i listens on 127.0.0.1:P+i-1 instead of a random port, so a
+//                      fixed bootstrap address (127.0.0.1:9092) reaches it: for people
+//                      trying outbox by hand (the README's Quick start); tests leave it out
+//     --serve          read no commands: run until SIGINT, SIGTERM or SIGHUP (a broker
+//                      started in the background of a shell, with --port)
 //
 // Commands (words separated by blanks; ids are 1..N):
 //   ping                                  -> OK
@@ -99,9 +104,11 @@
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
 
+#include <arpa/inet.h>
 #include <dlfcn.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -122,6 +129,12 @@ namespace {
 // Whether accept() and accept4() below set TCP_NODELAY (--nagle clears it before the cluster
 // starts).
 std::atomic<bool> g_nodelay{true};
+
+// --port: the first port, and how many listening sockets still get the next one (the
+// brokers' listeners, which the mock cluster binds one per broker, in id order, to
+// 127.0.0.1 port 0 while rd_kafka_mock_cluster_new runs). Set before the cluster starts.
+std::atomic<int> g_next_port{0};
+std::atomic<int> g_ports_left{0};
 
 // Sets TCP_NODELAY on a socket accept() returned; a socket that is not TCP refuses the
 // option, which is fine. errno is left as accept() set it.
@@ -150,6 +163,8 @@ struct Options {
   int partitions = 4;
   bool debug = false;
   bool nagle = false;
+  bool serve = false;
+  int port = 0;
   struct Topic {
     std::string name;
     int partitions;
@@ -370,8 +385,10 @@ class Broker {
 void Usage(const char *argv0) {
   std::fprintf(stderr,
                "usage: %s [--brokers N] [--partitions N] "
-               "[--topic NAME[:PARTITIONS[:REPLICATION]]]... [--nagle] [--debug]\n"
-               "Prints BOOTSTRAP <list>, then serves commands on stdin (see source header).\n",
+               "[--topic NAME[:PARTITIONS[:REPLICATION]]]... [--nagle] [--debug] [--port P] "
+               "[--serve]\n"
+               "Prints BOOTSTRAP <list>, then serves commands on stdin (see source header);\n"
+               "with --serve, runs until interrupted.\n",
                argv0);
 }
 
@@ -399,6 +416,11 @@ bool ParseArgs(int argc, char **argv, Options *o) {
       o->nagle = true;
     } else if (a == "--debug") {
       o->debug = true;
+    } else if (a == "--port") {
+      if (!value(&v) || !ParseInt(v, 1, 65535 - 64, &x)) return false;
+      o->port = static_cast<int>(x);
+    } else if (a == "--serve") {
+      o->serve = true;
     } else {
       return false;
     }
@@ -491,6 +513,23 @@ extern "C" int accept4(int fd, struct sockaddr *addr, socklen_t *addr_len, int f
   return NoDelay(real(fd, addr, addr_len, flags));
 }
 
+// --port: the brokers' listeners bind to 127.0.0.1 port 0 (any port); the next --port
+// number replaces the 0 while any are left. Every other bind passes through unchanged.
+extern "C" int bind(int fd, const struct sockaddr *addr, socklen_t addr_len) {
+  using Fn = int (*)(int, const struct sockaddr *, socklen_t);
+  static const Fn real = RealFunction<Fn>("bind");
+  if (addr != nullptr && addr->sa_family == AF_INET && addr_len >= sizeof(sockaddr_in)) {
+    sockaddr_in in;
+    std::memcpy(&in, addr, sizeof(in));
+    if (in.sin_port == 0 && g_ports_left.load() > 0) {
+      g_ports_left.fetch_sub(1);
+      in.sin_port = htons(static_cast<uint16_t>(g_next_port.fetch_add(1)));
+      return real(fd, reinterpret_cast<const sockaddr *>(&in), sizeof(in));
+    }
+  }
+  return real(fd, addr, addr_len);
+}
+
 int main(int argc, char **argv) {
   Options opt;
   if (!ParseArgs(argc, argv, &opt)) {
@@ -498,6 +537,18 @@ int main(int argc, char **argv) {
     return 2;
   }
   g_nodelay.store(!opt.nagle);
+  if (opt.port != 0) {
+    g_next_port.store(opt.port);
+    g_ports_left.store(opt.brokers);
+  }
+  // --serve waits for these signals with sigwait(): blocked before librdkafka starts its
+  // threads, which inherit the mask, so none of them takes the signal instead.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);
+  if (opt.serve) pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   // A reader that went away must not kill us mid-write with SIGPIPE; we notice the
   // failed write and exit instead.
   std::signal(SIGPIPE, SIG_IGN);
@@ -550,7 +601,13 @@ int main(int argc, char **argv) {
     }
   }
 
-  if (rc == 0 && WriteLine(std::string("BOOTSTRAP ") + broker.Bootstraps())) {
+  if (rc == 0 && opt.serve) {
+    std::printf("BOOTSTRAP %s\n", broker.Bootstraps());
+    std::fflush(stdout);
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    std::fprintf(stderr, "kafka_broker: %s, exiting\n", strsignal(sig));
+  } else if (rc == 0 && WriteLine(std::string("BOOTSTRAP ") + broker.Bootstraps())) {
     std::string line;
     bool quit = false;
     LineReader reader;

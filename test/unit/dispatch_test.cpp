@@ -540,14 +540,20 @@ TEST_F(DispatcherTest, WithoutAnyRouteEverythingWaits) {
   EXPECT_EQ(out[0].next_attempt_us, INT64_MAX);
 }
 
-TEST_F(DispatcherTest, RouteToAMissingSinkParksItsEventsWithoutSending) {
+TEST_F(DispatcherTest, RouteToAMissingSinkWaitsAsUnroutedWithoutAnAttempt) {
   Configure({{"orders.*", "gone", std::nullopt}}, {});
   const auto out = Dispatch({Ev(1, "orders.created", "k", 1)});
-  EXPECT_TRUE(Is(out[0], Outcome::kPark));
+  EXPECT_TRUE(Is(out[0], Outcome::kParkNoRoute));
   EXPECT_EQ(out[0].attempts, 1);
-  EXPECT_GT(out[0].next_attempt_us, kNow);
+  EXPECT_EQ(out[0].next_attempt_us, INT64_MAX);
   EXPECT_TRUE(Contains(out[0].error, "gone"));
   EXPECT_TRUE(Broker("gone").calls.empty());
+}
+
+TEST_F(DispatcherTest, RouteToAMissingSinkIsNotClaimed) {
+  Configure({{"orders.*", "gone", std::nullopt}, {"billing.*", "kafka", std::nullopt}},
+            {SinkNamed("kafka")});
+  EXPECT_EQ(dispatcher_.DeliverableLikePatterns(), std::vector<std::string>{"billing.%"});
 }
 
 // ------------------------------------------------------------ messages

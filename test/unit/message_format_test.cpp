@@ -421,6 +421,25 @@ TEST(MessageFormat, DebeziumRedisPublishAndListSendTheEntryAsJson) {
   EXPECT_EQ(Body(expanded.m), R"({"key":"order-7","value":{"n":1})" + tail);
 }
 
+// A debezium route of a database still at version 0.1.0 (until ALTER
+// EXTENSION UPDATE) sends what 0.1.0 sent: the payload as JSON on Kafka with
+// header id, and on Redis Debezium Server's default entry, one field named
+// after the key; the payload alone for publish and list.
+TEST(MessageFormat, Debezium010SendsWhatOutbox010Sent) {
+  Fixture f(MessageFormat::kDebezium010);
+  std::string scratch;
+  EXPECT_EQ(KafkaValue(f.m, &scratch), R"({"n":1})");
+  const Pairs headers = Kafka(f.m);
+  ASSERT_FALSE(headers.empty());
+  EXPECT_EQ(headers[0], (std::pair<std::string, std::string>{"id", std::string(f.m.id)}));
+  EXPECT_EQ(Fields(f.m), (Strings{"order-7", R"({"n":1})"}));
+  EXPECT_EQ(Body(f.m), R"({"n":1})");
+  Fixture keyless(MessageFormat::kDebezium010, /*with_key=*/false);
+  EXPECT_EQ(Fields(keyless.m), (Strings{"default", R"({"n":1})"}));
+  // No route names it: it is debezium as far as anyone reading routes knows.
+  EXPECT_EQ(MessageFormatName(MessageFormat::kDebezium010), "debezium");
+}
+
 TEST(MessageFormat, TimesAreRfc3339InUtcWithMicroseconds) {
   std::string out;
   AppendRfc3339(kTime, &out);

@@ -1,0 +1,29 @@
+// Changes to outbox.sinks and outbox.routes reach the publishers, however
+// they are made: besides the sink and route functions (which ask for it
+// themselves), any INSERT, UPDATE, DELETE or MERGE on the two tables (a
+// restore's INSERTs, an update script's DML, an operator's statement), a
+// COPY into them (a restore), a TRUNCATE, and ALTER EXTENSION outbox UPDATE
+// (the meaning of a route's format may change with the version) make the
+// database's publishers reload sinks and routes when the transaction
+// commits. Reloading releases events parked for lack of a route
+// (publisher/configuration.hpp). Hooks, not triggers: a restore may disable
+// triggers (--disable-triggers, session_replication_role = replica).
+#pragma once
+
+extern "C" {
+#include "postgres.h"
+
+#include "nodes/nodes.h"
+}
+
+namespace outbox {
+
+// Installs the executor hook; only when preloaded (no publisher otherwise).
+void InstallConfigChangeHook();
+
+// From the ProcessUtility hook, before the statement runs: COPY FROM or
+// TRUNCATE naming either table, or ALTER EXTENSION outbox. Takes no lock and
+// never raises an error: a statement refused later reloads for nothing.
+void NoteConfigChangingUtility(Node *stmt);
+
+}  // namespace outbox
