@@ -618,6 +618,7 @@ bool Dispatcher::SettleLate(const DispatchSettings &settings) noexcept {
         o.created_at = late.rows[k].created_at;
         o.attempts = late.rows[k].attempts;
         o.parked_until_us = late.parked_until_us;
+        if (k < late.results.size()) o.answered_at_us = late.results[k].answered_at_us;
         o.outcome = out[k];
         late_outcomes_.push_back(o);
       }
@@ -1024,10 +1025,16 @@ std::vector<std::string> Dispatcher::TopicsBehindDownSinks(int64_t now_us) const
   return topics;
 }
 
-int64_t Dispatcher::NextSinkRetryUs() const noexcept {
+int64_t Dispatcher::NextSinkRetryUs(int64_t after_us) const noexcept {
   int64_t next = 0;
   for (const auto &[name, state] : sinks_) {
-    if (state.down && (next == 0 || state.retry_at_us < next)) next = state.retry_at_us;
+    // A retry time that is past, or a sink that owes late answers (tried
+    // again once they are in), would wake the idle publisher at once, and
+    // again, for claims that take nothing.
+    if (state.down && state.retry_at_us > after_us && !SinkHasLate(name) &&
+        (next == 0 || state.retry_at_us < next)) {
+      next = state.retry_at_us;
+    }
   }
   return next;
 }

@@ -193,8 +193,13 @@ class Dispatcher {
   // Serve the sinks' background work while idle.
   void Poll() noexcept;
 
-  // The earliest time a sink that is down should be tried again, or 0.
-  int64_t NextSinkRetryUs() const noexcept;
+  // The earliest time after `after_us` at which a sink that is down should
+  // be tried again, or 0. The claims leave its topics alone until then
+  // (TopicsBehindDownSinks); a time the last claims were made after has been
+  // acted on (its topics were claimed), and what is left of its events wakes
+  // the publisher through their own retry times. A sink that owes late
+  // answers has none: they wake the publisher.
+  int64_t NextSinkRetryUs(int64_t after_us = 0) const noexcept;
 
   // The patterns of the routes that are not paused, as LIKE patterns
   // (route_match.hpp), sorted: the claims take only events of topics one of

@@ -87,6 +87,7 @@ struct LateOutcome {
   int64_t created_at = 0;       // the event's (finds its partition)
   int attempts = 0;             // the row's attempts while it was parked
   int64_t parked_until_us = 0;  // the row's next_attempt_us while it was parked
+  int64_t answered_at_us = 0;   // Delivery::answered_at_us (0: unknown)
   RowOutcome outcome;           // never kUntouched
 };
 

@@ -154,6 +154,7 @@ constexpr int64 kRetryRecheckUs = USECS_PER_SEC;
 bool retry_known = false;
 TimestampTz retry_due = 0;
 TimestampTz retry_read_at = 0;
+TimestampTz last_claims_at = 0;  // LastClaimsAt
 
 // The database's prepared transactions, when there can be any.
 int PreparedXids(TransactionId **xids) {
@@ -573,6 +574,7 @@ int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted,
   // Due retries first (they are older), then never-tried events from the
   // floor on (or from the beginning: a full scan).
   const TimestampTz now = GetCurrentTimestamp();
+  last_claims_at = now;
   DispatchSettings settings;
   settings.max_attempts = guc::max_attempts;
   settings.backoff_min_ms = guc::backoff_min_ms;
@@ -788,6 +790,8 @@ TimestampTz KnownRetryDue(bool *known) {
   return retry_due;
 }
 
+TimestampTz LastClaimsAt() { return last_claims_at; }
+
 const char *PublisherStatement(const char *name) {
   if (strcmp(name, "claim_retry") == 0) return kClaimRetrySql;
   if (strcmp(name, "claim_ready") == 0) return kClaimReadySql;
@@ -796,21 +800,27 @@ const char *PublisherStatement(const char *name) {
 
 namespace {
 
-// When the earliest event of our keys that waits for a time is due (0 if
-// none). Sees this transaction's own outcomes.
+// When the earliest event of our keys that waits for a time, and that a
+// retry claim may take, is due (0 if none). Sees this transaction's own
+// outcomes. Events of the topics the claims leave alone (behind a sink that
+// is down or owes late answers) do not count: the claims would not take
+// them when due, and the idle publisher would wake for nothing, at once and
+// again (it spun through thousands of empty transactions a second while a
+// sink's answers were late). What ends their wait wakes it anyway: the
+// sink's retry time (Dispatcher::NextSinkRetryUs) or its answers.
 TimestampTz NextRetryAt() {
   // Prepared once: planning a min() over every partition costs more than
   // running it.
   static SPIPlanPtr plan = nullptr;
   if (plan == nullptr) {
-    Oid types[1] = {BYTEAOID};
+    Oid types[2] = {BYTEAOID, TEXTARRAYOID};
     plan = KeepPlan(
         "SELECT min(next_attempt_at) FROM outbox.events"
         " WHERE status = 'pending' AND next_attempt_at IS NOT NULL"
-        " AND next_attempt_at < 'infinity' AND" OWNED_KEYS("$1"),
-        1, types);
+        " AND next_attempt_at < 'infinity' AND topic <> ALL($2) AND" OWNED_KEYS("$1"),
+        2, types);
   }
-  Datum args[1] = {OwnedBitmap()};
+  Datum args[2] = {OwnedBitmap(), skipped_topics};
   if (SPI_execute_plan(plan, args, nullptr, false, 1) != SPI_OK_SELECT || SPI_processed != 1) {
     return 0;
   }

@@ -4,12 +4,15 @@
 // rows' locks, so their ctids cannot change under it, and no index on id is
 // needed. published_at is clock_timestamp() when the outcome is written, just
 // after the broker acknowledged: published_at - created_at is the latency
-// from emit to acknowledgement, not from emit to claim.
+// from emit to acknowledgement, not from emit to claim. A late answer is
+// written a cycle or more after it came: its published_at is the time the
+// sink had it (Delivery::answered_at_us).
 //
 // Memory: everything is palloc'd in the caller's per-cycle context; the plans
 // are kept for the process (spi_rows.hpp).
 #include "publisher/outcomes.hpp"
 
+#include "core/partition_calendar.hpp"
 #include "fault_injection.hpp"
 #include "publisher/spi_rows.hpp"
 
@@ -137,21 +140,22 @@ constexpr const char *kLateOutcomeSql =
     "UPDATE outbox.events e SET status = u.status, attempts = u.attempts,"
     " next_attempt_at = CASE WHEN u.status OPERATOR(pg_catalog.=) 'published'::pg_catalog.text"
     " THEN e.next_attempt_at ELSE u.next END,"
+    // The broker's answer came when the sink had it, a cycle or more ago.
     " published_at = CASE WHEN u.status OPERATOR(pg_catalog.=) 'published'::pg_catalog.text"
-    " THEN pg_catalog.clock_timestamp() END,"
+    " THEN COALESCE(u.answered, pg_catalog.clock_timestamp()) END,"
     " last_error = u.error"
     " FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3),"
     " pg_catalog.unnest($4), pg_catalog.unnest($5), pg_catalog.unnest($6),"
-    " pg_catalog.unnest($7), pg_catalog.unnest($8))"
-    " AS u(id, created, expected, parked, status, attempts, next, error)"
+    " pg_catalog.unnest($7), pg_catalog.unnest($8), pg_catalog.unnest($9))"
+    " AS u(id, created, expected, parked, status, attempts, next, error, answered)"
     " WHERE e.id OPERATOR(pg_catalog.=) u.id"
     " AND e.created_at OPERATOR(pg_catalog.=) u.created"
     " AND e.status OPERATOR(pg_catalog.=) 'pending'::pg_catalog.text"
     " AND e.attempts OPERATOR(pg_catalog.=) u.expected"
     " AND e.next_attempt_at OPERATOR(pg_catalog.=) u.parked";
-const Oid kLateOutcomeTypes[8] = {UUIDARRAYOID,        TIMESTAMPTZARRAYOID, INT4ARRAYOID,
+const Oid kLateOutcomeTypes[9] = {UUIDARRAYOID,        TIMESTAMPTZARRAYOID, INT4ARRAYOID,
                                   TIMESTAMPTZARRAYOID, TEXTARRAYOID,        INT4ARRAYOID,
-                                  TIMESTAMPTZARRAYOID, TEXTARRAYOID};
+                                  TIMESTAMPTZARRAYOID, TEXTARRAYOID,        TIMESTAMPTZARRAYOID};
 SPIPlanPtr late_outcome_plan = nullptr;
 
 }  // namespace
@@ -181,6 +185,8 @@ void WriteLateOutcomes(Dispatcher *dispatcher, const DispatchSettings &settings,
   bool *next_null = static_cast<bool *>(palloc(sizeof(bool) * capacity));
   Datum *errors = static_cast<Datum *>(palloc(sizeof(Datum) * capacity));
   bool *error_null = static_cast<bool *>(palloc(sizeof(bool) * capacity));
+  Datum *answered = static_cast<Datum *>(palloc(sizeof(Datum) * capacity));
+  bool *answered_null = static_cast<bool *>(palloc(sizeof(bool) * capacity));
   LateOutcome late;  // plain data: nothing to destroy if an ERROR jumps out
   while (dispatcher->NextLateOutcome(&late)) {
     if (n == capacity) {
@@ -193,8 +199,10 @@ void WriteLateOutcomes(Dispatcher *dispatcher, const DispatchSettings &settings,
       attempts = grow(attempts);
       next = grow(next);
       errors = grow(errors);
+      answered = grow(answered);
       next_null = static_cast<bool *>(repalloc(next_null, sizeof(bool) * capacity));
       error_null = static_cast<bool *>(repalloc(error_null, sizeof(bool) * capacity));
+      answered_null = static_cast<bool *>(repalloc(answered_null, sizeof(bool) * capacity));
     }
     const RowOutcome &o = late.outcome;
     ids[n] = DirectFunctionCall1(uuid_in, CStringGetDatum(late.id));
@@ -208,6 +216,10 @@ void WriteLateOutcomes(Dispatcher *dispatcher, const DispatchSettings &settings,
     next[n] = TimestampTzGetDatum(o.next_attempt_us);  // INT64_MAX is 'infinity'
     error_null[n] = published;
     errors[n] = published ? static_cast<Datum>(0) : CStringGetTextDatum(o.error);
+    // Unix microseconds to PostgreSQL's (since 2000-01-01).
+    answered_null[n] = late.answered_at_us == 0;
+    answered[n] = TimestampTzGetDatum(late.answered_at_us -
+                                      kPgEpochUnixSeconds * static_cast<int64_t>(USECS_PER_SEC));
     if (published) stats->published++;
     if (o.outcome == Outcome::kRetry || o.outcome == Outcome::kDead) {
       stats->failed++;
@@ -220,10 +232,10 @@ void WriteLateOutcomes(Dispatcher *dispatcher, const DispatchSettings &settings,
   }
   if (n == 0) return;
   if (late_outcome_plan == nullptr)
-    late_outcome_plan = KeepPlan(kLateOutcomeSql, 8, kLateOutcomeTypes);
+    late_outcome_plan = KeepPlan(kLateOutcomeSql, 9, kLateOutcomeTypes);
   int dims[1] = {n};
   int lbs[1] = {1};
-  Datum args[8] = {
+  Datum args[9] = {
       PointerGetDatum(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR)),
       PointerGetDatum(
           construct_array(created, n, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
@@ -235,7 +247,9 @@ void WriteLateOutcomes(Dispatcher *dispatcher, const DispatchSettings &settings,
       PointerGetDatum(construct_md_array(next, next_null, 1, dims, lbs, TIMESTAMPTZOID, 8,
                                          FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
       PointerGetDatum(
-          construct_md_array(errors, error_null, 1, dims, lbs, TEXTOID, -1, false, TYPALIGN_INT))};
+          construct_md_array(errors, error_null, 1, dims, lbs, TEXTOID, -1, false, TYPALIGN_INT)),
+      PointerGetDatum(construct_md_array(answered, answered_null, 1, dims, lbs, TIMESTAMPTZOID, 8,
+                                         FLOAT8PASSBYVAL, TYPALIGN_DOUBLE))};
   OUTBOX_FAULT("publisher.before_late_outcomes");
   const int rc = SPI_execute_plan(late_outcome_plan, args, nullptr, false, 0);
   if (rc != SPI_OK_UPDATE) elog(ERROR, "outbox: recording late answers failed");

@@ -364,6 +364,7 @@ void KafkaSink::Settle(Batch *batch, size_t slot, DeliveryStatus status,
   batch->settled[slot] = 1;
   Delivery &delivery = batch->out[slot];
   delivery.status = status;
+  delivery.answered_at_us = UnixNowUs();
   try {
     delivery.error = error;
   } catch (...) {
@@ -376,6 +377,7 @@ void KafkaSink::Settle(Batch *batch, size_t slot, DeliveryStatus status,
   batch->settled[slot] = 1;
   batch->out[slot].status = status;
   batch->out[slot].error = std::move(error);
+  batch->out[slot].answered_at_us = UnixNowUs();
 }
 
 void KafkaSink::Publish(const OutMessage *messages, size_t n, Delivery *out,
@@ -499,7 +501,10 @@ bool KafkaSink::Wait(uint64_t ticket, int64_t wait_ms, InterruptCheck interrupte
     if (left <= 0 && !first) return false;  // still open: the caller comes back
     first = false;
     const int slice = static_cast<int>(std::max<long long>(0, left));
-    if (open_.size() == 1) {
+    // A look without waiting (the idle publisher asking for late answers,
+    // every few ms) only serves the reports that came in: rd_kafka_flush
+    // would also wake every broker thread to send what lingers, each time.
+    if (open_.size() == 1 && slice > 0) {
       rd_kafka_flush(rk_, std::min(kWaitSliceMs, slice));
     } else {
       rd_kafka_poll(rk_, std::min(kPipelinedSliceMs, slice));

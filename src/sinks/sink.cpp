@@ -2,7 +2,15 @@
 #include "core/dispatch.hpp"
 #include "sinks/redis_sink.hpp"
 
+#include <chrono>
+
 namespace outbox {
+
+int64_t UnixNowUs() noexcept {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 void DescribeCurrentException(std::string *error) noexcept {
   try {

@@ -60,7 +60,14 @@ enum class DeliveryStatus {
 struct Delivery {
   DeliveryStatus status = DeliveryStatus::kRetriable;
   std::string error;  // empty when delivered; a human-readable reason otherwise
+  // When the sink had the broker's answer (microseconds since the Unix
+  // epoch, the system clock), 0 when unknown: a late answer's event is
+  // recorded published as of then, not as of when a later cycle wrote it.
+  int64_t answered_at_us = 0;
 };
+
+// The system clock as Delivery::answered_at_us counts it.
+int64_t UnixNowUs() noexcept;
 
 enum class LogLevel { kDebug, kInfo, kWarning, kError };
 

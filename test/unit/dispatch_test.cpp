@@ -2054,6 +2054,37 @@ TEST_F(SlowSinkTest, WithoutAnAckWaitEveryAnswerIsWaitedFor) {
   EXPECT_FALSE(dispatcher_.HasLate());
 }
 
+// A sink that went down and was then tried again, while that try's answers
+// are late: its retry time is past, and the claims leave its topics alone
+// until the answers are in. The idle publisher must not take that past
+// time for its next wake-up (it spun through empty cycles until the
+// answers came): the answers wake it.
+TEST_F(SlowSinkTest, ADownSinksRetryTimeWakesThePublisherOnceAndNotWhileItOwesLateAnswers) {
+  Broker("kafka").slow = true;
+  Broker("kafka").script = [](const OutMessage &, int) {
+    return Retriable("Local: Message timed out");
+  };
+  Dispatch({Ev(1, "orders.a", "k")});
+  Broker("kafka").slow = false;  // the answers: every message timed out
+  ASSERT_TRUE(dispatcher_.LateArrived());
+  SettleLate(kNow + 2000);
+  const int64_t retry_at = dispatcher_.NextSinkRetryUs();
+  ASSERT_NE(retry_at, 0) << "the sink is down";
+  // Claims made at or after the retry time have acted on it: it wakes
+  // nobody again (the events left wake the publisher by their own times).
+  EXPECT_EQ(dispatcher_.NextSinkRetryUs(retry_at - 1), retry_at);
+  EXPECT_EQ(dispatcher_.NextSinkRetryUs(retry_at), 0);
+  Broker("kafka").slow = true;  // the sink's next try goes late as well
+  Dispatch({Ev(2, "orders.b", "j")}, retry_at + 1000);
+  ASSERT_TRUE(dispatcher_.HasLate());
+  EXPECT_EQ(dispatcher_.NextSinkRetryUs(), 0);
+  Broker("kafka").slow = false;
+  Broker("kafka").script = [](const OutMessage &, int) { return Delivered(); };
+  ASSERT_TRUE(dispatcher_.LateArrived());
+  SettleLate(retry_at + 2000);
+  EXPECT_FALSE(dispatcher_.HasLate());
+}
+
 TEST_F(SlowSinkTest, LateGroupsAreBoundedAndThenWaitedForInFull) {
   // One late group per sink at a time (above); across sinks, at most
   // kMaxLateGroups: beyond, groups are waited for in full.
