@@ -542,6 +542,14 @@ void Dispatcher::MakeLate(const Flight &flight, Group *group) {
   group->sink_ticket = 0;
 }
 
+std::vector<std::string> Dispatcher::LateIds() const {
+  std::vector<std::string> ids;
+  for (const Late &late : late_) {
+    for (const LateRow &row : late.rows) ids.push_back(row.id);
+  }
+  return ids;
+}
+
 bool Dispatcher::LateArrived() noexcept {
   bool any = false;
   for (Late &late : late_) {

@@ -178,6 +178,11 @@ class Dispatcher {
   // failed) are lost harmlessly: their rows wait as parked and are sent
   // again when that time is up (at least once).
   bool HasLate() const noexcept { return !late_.empty(); }
+  // The ids of the events whose late answers this dispatcher awaits. Rows
+  // parked for a late answer that is not among them (their publisher
+  // exited, or gave up the key slot) will never get one: the caller makes
+  // them due instead of letting them wait out the sink's whole timeout.
+  std::vector<std::string> LateIds() const;  // may throw bad_alloc
   bool LateArrived() noexcept;
   bool SettleLate(const DispatchSettings &settings) noexcept;
   bool NextLateOutcome(LateOutcome *out) noexcept;

@@ -792,6 +792,15 @@ TimestampTz KnownRetryDue(bool *known) {
 
 TimestampTz LastClaimsAt() { return last_claims_at; }
 
+Datum LateAnswerIds(const Dispatcher *dispatcher) {
+  const FlatStrings flat = FlattenStrings([dispatcher] { return dispatcher->LateIds(); });
+  if (flat.failed) {
+    ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY),
+                    errmsg("outbox: the publisher ran out of memory while loading routes")));
+  }
+  return TextArrayOf(flat);
+}
+
 const char *PublisherStatement(const char *name) {
   if (strcmp(name, "claim_retry") == 0) return kClaimRetrySql;
   if (strcmp(name, "claim_ready") == 0) return kClaimReadySql;

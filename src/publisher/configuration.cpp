@@ -5,6 +5,7 @@
 // cursor into a context reset per chunk.
 #include "publisher/configuration.hpp"
 
+#include "guc.hpp"
 #include "publisher/claim.hpp"
 #include "publisher/key_ownership.hpp"
 #include "publisher/spi_rows.hpp"
@@ -126,6 +127,29 @@ void LoadConfiguration(Dispatcher *dispatcher) {
           " AND EXISTS (SELECT FROM outbox.sinks s WHERE s.name OPERATOR(pg_catalog.=) r.sink))",
           1, types, args, nullptr, false, 0) != SPI_OK_UPDATE) {
     elog(ERROR, "outbox: cannot release events that waited for a route");
+  }
+
+  // Events of our keys parked for a sink's late answer that this process
+  // does not await (dispatch.hpp, "Slow sinks"): the publisher that sent
+  // them exited, or gave up their key slot, and the answer will never be
+  // recorded. They are due now instead of when the sink's whole timeout
+  // would be over (tens of seconds: a key handed over waited that long).
+  // Sent again, with the same id (at least once); in id order with their
+  // key's later events, which wait behind them here. Keyless events belong
+  // to every publisher: with several, another one may await their answer,
+  // so they are left to their time then (they hold no key back).
+  Oid late_types[3] = {BYTEAOID, TEXTARRAYOID, BOOLOID};
+  Datum late_args[3] = {OwnedBitmap(), LateAnswerIds(dispatcher), BoolGetDatum(guc::workers <= 1)};
+  if (SPI_execute_with_args(
+          "UPDATE outbox.events SET next_attempt_at = pg_catalog.now()"
+          " WHERE status OPERATOR(pg_catalog.=) 'pending'::pg_catalog.text"
+          " AND next_attempt_at OPERATOR(pg_catalog.>) pg_catalog.now()"
+          " AND next_attempt_at OPERATOR(pg_catalog.<) 'infinity'::pg_catalog.timestamptz"
+          " AND last_error OPERATOR(pg_catalog.~~) 'waiting for sink % to answer%'::pg_catalog.text"
+          " AND id::pg_catalog.text OPERATOR(pg_catalog.<>) ALL($2)"
+          " AND (key IS NOT NULL OR $3) AND" OWNED_KEYS("$1"),
+          3, late_types, late_args, nullptr, false, 0) != SPI_OK_UPDATE) {
+    elog(ERROR, "outbox: cannot release events that waited for another publisher's answer");
   }
 
   // Rebuild the per-key order state from the events of our keys that wait

@@ -1911,6 +1911,20 @@ TEST_F(SlowSinkTest, ASlowSinkDoesNotHoldUpAnotherSinksOutcomes) {
   EXPECT_FALSE(dispatcher_.HasLate());
 }
 
+// The publisher releases rows parked for a late answer that it does not
+// await (their sender exited or gave up the key): it asks for these ids.
+TEST_F(SlowSinkTest, TheIdsOfEventsAwaitingLateAnswersAreKnownUntilSettled) {
+  Broker("kafka").slow = true;
+  Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.b", "j"), Ev(3, "mail.a", "m")});
+  std::vector<std::string> ids = dispatcher_.LateIds();
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(ids, (std::vector<std::string>{Id(1), Id(2)})) << "not the fast sink's event";
+  Broker("kafka").slow = false;
+  ASSERT_TRUE(dispatcher_.LateArrived());
+  SettleLate(kNow + 2000);
+  EXPECT_TRUE(dispatcher_.LateIds().empty());
+}
+
 TEST_F(SlowSinkTest, ALaterEventOfTheKeyWaitsForTheLateAnswerAndGoesAfterIt) {
   Broker("kafka").slow = true;
   Dispatch({Ev(1, "orders.a", "k")});
