@@ -32,6 +32,15 @@ int64_t SteadyMs() {
       .count();
 }
 
+// Whether an answer came from a broker: delivered or refused by it. A
+// transient failure may be the client's own (a message timed out in
+// librdkafka's queue) and says nothing of whether the sink answers.
+bool FromBroker(const Delivery &d) {
+  return d.answered_at_us != 0 &&
+         (d.status == DeliveryStatus::kDelivered || d.status == DeliveryStatus::kRejected ||
+          d.status == DeliveryStatus::kTargetRefused);
+}
+
 std::string Seconds(int64_t us) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(us) / 1e6);
@@ -297,8 +306,8 @@ void Dispatcher::Decide(Flight *flight, size_t i, std::set<std::string> *admitte
     NoteBehindDownSink(row.topic, route.sink);
     return;
   }
-  if (!late_.empty() && SinkHasLate(route.sink)) {
-    // Its earlier groups' answers are awaited: nothing more goes to it.
+  if (!late_.empty() && SinkHeld(route.sink)) {
+    // It answers nothing of its earlier groups: nothing more goes to it.
     out[i].outcome = Outcome::kPark;
     out[i].next_attempt_us = settings.now_us + kLateRecheckUs;
     SetError(&out[i], "waiting for sink \"" + route.sink + "\" to answer earlier events");
@@ -470,54 +479,184 @@ void Dispatcher::FinishFront(Sink::InterruptCheck interrupted) {
 void Dispatcher::FinishGroup(const Flight &flight, Group *group, int64_t deadline_ms,
                              Sink::InterruptCheck interrupted) {
   if (sinks_[group->sink_name].wait_in_full) deadline_ms = 0;
-  if (!CollectGroup(group, deadline_ms, interrupted)) {
-    if (late_.size() < kMaxLateGroups) {
-      MakeLate(flight, group);
+  if (!CollectGroup(group, deadline_ms, flight.settings, interrupted)) {
+    const bool unanswered =
+        std::any_of(group->results.begin(), group->results.end(),
+                    [](const Delivery &d) { return d.answered_at_us == 0; });
+    if (unanswered && late_.size() < kMaxLateGroups) {
+      MakeLate(flight, group, interrupted);
       return;
     }
-    (void)CollectGroup(group, 0, interrupted);
+    (void)CollectGroup(group, 0, flight.settings, interrupted);
   }
   SettleGroup(flight, group, interrupted);
 }
 
 // Wait for a group's answers until deadline_ms (SteadyMs; 0: as long as the
-// sink takes). True when they are all in.
-bool Dispatcher::CollectGroup(Group *group, int64_t deadline_ms, Sink::InterruptCheck interrupted) {
+// sink takes). True when they are all in. Given up (false) earlier when the
+// sink answers (this group, or another within an ack wait before it was
+// sent) and every event still unanswered is of a suspect topic (see "Slow
+// sinks"), or has waited kStragglerFactor times the slowest recent answer
+// for its topic (the sink's, for a topic it never answered), and at least
+// kMinGraceMs: a topic the cluster lacks, or a
+// partition without a leader, then costs the group's other events a few ms,
+// not the ack wait, and a slower broker's topics are waited for as long as
+// they usually take, and more.
+bool Dispatcher::CollectGroup(Group *group, int64_t deadline_ms, const DispatchSettings &settings,
+                              Sink::InterruptCheck interrupted) {
   if (group->sink == nullptr || group->sink_ticket == 0) return true;
   if (deadline_ms == 0) {
     group->sink->Collect(group->sink_ticket, interrupted);
     return true;
   }
-  const int64_t left = std::max<int64_t>(0, deadline_ms - SteadyMs());
-  return group->sink->CollectFor(group->sink_ticket, left, interrupted);
+  // Looked at this often while stragglers may be given up (the sink
+  // answers), else less often: each look wakes the thread.
+  constexpr int64_t kPollMs = 5;
+  constexpr int64_t kQuietPollMs = 25;
+  SinkState &state = sinks_[group->sink_name];
+  int64_t now_ms = SteadyMs();
+  const bool alive = AnsweredRecently(state, *group, settings);
+  bool answered = false;
+  for (;;) {
+    const int64_t left = std::max<int64_t>(0, deadline_ms - now_ms);
+    const int64_t slice = answered || alive ? kPollMs : kQuietPollMs;
+    if (group->sink->CollectFor(group->sink_ticket, std::min(left, slice), interrupted)) {
+      return true;
+    }
+    now_ms = SteadyMs();
+    if (now_ms >= deadline_ms) return false;
+    if (!answered && std::any_of(group->results.begin(), group->results.end(), FromBroker)) {
+      answered = true;
+      // A sink's first answers measure it (NoteAnsweredTopic refines it).
+      if (state.answer_ms == 0) state.answer_ms = std::max<int64_t>(1, now_ms - group->sent_ms);
+    }
+    if ((answered || alive) && OnlyStragglersLeft(state, *group, now_ms)) return false;
+    if (interrupted != nullptr && interrupted()) return false;
+  }
 }
 
-// The group's sink has not answered in time: park its events until the sink
-// must have settled them, keep their keys held back, and keep what is
-// needed to judge the answers when they come (SettleLate). May throw (out
-// of memory): the Late is complete (sink_ticket set) only once the answers'
-// array has changed hands, so an abandon in between leaves nothing the sink
-// could write into after it is freed.
-void Dispatcher::MakeLate(const Flight &flight, Group *group) {
+// Whether every unanswered event of the group has waited longer than its
+// topic's answers take (see CollectGroup).
+bool Dispatcher::OnlyStragglersLeft(const SinkState &state, const Group &group,
+                                    int64_t now_ms) const {
+  const int64_t waited = now_ms - group.sent_ms;
+  for (size_t k = 0; k < group.results.size(); ++k) {
+    if (group.results[k].answered_at_us != 0) continue;
+    // A topic that went unanswered lately and was not answered since: at once.
+    if (IsSuspect(group.messages[k].topic, now_ms)) continue;
+    int64_t usual = state.answer_ms;
+    auto it = state.answered_topics.find(group.messages[k].topic);
+    if (it != state.answered_topics.end()) usual = it->second;
+    if (usual == 0) return false;  // nothing known of this sink's answers yet
+    if (waited < std::max(kMinGraceMs, kStragglerFactor * usual)) return false;
+  }
+  return true;
+}
+
+// A delivered event's topic, answered after `latency_ms`: the slowest
+// recent answer for it (and for the sink) is kept, decaying by 1/16 per
+// answer. At most kMaxAnsweredTopics topics are remembered (beyond, the map
+// starts afresh: a topic forgotten is judged by the sink's answers). It is
+// no longer suspect.
+void Dispatcher::NoteAnsweredTopic(SinkState *state, std::string_view topic, int64_t latency_ms) {
+  latency_ms = std::max<int64_t>(1, latency_ms);
+  auto decay = [latency_ms](int64_t *slowest) {
+    *slowest = std::max(latency_ms, *slowest - *slowest / 16);
+  };
+  decay(&state->answer_ms);
+  auto it = state->answered_topics.find(topic);
+  if (it == state->answered_topics.end()) {
+    if (state->answered_topics.size() >= kMaxAnsweredTopics) state->answered_topics.clear();
+    state->answered_topics.emplace(std::string(topic), latency_ms);
+  } else {
+    decay(&it->second);
+  }
+  if (!suspect_topics_.empty()) {
+    auto s = suspect_topics_.find(topic);
+    if (s != suspect_topics_.end()) suspect_topics_.erase(s);
+  }
+}
+
+bool Dispatcher::AnsweredRecently(const SinkState &state, const Group &group,
+                                  const DispatchSettings &settings) const {
+  return state.last_answer_ms != 0 && state.last_answer_ms + settings.ack_wait_ms >= group.sent_ms;
+}
+
+bool Dispatcher::IsSuspect(std::string_view topic, int64_t now_ms) const {
+  if (suspect_topics_.empty()) return false;
+  auto it = suspect_topics_.find(topic);
+  return it != suspect_topics_.end() && it->second >= now_ms;
+}
+
+// The group's sink has not answered all of it in time. What it answered is
+// judged now, when the sink answers others (see "Slow sinks"); the rest is
+// parked until the sink must have settled it, its keys held back, and what
+// is needed to judge its answers when they come is kept (SettleLate). May
+// throw (out of memory): the Late is complete (sink_ticket set) only once
+// the answers' array has changed hands, so an abandon in between leaves
+// nothing the sink could write into after it is freed.
+void Dispatcher::MakeLate(const Flight &flight, Group *group, Sink::InterruptCheck interrupted) {
   SinkState &state = sinks_[group->sink_name];
+  const int64_t now_ms = SteadyMs();
+  std::vector<size_t> answered, unanswered;  // positions in the group
+  for (size_t k = 0; k < group->members.size(); ++k) {
+    (group->results[k].answered_at_us != 0 ? answered : unanswered).push_back(k);
+  }
+  const bool broker_answered =
+      std::any_of(answered.begin(), answered.end(),
+                  [group](size_t k) { return FromBroker(group->results[k]); });
+  const bool answers_others = broker_answered || AnsweredRecently(state, *group, flight.settings);
+  if (broker_answered) SinkAnswers(&state, group->sink_name);
+  if (!answered.empty()) {
+    std::vector<size_t> members;
+    std::vector<Delivery> results;
+    members.reserve(answered.size());
+    results.reserve(answered.size());
+    for (size_t k : answered) {
+      members.push_back(group->members[k]);
+      results.push_back(group->results[k]);
+      if (group->results[k].status == DeliveryStatus::kDelivered) {
+        NoteAnsweredTopic(&state, group->messages[k].topic,
+                          (group->results[k].answered_at_us - group->sent_unix_us) / 1000);
+      }
+    }
+    Judging j;
+    j.rows = flight.rows;
+    j.route_of = flight.route_of.data();
+    j.members = &members;
+    j.results = &results;
+    j.settings = &flight.settings;
+    j.out = flight.out;
+    j.sink_name = &group->sink_name;
+    j.solo_sink = group->sink;
+    j.solo_flight = &flight;
+    j.partial = true;
+    Judge(j, interrupted);
+  }
+
   late_.emplace_back();
   Late &late = late_.back();
   late.sink_name = group->sink_name;
   late.sink = group->sink;
+  late.whole = !answers_others;
+  late.sent_unix_us = group->sent_unix_us;
   // From now, not from the cycle's start: it was sent at the latest now.
   const int64_t now_us = flight.settings.clock_us != nullptr
                              ? std::max(flight.settings.now_us, flight.settings.clock_us())
                              : flight.settings.now_us;
   late.parked_until_us = now_us + (group->sink->SettleLimitMs() + kLateMarginMs) * kUsecPerMs;
-  late.rows.reserve(group->members.size());
-  for (size_t i : group->members) {
-    const EventRow &row = flight.rows[i];
+  late.rows.reserve(unanswered.size());
+  late.result_of.reserve(unanswered.size());
+  for (size_t k : unanswered) {
+    const EventRow &row = flight.rows[group->members[k]];
     late.rows.push_back(LateRow{std::string(row.id), std::string(row.topic), std::string(row.key),
-                                routes_[flight.route_of[i]].pattern, row.has_key, row.attempts,
-                                row.created_at});
+                                routes_[flight.route_of[group->members[k]]].pattern, row.has_key,
+                                row.attempts, row.created_at});
+    late.result_of.push_back(k);
   }
   const std::string why = "waiting for sink \"" + group->sink_name + "\" to answer";
-  for (size_t k = 0; k < group->members.size(); ++k) {
+  std::string new_suspects;
+  for (size_t k : unanswered) {
     const size_t i = group->members[k];
     const EventRow &row = flight.rows[i];
     RowOutcome &out = flight.out[i];
@@ -529,13 +668,29 @@ void Dispatcher::MakeLate(const Flight &flight, Group *group) {
       guard_.Block(pattern, row.key, row.id, late.parked_until_us);
       late_keys_.emplace(pattern, std::string(row.key));
     }
+    if (answers_others) {
+      int64_t &until = suspect_topics_[std::string(row.topic)];
+      if (until < now_ms && new_suspects.find("\"" + std::string(row.topic) + "\"") ==
+                                std::string::npos) {
+        new_suspects += (new_suspects.empty() ? "\"" : ", \"") + std::string(row.topic) + "\"";
+      }
+      until = now_ms + kSuspectTopicMs;
+    }
   }
-  if (!state.slow) {
-    Log(LogLevel::kInfo, "sink \"" + group->sink_name +
-                             "\" has not answered within outbox.ack_wait; its outcomes are "
-                             "recorded when it answers, the other sinks' go ahead");
+  if (!answers_others) {
+    if (!state.slow) {
+      Log(LogLevel::kInfo, "sink \"" + group->sink_name +
+                               "\" has not answered within outbox.ack_wait; its outcomes are "
+                               "recorded when it answers, the other sinks' go ahead");
+    }
+    state.slow = true;
+  } else if (!new_suspects.empty()) {
+    Log(LogLevel::kInfo, "sink \"" + group->sink_name + "\" answers, but not for topic(s) " +
+                             new_suspects +
+                             " within outbox.ack_wait (a topic the cluster lacks, or a partition "
+                             "without a leader?); their outcomes are recorded when it answers, "
+                             "and its other topics go ahead");
   }
-  state.slow = true;
   late.results.swap(group->results);  // the sink writes here from now on
   late.sink_ticket = group->sink_ticket;
   group->sink = nullptr;  // the group is now the Late's
@@ -555,6 +710,10 @@ bool Dispatcher::LateArrived() noexcept {
   for (Late &late : late_) {
     if (!late.complete && late.sink_ticket != 0) {
       late.complete = late.sink->CollectFor(late.sink_ticket, 0, nullptr);
+      if (late.complete && std::any_of(late.results.begin(), late.results.end(), FromBroker)) {
+        auto it = sinks_.find(late.sink_name);
+        if (it != sinks_.end()) it->second.last_answer_ms = SteadyMs();
+      }
     }
     any = any || late.complete;
   }
@@ -609,7 +768,15 @@ bool Dispatcher::SettleLate(const DispatchSettings &settings) noexcept {
       // Judge reads results member by member, in members' order.
       std::vector<Delivery> results;
       results.reserve(members.size());
-      for (size_t k : members) results.push_back(late.results[k]);
+      for (size_t k : members) results.push_back(late.results[late.result_of[k]]);
+      if (auto sink_it = sinks_.find(late.sink_name); sink_it != sinks_.end()) {
+        for (size_t x = 0; x < members.size(); ++x) {
+          if (results[x].status == DeliveryStatus::kDelivered) {
+            NoteAnsweredTopic(&sink_it->second, late.rows[members[x]].topic,
+                              (results[x].answered_at_us - late.sent_unix_us) / 1000);
+          }
+        }
+      }
       Judging j;
       j.rows = rows.data();
       j.route_of = route_of.data();
@@ -618,6 +785,7 @@ bool Dispatcher::SettleLate(const DispatchSettings &settings) noexcept {
       j.settings = &settings;
       j.out = out.data();
       j.sink_name = &late.sink_name;
+      j.partial = !late.whole;
       Judge(j, nullptr);
       for (size_t k = 0; k < n; ++k) {
         if (out[k].outcome == Outcome::kUntouched) continue;
@@ -626,7 +794,7 @@ bool Dispatcher::SettleLate(const DispatchSettings &settings) noexcept {
         o.created_at = late.rows[k].created_at;
         o.attempts = late.rows[k].attempts;
         o.parked_until_us = late.parked_until_us;
-        if (k < late.results.size()) o.answered_at_us = late.results[k].answered_at_us;
+        o.answered_at_us = late.results[late.result_of[k]].answered_at_us;
         o.outcome = out[k];
         late_outcomes_.push_back(o);
       }
@@ -745,6 +913,8 @@ void Dispatcher::SendGroup(const Flight &flight, Group *group, Sink::InterruptCh
   group->messages.reserve(group->members.size());
   for (size_t i : group->members) group->messages.push_back(MessageFor(flight, i));
   group->sink = sink;
+  group->sent_ms = SteadyMs();
+  group->sent_unix_us = UnixNowUs();
   group->sink_ticket = sink->Send(group->messages.data(), group->messages.size(),
                                   group->results.data(), interrupted);
 }
@@ -752,7 +922,15 @@ void Dispatcher::SendGroup(const Flight &flight, Group *group, Sink::InterruptCh
 void Dispatcher::SettleGroup(const Flight &flight, Group *group, Sink::InterruptCheck interrupted) {
   SinkState &state = sinks_[group->sink_name];
   state.wait_in_full = false;  // this group's refusals are retried alone
-  if (state.slow && group->sink != nullptr) {
+  for (size_t k = 0; k < group->results.size() && k < group->messages.size(); ++k) {
+    if (group->results[k].status == DeliveryStatus::kDelivered) {
+      NoteAnsweredTopic(&state, group->messages[k].topic,
+                        (group->results[k].answered_at_us - group->sent_unix_us) / 1000);
+    }
+  }
+  if (std::any_of(group->results.begin(), group->results.end(), FromBroker)) {
+    SinkAnswers(&state, group->sink_name);
+  } else if (state.slow && group->sink != nullptr && !SinkHasLate(group->sink_name)) {
     state.slow = false;
     Log(LogLevel::kInfo, "sink \"" + group->sink_name + "\" answers within outbox.ack_wait again");
   }
@@ -845,8 +1023,8 @@ void Dispatcher::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
   // partition's events count attempts): the sink is down. Park those events
   // until the sink's backoff expires, without counting attempts; the
   // refused targets' events count theirs.
-  if (delivered == 0 && transient > 0 && transient + held_back + target_refused == results.size() &&
-      !interrupted_now) {
+  if (!j.partial && delivered == 0 && transient > 0 &&
+      transient + held_back + target_refused == results.size() && !interrupted_now) {
     state->failures++;
     const int64_t wait_ms =
         BackoffMs(state->failures, settings.backoff_min_ms, settings.backoff_max_ms, Random());
@@ -894,6 +1072,23 @@ void Dispatcher::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
     if (result.status == DeliveryStatus::kRetriable && interrupted_now) {
       out[i].outcome = Outcome::kUntouched;  // shutting down: no verdict
       NoteUntouched(route, rows[i]);
+      continue;
+    }
+    if (result.status == DeliveryStatus::kRetriable && j.partial) {
+      // The sink answers others: this event's topic or partition is in
+      // trouble (a partition without a leader times out), which is neither
+      // the event's fault (no attempt) nor the sink's (it stays up).
+      if (ParkBehindEarlier(rows[i], route, nullptr, settings.now_us, kWaitingForKey, &out[i])) {
+        continue;
+      }
+      out[i].outcome = Outcome::kPark;
+      out[i].next_attempt_us =
+          settings.now_us +
+          BackoffMs(1, settings.backoff_min_ms, settings.backoff_max_ms, Random()) * kUsecPerMs;
+      SetError(&out[i], result.error);
+      if (rows[i].has_key) {
+        guard_.Block(route.pattern, rows[i].key, rows[i].id, out[i].next_attempt_us);
+      }
       continue;
     }
     if (result.status == DeliveryStatus::kNotSent) {
@@ -1017,13 +1212,36 @@ bool Dispatcher::SinkHasLate(const std::string &sink) const {
                      [&sink](const Late &l) { return l.sink_name == sink; });
 }
 
+bool Dispatcher::SinkHeld(const std::string &sink) const {
+  return std::count_if(late_.begin(), late_.end(), [&sink](const Late &l) {
+           return l.whole && l.sink_name == sink;
+         }) >= kHeldAfterWholeGroups;
+}
+
+// The broker answered this sink's events: its groups that got no answer
+// were its topics' trouble, not the sink's (they become partial, their
+// topics suspect), and it takes new events.
+void Dispatcher::SinkAnswers(SinkState *state, const std::string &sink) {
+  state->last_answer_ms = SteadyMs();
+  const int64_t until = state->last_answer_ms + kSuspectTopicMs;
+  for (Late &late : late_) {
+    if (!late.whole || late.sink_name != sink) continue;
+    late.whole = false;
+    for (const LateRow &row : late.rows) suspect_topics_[row.topic] = until;
+  }
+  if (state->slow) {
+    state->slow = false;
+    Log(LogLevel::kInfo, "sink \"" + sink + "\" answers within outbox.ack_wait again");
+  }
+}
+
 std::vector<std::string> Dispatcher::TopicsBehindDownSinks(int64_t now_us) const {
   std::vector<std::string> topics;
   try {
     for (const auto &[topic, sink] : behind_down_sinks_) {
       auto it = sinks_.find(sink);
       if (it == sinks_.end()) continue;
-      if ((it->second.down && now_us < it->second.retry_at_us) || SinkHasLate(sink)) {
+      if ((it->second.down && now_us < it->second.retry_at_us) || SinkHeld(sink)) {
         topics.push_back(topic);
       }
     }
@@ -1039,7 +1257,9 @@ int64_t Dispatcher::NextSinkRetryUs(int64_t after_us) const noexcept {
     // A retry time that is past, or a sink that owes late answers (tried
     // again once they are in), would wake the idle publisher at once, and
     // again, for claims that take nothing.
-    if (state.down && state.retry_at_us > after_us && !SinkHasLate(name) &&
+    if (state.down && state.retry_at_us > after_us &&
+        std::none_of(late_.begin(), late_.end(),
+                     [&name](const Late &l) { return l.whole && l.sink_name == name; }) &&
         (next == 0 || state.retry_at_us < next)) {
       next = state.retry_at_us;
     }

@@ -42,21 +42,33 @@
 // is where order used to break.
 //
 // Slow sinks: Finish waits at most settings.ack_wait_ms for a sink's answers
-// (0: as long as the sink's own delivery timeout). A sink that has not
-// answered by then does not hold up the batch: its events are parked until
-// the sink must have settled them (SettleLimitMs plus a margin), without an
-// attempt, their keys held back, and the sink's answers, when they come, are
-// judged as usual and handed out as late outcomes (SettleLate,
-// NextLateOutcome), which the caller writes if the row is still as parked.
-// So an unknown topic that librdkafka holds for message.timeout.ms delays
-// neither other sinks' outcomes nor later cycles; a later event of a key
-// whose earlier event awaits a late answer is parked for kLateRecheckUs at a
-// time, and goes once that answer is in. While a sink has a group awaiting
-// late answers, no new group is sent to it: its events are parked (at most
-// kLateRecheckUs) and its topics are left alone by the claims
-// (TopicsBehindDownSinks), so a sink that stopped answering holds one
-// window's batches, not one per cycle. A refusal in a late answer is not
-// counted against the events sent with it (see SinkState::wait_in_full).
+// (0: as long as the sink's own delivery timeout). What has not been
+// answered by then does not hold up the batch: those events are parked
+// until the sink must have settled them (SettleLimitMs plus a margin),
+// without an attempt, their keys held back, and the sink's answers, when
+// they come, are judged as usual and handed out as late outcomes
+// (SettleLate, NextLateOutcome), which the caller writes if the row is still
+// as parked. A later event of a key whose earlier event awaits a late
+// answer is parked for kLateRecheckUs at a time, and goes once that answer
+// is in. Two cases, told apart by whether the sink answers anything:
+// - The sink answers others (some of the group, or another group within an
+//   ack wait before this one was sent): the trouble is the unanswered
+//   events' topic or partition (a topic the cluster lacks, a partition
+//   without a leader, which librdkafka holds for message.timeout.ms). The
+//   group's answered events are judged at once; only the unanswered ones
+//   wait for late answers, and the sink takes new events (but for their
+//   keys). Their topics become suspect for kSuspectTopicMs: a later group
+//   waits for its other events' answers only, not for the ack wait, so the
+//   sink's healthy topics are not slowed down by one that is not.
+// - It answers nothing: the sink is slow as a whole (a broker that stopped
+//   answering). No new group is sent to it: its events are parked (at most
+//   kLateRecheckUs) and its topics are left alone by the claims
+//   (TopicsBehindDownSinks), so it holds one window's batches, not one per
+//   cycle.
+// A refusal in a late answer is not counted against the events sent with it
+// (see SinkState::wait_in_full). A transient failure in a late answer of the
+// first kind parks its event without an attempt and without making the sink
+// down (it answers the others).
 //
 // Lifetime of a batch: Begin returns a ticket that no later batch reuses;
 // the rows and the outcome array stay the caller's and must stay valid until
@@ -193,7 +205,15 @@ class Dispatcher {
   static constexpr int64_t kLateMarginMs = 2000;
   // Most groups awaiting late answers at once (their events' ids and keys
   // are copied): beyond, a group is waited for in full.
-  static constexpr size_t kMaxLateGroups = 16;
+  static constexpr size_t kMaxLateGroups = 64;
+  // How long a topic some of whose events went unanswered while its sink
+  // answered others stays suspect (see "Slow sinks").
+  static constexpr int64_t kSuspectTopicMs = 60000;
+  // A sink with one group that got no answer is not held yet: its next
+  // group goes, as a probe. If the broker answers that one, the first was
+  // its topics' trouble (a topic the cluster lacks, seen first in a quiet
+  // moment); if it does not either, the sink is held until answers come.
+  static constexpr long kHeldAfterWholeGroups = 2;
 
   // Serve the sinks' background work while idle.
   void Poll() noexcept;
@@ -242,7 +262,15 @@ class Dispatcher {
     int failures = 0;         // consecutive calls that delivered nothing
     int64_t retry_at_us = 0;  // while down: when to try again
     bool down = false;
-    bool slow = false;  // its last batch was left to late answers
+    bool slow = false;  // its last batch was left to late answers, unanswered
+    // When it last answered anything (SteadyMs; 0: never): whether a group
+    // with nothing answered means the sink is slow or its topics are.
+    int64_t last_answer_ms = 0;
+    // The slowest recent answer (ms; 0: none yet), and per topic it
+    // answered: what an unanswered event is measured by (CollectGroup,
+    // NoteAnsweredTopic).
+    int64_t answer_ms = 0;
+    std::map<std::string, int64_t, std::less<>> answered_topics;
     // A late answer refused a message sent with others, which could not be
     // retried alone then (its payload was gone): the sink's next groups are
     // waited for in full, so that such a refusal is retried alone at once.
@@ -266,6 +294,8 @@ class Dispatcher {
     std::vector<Delivery> results;  // what the sink fills, member by member
     Sink *sink = nullptr;           // null: never sent (no producer)
     uint64_t sink_ticket = 0;       // the sink's Send ticket (0: nothing to collect)
+    int64_t sent_ms = 0;            // SteadyMs when it was sent
+    int64_t sent_unix_us = 0;       // UnixNowUs then (answers' latency)
   };
   // A batch between Begin and Finish.
   struct Flight {
@@ -297,7 +327,12 @@ class Dispatcher {
     uint64_t sink_ticket = 0;  // 0 until the group is fully copied
     bool complete = false;     // every answer is in
     int64_t parked_until_us = 0;
+    // Nothing of its group was answered: the sink is slow as a whole and
+    // takes no new group until this is settled (SinkHeld).
+    bool whole = true;
+    int64_t sent_unix_us = 0;  // Group::sent_unix_us
     std::vector<LateRow> rows;
+    std::vector<size_t> result_of;  // per row: its answer's index in results
     std::vector<Delivery> results;  // the sink fills these (its Send's `out`)
   };
 
@@ -314,6 +349,9 @@ class Dispatcher {
     // rows' payloads are gone): a refusal then counts an attempt at once.
     Sink *solo_sink = nullptr;
     const Flight *solo_flight = nullptr;
+    // Part of a group whose sink answered others (see "Slow sinks"):
+    // transient failures are the events' trouble, not the sink's.
+    bool partial = false;
   };
 
   void NoteBehindDownSink(std::string_view topic, const std::string &sink);
@@ -341,14 +379,26 @@ class Dispatcher {
   OutMessage MessageFor(const Flight &flight, size_t i) const;
   void SendGroup(const Flight &flight, Group *group, Sink::InterruptCheck interrupted);
   void SettleGroup(const Flight &flight, Group *group, Sink::InterruptCheck interrupted);
-  bool CollectGroup(Group *group, int64_t deadline_ms, Sink::InterruptCheck interrupted);
+  bool CollectGroup(Group *group, int64_t deadline_ms, const DispatchSettings &settings,
+                    Sink::InterruptCheck interrupted);
+  bool AnsweredRecently(const SinkState &state, const Group &group,
+                        const DispatchSettings &settings) const;
   void FinishGroup(const Flight &flight, Group *group, int64_t deadline_ms,
                    Sink::InterruptCheck interrupted);
-  void MakeLate(const Flight &flight, Group *group);
+  void MakeLate(const Flight &flight, Group *group, Sink::InterruptCheck interrupted);
   void Judge(const Judging &j, Sink::InterruptCheck interrupted);
   void DropLate() noexcept;
   void DropLateOf(const std::string &sink) noexcept;
   bool SinkHasLate(const std::string &sink) const;
+  // kHeldAfterWholeGroups late groups without an answer (see "Slow sinks").
+  bool SinkHeld(const std::string &sink) const;
+  void SinkAnswers(SinkState *state, const std::string &sink);
+  bool IsSuspect(std::string_view topic, int64_t now_ms) const;
+  bool OnlyStragglersLeft(const SinkState &state, const Group &group, int64_t now_ms) const;
+  void NoteAnsweredTopic(SinkState *state, std::string_view topic, int64_t latency_ms);
+  static constexpr size_t kMaxAnsweredTopics = 10000;
+  static constexpr int64_t kMinGraceMs = 20;
+  static constexpr int64_t kStragglerFactor = 4;
   bool ParkBehindEarlier(const EventRow &row, const Route &route,
                          const std::set<std::string> *in_batch, int64_t now_us,
                          std::string_view error, RowOutcome *out);
@@ -383,6 +433,8 @@ class Dispatcher {
   // Groups awaiting late answers, oldest first; the keys of their events.
   std::deque<Late> late_;
   std::set<RouteKey> late_keys_;
+  // Topic -> until when (SteadyMs) it is suspect (see "Slow sinks").
+  std::map<std::string, int64_t, std::less<>> suspect_topics_;
   std::vector<LateOutcome> late_outcomes_;
   size_t next_late_outcome_ = 0;
   LogBuffer logs_{"publisher log line(s)"};

@@ -82,6 +82,10 @@ sub _psql {
 	return $ok ? ($ret, $out, $err) : (3, '', "psql did not run: $@");
 }
 
+# How long to wait for something that must happen (a drain, a restart):
+# PostgreSQL::Test::Utils' timeout_default, generous for a loaded machine.
+sub patience { return $PostgreSQL::Test::Utils::timeout_default }
+
 # A query's output, or undef while the server does not answer (crash, restart).
 sub _try {
 	my ($node, $sql, $db) = @_;
@@ -94,7 +98,7 @@ sub server_answers { return (_try($_[0], 'SELECT 1') // '') eq '1' }
 # Waits until the server answers queries; returns the seconds waited or undef.
 sub wait_server {
 	my ($node, $timeout) = @_;
-	return _poll(sub { server_answers($node) }, $timeout // 60, 0.1);
+	return _poll(sub { server_answers($node) }, $timeout // patience(), 0.1);
 }
 
 sub _poll {
@@ -118,10 +122,11 @@ sub backlog {
 }
 
 # Recovery time: seconds from $end (a Unix time) until no event emitted up to
-# $end is pending any more; undef when that takes longer than $timeout.
+# $end is pending any more; undef when that takes longer than $timeout
+# (default: patience()).
 sub wait_backlog_cleared {
 	my ($node, $end, $timeout) = @_;
-	my $left = _poll(sub { (backlog($node, until => $end) // -1) eq '0' }, $timeout // 90, 0.05);
+	my $left = _poll(sub { (backlog($node, until => $end) // -1) eq '0' }, $timeout // patience(), 0.05);
 	return defined $left ? time() - $end : undef;
 }
 
@@ -130,7 +135,7 @@ sub wait_topic_drained {
 	my ($node, $topic, $timeout) = @_;
 	return _poll(sub {
 		(_try($node, "SELECT count(*) FROM outbox.events WHERE topic = '$topic' AND status <> 'published'")
-			  // -1) eq '0' }, $timeout // 60, 0.1);
+			  // -1) eq '0' }, $timeout // patience(), 0.1);
 }
 
 # The database's publishers as [ { pid, key_slots } ], by pid; undef while the
@@ -144,7 +149,8 @@ sub publishers {
 }
 
 # Waits for $n publishers owning all 1024 key slots, none of them one of the
-# pids in @$old; returns them, or undef after $timeout seconds.
+# pids in @$old; returns them, or undef after $timeout seconds (default:
+# patience()).
 sub wait_publishers {
 	my ($node, $n, $old, $timeout) = @_;
 	my %old = map { $_ => 1 } @{ $old || [] };
@@ -154,7 +160,7 @@ sub wait_publishers {
 		my $slots = 0;
 		$slots += $_->{key_slots} for @$w;
 		return @$w == $n && $slots == 1024 && !(grep { $old{ $_->{pid} } } @$w);
-	}, $timeout // 60, 0.1);
+	}, $timeout // patience(), 0.1);
 	return defined $ok ? $w : undef;
 }
 
@@ -185,7 +191,9 @@ sub table_complete {
 #           order_exempt => { id => 1, ... })
 # fetch returns the deliveries as [ { id, value, lane, pos } ] (lane: Kafka
 # partition or stream; pos: offset or index). When events seem lost, fetch is
-# called once more with $patient true (a longer read) before concluding.
+# called again with $patient 1, 2, 3 (ever longer reads: a Kafka read ends
+# once nothing came for a while, its start on a loaded machine included)
+# before concluding.
 sub reconcile {
 	my (%o) = @_;
 	my $node = $o{node};
@@ -198,7 +206,7 @@ sub reconcile {
 		$committed{$id} = { key => $key, seq => $seq, status => $status };
 	}
 	my $r;
-	for my $patient (0, 1) {
+	for my $patient (0 .. 3) {
 		$r = _reconcile_deliveries(\%committed, $o{fetch}->($patient), $o{order_exempt} || {});
 		last if $r->{lost} == 0;
 	}
@@ -446,7 +454,7 @@ sub reap {
 	my @failed;
 	for my $s (sort keys %{ $self->{h} }) {
 		my $e = delete $self->{h}{$s};
-		$e->{timer}->start($timeout // 30);
+		$e->{timer}->start($timeout // OutboxFaults::patience());
 		my $ok = eval { $e->{h}->finish };
 		if (!$ok) {
 			push @failed, $s;
@@ -460,7 +468,7 @@ sub reap {
 # from their committed state.
 sub restart {
 	my ($self) = @_;
-	my @died = $self->reap(30);
+	my @died = $self->reap;
 	$self->start;
 	return scalar @died;
 }
@@ -489,19 +497,20 @@ sub set_topic {
 	$self->{topic} = $topic;
 	my $n = $self->{sessions};
 	my $start = time();
-	while (time() - $start < 30) {
+	my $patience = OutboxFaults::patience();
+	while (time() - $start < $patience) {
 		return 1 if $node->safe_psql('postgres',
 			"SELECT count(*) FROM fault_load_progress WHERE topic = '$topic'") == $n;
 		usleep(20_000);
 	}
-	croak "the load did not move to $topic within 30 s";
+	croak "the load did not move to $topic within $patience s";
 }
 
 # Stops every session; returns the sessions whose psql failed.
 sub stop {
 	my ($self) = @_;
 	$self->{node}->safe_psql('postgres', 'UPDATE fault_load_ctl SET stop = true');
-	my @failed = $self->reap(30);
+	my @failed = $self->reap;
 	$self->{node}->safe_psql('postgres', 'UPDATE fault_load_ctl SET stop = false');
 	return @failed;
 }
@@ -566,7 +575,7 @@ use Time::HiRes qw(time usleep);
 # Once the publishers own the key slots: start the load and let it settle.
 sub start {
 	my ($self) = @_;
-	ok(defined OutboxFaults::wait_publishers($self->{node}, $self->{publishers}, [], 30),
+	ok(defined OutboxFaults::wait_publishers($self->{node}, $self->{publishers}, []),
 		"$self->{publishers} publishers share the key slots");
 	$self->{load}->start;
 	usleep(1_000_000);
@@ -604,11 +613,14 @@ sub scenario {
 	note("--- $self->{sink}: $o{fault} (topic $topic) at " . sprintf('%.1f s', $t - $self->{t0}));
 	my $log_offset = -s $node->logfile;
 	my $f = $o{inject}->($topic);
-	my $recovery = OutboxFaults::wait_backlog_cleared($node, $f->{end}, $o{recovery_timeout} // 90);
+	# recovery_timeout: a longer wait than patience() for a scenario that needs it.
+	my $wait = $o{recovery_timeout} // 0;
+	$wait = OutboxFaults::patience() if $wait < OutboxFaults::patience();
+	my $recovery = OutboxFaults::wait_backlog_cleared($node, $f->{end}, $wait);
 	ok(defined $recovery, "$o{fault}: the backlog drains after the fault")
 	  or diag('pending: ' . (OutboxFaults::backlog($node) // 'no answer'));
 	$load->set_topic("$self->{prefix}." . ($o{next} // 'tail'));
-	ok(defined OutboxFaults::wait_topic_drained($node, $topic, 60),
+	ok(defined OutboxFaults::wait_topic_drained($node, $topic),
 		"$o{fault}: every event of the scenario is published in the end")
 	  or diag($node->safe_psql('postgres',
 		"SELECT status, count(*), max(attempts), min(last_error) FROM outbox.events WHERE topic = '$topic' GROUP BY 1"));
@@ -642,7 +654,7 @@ sub finish {
 	my $topic = "$self->{prefix}.tail";
 	my @failed = $load->stop;
 	is(scalar @failed, 0, 'the emitting sessions stop cleanly') or diag("failed sessions: @failed");
-	ok(defined OutboxFaults::wait_topic_drained($node, $topic, 60), 'the last events are published');
+	ok(defined OutboxFaults::wait_topic_drained($node, $topic), 'the last events are published');
 	my $tail = OutboxFaults::reconcile(node => $node, topic => $topic,
 		fetch => sub { $self->{fetch}->($topic, $_[0]) });
 	OutboxFaults::record_result(sink => $self->{sink}, fault => 'none (after the faults)', injections => 0,
@@ -695,10 +707,11 @@ sub sigkill_publishers {
 		$kills++;
 		$mid_batch++ if $busy eq 'Extension';
 		my $seen = OutboxFaults::_poll(sub {
-			$node->log_contains(qr/all server processes terminated; reinitializing/, $offset) }, 30, 0.05);
-		my $up = defined $seen ? OutboxFaults::wait_server($node, 60) : undef;
+			$node->log_contains(qr/all server processes terminated; reinitializing/, $offset) },
+			OutboxFaults::patience(), 0.05);
+		my $up = defined $seen ? OutboxFaults::wait_server($node) : undef;
 		my $back = defined $up
-		  ? OutboxFaults::wait_publishers($node, $self->{publishers}, [ map { $_->{pid} } @$w ], 60)
+		  ? OutboxFaults::wait_publishers($node, $self->{publishers}, [ map { $_->{pid} } @$w ])
 		  : undef;
 		if (!$back) {
 			fail("kill $i: the server and its publishers come back after SIGKILL of publisher $victim");
@@ -724,7 +737,8 @@ sub immediate_stop {
 	$o{slow}->(1) if $o{slow};
 	my $in_flight = OutboxFaults::_poll(sub {
 		$node->safe_psql('postgres', q{SELECT count(*) FROM pg_stat_activity
-			WHERE backend_type = 'outbox publisher' AND wait_event_type = 'Extension'}) > 0 }, 15, 0.01);
+			WHERE backend_type = 'outbox publisher' AND wait_event_type = 'Extension'}) > 0 },
+		OutboxFaults::patience(), 0.01);
 	my $pending = OutboxFaults::backlog($node, topic => $topic);
 	ok(defined $in_flight, 'immediate stop: caught a publisher with a batch at the broker');
 	$node->stop('immediate');
@@ -732,7 +746,7 @@ sub immediate_stop {
 	$node->start;
 	my $end = time();
 	$load->restart;
-	ok(defined OutboxFaults::wait_publishers($node, $self->{publishers}, [], 30), 'the publishers run again after the restart');
+	ok(defined OutboxFaults::wait_publishers($node, $self->{publishers}, []), 'the publishers run again after the restart');
 	return { injections => 1, end => $end,
 		detail => "stopped with $pending pending on the topic; recovery counted from the start" };
 }
@@ -767,7 +781,8 @@ sub long_transaction {
 	}
 	my $held = OutboxFaults::_poll(sub {
 		$node->safe_psql('postgres', q{SELECT count(*) FROM pg_stat_activity
-			WHERE application_name = 'xmin_holder' AND backend_xid IS NOT NULL}) == 2 }, 5, 0.02);
+			WHERE application_name = 'xmin_holder' AND backend_xid IS NOT NULL}) == 2 },
+		OutboxFaults::patience(), 0.02);
 	ok(defined $held, 'long transaction: two transactions with an xid stay open');
 	my $held_at = time();
 	my $max = 0;

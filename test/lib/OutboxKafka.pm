@@ -50,7 +50,9 @@ Options: C<brokers> (default 3), C<partitions> (partition count for C<topics> en
 C<create_topic> commands that give none, default 4), C<topics> (arrayref of
 C<name[:partitions[:replication]]>, created before start returns), C<debug> (librdkafka
 mock/broker debug logging into the log file), C<log> (path of the stderr log file),
-C<timeout> (seconds to wait for the broker to come up, default 30).
+C<timeout> (seconds to wait for the broker to come up, default: the environment's
+PG_TEST_TIMEOUT_DEFAULT, else 180, as PostgreSQL::Test::Utils' timeout_default: generous
+for a loaded machine; it only bounds a hang).
 
 =item $k->bootstrap
 
@@ -59,19 +61,28 @@ The bootstrap.servers list.
 =item $k->command($line [, timeout => SECONDS])
 
 Sends one command line and returns the reply line (C<OK...> or C<ERR ...>). Dies when no
-reply arrives within the timeout (default 30 s) or the broker has exited.
+reply arrives within the timeout (default as for start) or the broker has exited.
 
 =item $k->command_ok($line [, timeout => SECONDS])
 
 Like command, but dies unless the reply starts with OK; returns the reply.
 
-=item $k->consume(topics => [...], count => N, timeout_ms => T, from_end => 0, props => {})
+=item $k->consume(topics => [...], count => N, timeout_ms => T, from_end => 0, props => {}, until => sub { ... }, deadline => S)
 
 Runs test/kafka/kafka_consume and returns an arrayref of hashes
 C<{topic, partition, offset, key, value, headers =E<gt> [[name, value], ...]}> (key, value
 and header values are Perl character strings decoded from UTF-8, or undef for null).
 It returns after C<count> messages, or once no message arrived for C<timeout_ms>
 (default 5000). Messages come in arrival order, which is offset order only per partition.
+
+The tool's idle timeout counts from its start, its wait for the topics' metadata
+included: on a loaded machine a read can end before the first message came, or early.
+So a read from the beginning (no C<from_end>) is done again, the idle timeout doubled
+each time (up to 60 s), until what it returned is complete or C<deadline> seconds
+(default as for start) have passed; the last read is returned. Complete means: the
+code ref C<until> returns true for the arrayref of messages, or, without C<until>, at
+least C<count> messages when a count was given (a read without either is done once).
+Each read starts from the beginning again, so the result is always one whole read.
 
 =item $k->produce(topic => T, value => V, key => K, partition => P, headers => [[n, v], ...], props => {...})
 
@@ -83,7 +94,7 @@ delivered; in list context (ok, kcat's stderr).
 
 =item $k->stop
 
-Sends quit, closes stdin, waits up to 10 s, then kills. Safe to call twice.
+Sends quit, closes stdin, waits up to 30 s, then kills. Safe to call twice.
 
 =item $k->log_file, $k->log_contents
 
@@ -109,6 +120,9 @@ use JSON::PP ();
 my $KAFKA_DIR =
   File::Spec->rel2abs(File::Basename::dirname(__FILE__) . '/../kafka');
 my $instance = 0;
+# How long to wait for something that must happen (the broker's start, a
+# reply): PostgreSQL::Test::Utils' timeout_default, without needing it.
+my $PATIENCE = ($ENV{PG_TEST_TIMEOUT_DEFAULT} // '') =~ /^\d+$/ ? $ENV{PG_TEST_TIMEOUT_DEFAULT} : 180;
 
 # Builds the tools unless they are there and newer than their sources. The lock keeps
 # parallel tests (prove -j) from running two makes in the same directory at once.
@@ -175,7 +189,7 @@ sub start
 		log_keep => $log_keep,    # File::Temp object: removes the file at exit
 		owner_pid => $$,
 		brokers => $opts{brokers} || 3,
-		timeout => IPC::Run::timeout($opts{timeout} || 30),
+		timeout => IPC::Run::timeout($opts{timeout} || $PATIENCE),
 	}, $class;
 
 	$self->{h} = IPC::Run::start(
@@ -185,7 +199,7 @@ sub start
 		'2>>' => $log,
 		$self->{timeout});
 
-	my $line = $self->_read_line($opts{timeout} || 30, 'the BOOTSTRAP line');
+	my $line = $self->_read_line($opts{timeout} || $PATIENCE, 'the BOOTSTRAP line');
 	$line =~ /^BOOTSTRAP (\S+)$/
 	  or croak "kafka_broker printed '$line' instead of BOOTSTRAP; log: $log";
 	$self->{bootstrap} = $1;
@@ -249,7 +263,7 @@ sub command
 	my ($self, $line, %opts) = @_;
 	croak "command must be one line" if $line =~ /[\r\n]/;
 	$self->{in} .= "$line\n";
-	return $self->_read_line($opts{timeout} || 30, "the reply to '$line'");
+	return $self->_read_line($opts{timeout} || $PATIENCE, "the reply to '$line'");
 }
 
 sub command_ok
@@ -263,9 +277,30 @@ sub command_ok
 sub consume
 {
 	my ($self, %opts) = @_;
+	my $until = delete $opts{until};
+	my $deadline = delete $opts{deadline} // $PATIENCE;
+	if (!$until && defined $opts{count} && !$opts{from_end})
+	{
+		my $count = $opts{count};
+		$until = sub { @{ $_[0] } >= $count };
+	}
+	croak "consume: until needs a read from the beginning" if $until && $opts{from_end};
+	my $start = time();
+	my $timeout_ms = defined $opts{timeout_ms} ? $opts{timeout_ms} : 5000;
+	while (1)
+	{
+		my $msgs = $self->_consume_once(%opts, timeout_ms => $timeout_ms);
+		return $msgs if !$until || $until->($msgs) || time() - $start >= $deadline;
+		$timeout_ms = $timeout_ms * 2 > 60_000 ? 60_000 : $timeout_ms * 2;
+	}
+}
+
+sub _consume_once
+{
+	my ($self, %opts) = @_;
 	my $topics = $opts{topics} or croak "consume needs topics => [...]";
 	$topics = [$topics] unless ref $topics;
-	my $timeout_ms = defined $opts{timeout_ms} ? $opts{timeout_ms} : 5000;
+	my $timeout_ms = $opts{timeout_ms};
 
 	my @cmd = ("$KAFKA_DIR/kafka_consume", '-b', $self->{bootstrap});
 	push @cmd, map { ('-t', $_) } @$topics;
@@ -277,8 +312,9 @@ sub consume
 
 	my ($out, $err) = ('', '');
 	local $SIG{PIPE} = 'IGNORE';
-	# The tool bounds itself (idle timeout); this only catches a hung process.
-	my $guard = IPC::Run::timeout(60 + 2 * $timeout_ms / 1000);
+	# The tool bounds itself (idle timeout); this only catches a hung process
+	# (generous: reading thousands of messages takes a while on a loaded machine).
+	my $guard = IPC::Run::timeout($PATIENCE + 2 * $timeout_ms / 1000);
 	my $ok = eval { IPC::Run::run(\@cmd, '<', \undef, '>', \$out, '2>', \$err, $guard) };
 	croak "kafka_consume failed: " . ($@ || "exit status " . ($? >> 8)) . "\n$err"
 	  unless $ok;
@@ -367,7 +403,7 @@ sub stop
 	# quit, then EOF (finish closes stdin once it is drained), then kill.
 	local $SIG{PIPE} = 'IGNORE';
 	$self->{in} .= "quit\n";
-	$self->{timeout}->start(10);
+	$self->{timeout}->start(30);
 	eval { $h->finish; 1 } or eval { $h->kill_kill(grace => 2); 1 };
 	return;
 }

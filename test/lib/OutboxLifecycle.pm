@@ -147,6 +147,11 @@ use warnings;
 use IPC::Run ();
 use Time::HiRes qw(time);
 
+# A query that has not answered after this long counts as lost (the session
+# reconnects for the next one). Only a hang guard: generous, since on a loaded
+# machine a query may well take seconds.
+my $TIMEOUT = 60;
+
 sub new {
 	my ($class, $node, $db) = @_;
 	return bless { node => $node, db => $db // 'postgres', n => 0 }, $class;
@@ -156,7 +161,7 @@ sub _connect {
 	my ($self) = @_;
 	$self->close;
 	@$self{qw(in out err)} = ('', '', '');
-	$self->{timer} = IPC::Run::timeout(15);
+	$self->{timer} = IPC::Run::timeout($TIMEOUT);
 	$self->{h} = eval {
 		IPC::Run::start(
 			[ $self->{node}->installed_command('psql'), '-X', '-A', '-t', '-q',
@@ -175,7 +180,7 @@ sub query {
 	my $banner = 'outbox_lifecycle_done_' . ++$self->{n};
 	@$self{qw(out err)} = ('', '');
 	$self->{in} .= "$sql\n;\n\\echo $banner\n";
-	$self->{timer}->start(15);
+	$self->{timer}->start($TIMEOUT);
 	my $ok = eval {
 		$self->{h}->pump until $self->{out} =~ /^$banner$/m;
 		1;

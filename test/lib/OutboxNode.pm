@@ -10,8 +10,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-our @EXPORT_OK = qw(outbox_node wait_until kafka_sink_sql pending_count set_faults
-  fault_injection_available app_session_args);
+our @EXPORT_OK = qw(outbox_node wait_until wait_while_progressing kafka_sink_sql pending_count
+  set_faults fault_injection_available app_session_args);
 
 # A started node with outbox preloaded and quick publisher settings.
 # Extra postgresql.conf lines may be passed as a string. Options besides
@@ -76,26 +76,56 @@ sub fault_injection_available {
 }
 
 # Set outbox.fault_injection server-wide (ALTER SYSTEM) and make every
-# process take it; '' clears it.
+# process take it; '' clears it. Returns once the postmaster has read the new
+# setting (a new session shows it), that is once it has passed the reload on
+# to every process: pg_reload_conf() only sends the signal, and on a loaded
+# machine the postmaster may act on it after the test's next statement.
 sub set_faults {
 	my ($node, $rules) = @_;
-	$rules =~ s/'/''/g;
-	$node->safe_psql('postgres', "ALTER SYSTEM SET outbox.fault_injection = '$rules'");
+	(my $quoted = $rules) =~ s/'/''/g;
+	$node->safe_psql('postgres', "ALTER SYSTEM SET outbox.fault_injection = '$quoted'");
 	$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+	defined wait_until(sub {
+		$node->safe_psql('postgres', 'SHOW outbox.fault_injection') eq $rules })
+	  or die "outbox.fault_injection did not become '$rules'";
 	return;
 }
 
-# Poll $check (a code ref) until it returns true or $timeout seconds pass.
-# Returns the elapsed seconds, or undef on timeout.
+# Poll $check (a code ref) until it returns true or $timeout seconds pass
+# (default: PostgreSQL::Test::Utils' timeout_default, 180 s unless
+# PG_TEST_TIMEOUT_DEFAULT says otherwise: a deadline for something that must
+# happen, generous for a loaded machine). Returns the elapsed seconds, or
+# undef on timeout.
 sub wait_until {
 	my ($check, $timeout) = @_;
-	$timeout //= 30;
+	$timeout //= $PostgreSQL::Test::Utils::timeout_default;
 	my $start = time();
 	while (time() - $start < $timeout) {
 		return time() - $start if $check->();
 		usleep(50_000);
 	}
 	return undef;
+}
+
+# For long work that a loaded machine stretches but that must keep moving (a
+# backlog drained, thousands of events claimed): polls $measure (a code ref
+# returning a number or a string) until $done->($value) holds, and gives up
+# only when the value has not changed for $stall seconds (default:
+# timeout_default). Returns the elapsed seconds, or undef.
+sub wait_while_progressing {
+	my ($measure, $done, $stall) = @_;
+	$stall //= $PostgreSQL::Test::Utils::timeout_default;
+	my $start = time();
+	my ($last, $since) = (undef, $start);
+	while (1) {
+		my $value = $measure->();
+		return time() - $start if $done->($value);
+		if (!defined $last || $value ne $last) {
+			($last, $since) = ($value, time());
+		}
+		return undef if time() - $since >= $stall;
+		usleep(200_000);
+	}
 }
 
 # SQL creating a Kafka sink on the test broker with fast test timeouts.

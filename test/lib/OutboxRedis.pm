@@ -8,7 +8,7 @@ use warnings;
 use File::Temp qw(tempdir);
 use IO::Socket::INET;
 use PostgreSQL::Test::Utils;
-use Time::HiRes qw(usleep);
+use Time::HiRes qw(time usleep);
 
 # Every server started and not yet stopped. The END block below stops them
 # before File::Temp's own END removes their directories (END blocks run last
@@ -45,7 +45,11 @@ sub _launch {
 		'--pidfile', "$self->{dir}/redis.pid", '--logfile', "$self->{dir}/redis.log");
 	push @args, '--requirepass', $self->{password} if defined $self->{password};
 	system(@args) == 0 or die "redis-server did not start";
-	for (1 .. 100) {
+	# Until it answers (it loads its append-only file first): on a loaded
+	# machine that may take a while, so the deadline is the tests' generous
+	# one (timeout_default).
+	my $start = time();
+	while (time() - $start < $PostgreSQL::Test::Utils::timeout_default) {
 		if (eval { $self->cli('PING') eq 'PONG' }) {
 			$self->{pid} = slurp_file("$self->{dir}/redis.pid");
 			chomp $self->{pid};

@@ -32,12 +32,12 @@ $node->safe_psql('postgres', q{
 
 ok(defined wait_until(sub {
 	$node->safe_psql('postgres', q{SELECT status FROM outbox.events WHERE payload->>'seq' = '2'})
-	  eq 'dead' }, 30), 'the poison event goes dead');
+	  eq 'dead' }), 'the poison event goes dead');
 my ($attempts, $error) = split /\|/, $node->safe_psql('postgres',
 	q{SELECT attempts, last_error FROM outbox.events WHERE payload->>'seq' = '2'});
 is($attempts, 3, 'after outbox.max_attempts attempts');
 like($error, qr/size|large/i, 'last_error says why');
-ok(defined wait_until(sub { pending_count($node) eq '0' }, 20), 'everything else is published');
+ok(defined wait_until(sub { pending_count($node) eq '0' }), 'everything else is published');
 
 my $got = $kafka->consume(topics => ['poison'], count => 4, timeout_ms => 5000);
 my @victim = map { $_->{value} } sort { $a->{offset} <=> $b->{offset} }
@@ -76,7 +76,7 @@ is($node->safe_psql('postgres', q{
 	"1\npending 0", 'retry_dead revives the event: pending again, attempts reset');
 ok(defined wait_until(sub {
 	$node->safe_psql('postgres', q{SELECT status FROM outbox.events WHERE payload->>'seq' = '2'})
-	  eq 'published' }, 20), 'the revived event is published');
+	  eq 'published' }), 'the revived event is published');
 is(scalar @{ $kafka->consume(topics => ['poison'], count => 5, timeout_ms => 5000) }, 5,
 	'and arrives');
 
@@ -86,8 +86,11 @@ $kafka->command('produce_errors 30 NOT_ENOUGH_REPLICAS');
 $node->safe_psql('postgres', q{
 	SELECT outbox.emit('poison.order', jsonb_build_object('i', i), 'k' || (i % 4))
 	  FROM generate_series(1, 200) AS i;});
-ok(defined wait_until(sub { pending_count($node) eq '0' }, 60), 'the ordered events are published');
-$got = $kafka->consume(topics => ['poison'], timeout_ms => 5000);
+ok(defined wait_until(sub { pending_count($node) eq '0' }), 'the ordered events are published');
+# Read again (a read ends once nothing came for a while) until all 200 are there.
+$got = $kafka->consume(topics => ['poison'], timeout_ms => 5000, until => sub {
+	my %i = map { $_->{value} =~ /"i":(\d+)/ ? ($1 => 1) : () } @{ $_[0] };
+	keys %i == 200 });
 my (%last, %seen);
 my $in_order = 1;
 for my $m (sort { $a->{partition} <=> $b->{partition} || $a->{offset} <=> $b->{offset} } @$got) {

@@ -18,14 +18,14 @@ $kafka->command('create_topic errors 1');
 my $node = outbox_node('errors');
 $node->safe_psql('postgres', 'CREATE EXTENSION outbox');
 $node->safe_psql('postgres', kafka_sink_sql('kafka', $kafka->bootstrap,
-	'message.timeout.ms' => '8000'));
+	'message.timeout.ms' => '30000'));
 $node->safe_psql('postgres', q{SELECT outbox.add_route('errors.*', 'kafka', 'errors')});
 
 sub publisher_pid {
 	return $node->safe_psql('postgres',
 		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'outbox publisher'");
 }
-ok(defined wait_until(sub { publisher_pid() ne '' }, 10), 'publisher running');
+ok(defined wait_until(sub { publisher_pid() ne '' }), 'publisher running');
 my $pid = publisher_pid();
 
 # Every attempt to record an outcome fails with an ERROR.
@@ -36,12 +36,14 @@ $node->safe_psql('postgres', q{
 	  FOR EACH ROW EXECUTE FUNCTION public.refuse();});
 my $log_offset = -s $node->logfile;
 $node->safe_psql('postgres', q{SELECT outbox.emit('errors.test', '{"n": 1}', 'k')});
+ok(defined wait_until(sub { slurp_file($node->logfile, $log_offset) =~ /ERROR:  injected failure/ }),
+	'the error is logged');
+# Then 5 s more: the backoff doubles from 100 ms, about 6 errors in 5 s from
+# the first; a loop would log hundreds. (A busy machine only makes it fewer.)
 sleep 5;
 my $log = slurp_file($node->logfile, $log_offset);
 my $errors = () = $log =~ /ERROR:  injected failure/g;
-cmp_ok($errors, '>=', 1, 'the error is logged');
-# The backoff doubles from 100 ms: about 6 errors in 5 s; a loop would log hundreds.
-cmp_ok($errors, '<=', 8, "with backoff, not in a loop ($errors times in 5 s)");
+cmp_ok($errors, '<=', 8, "with backoff, not in a loop ($errors times in the 5 s after the first)");
 unlike($log, qr/terminated by signal|server process .* exited with exit code/,
 	'no process crashed');
 is(publisher_pid(), $pid, 'the same publisher carries on');
@@ -52,19 +54,20 @@ is($node->safe_psql('postgres', q{
 	  FROM outbox.workers}),
 	'injected failure | true | true', 'outbox.workers shows the last error and when');
 $node->safe_psql('postgres', 'DROP TRIGGER refuse ON outbox.events');
-ok(defined wait_until(sub { pending_count($node) eq '0' }, 40), 'delivered once the cause is gone');
+ok(defined wait_until(sub { pending_count($node) eq '0' }), 'delivered once the cause is gone');
 
-# Shutdown while a delivery waits for unreachable brokers (message.timeout.ms 8 s).
+# Shutdown while a delivery waits for unreachable brokers (message.timeout.ms
+# 30 s: a shutdown that waited for it would take that long).
 $kafka->command('down all');
 $node->safe_psql('postgres', q{SELECT outbox.emit('errors.test', '{"n": 2}', 'k')});
 sleep 1;
 my $start = time();
 $node->stop('fast');
 my $took = time() - $start;
-cmp_ok($took, '<', 6, sprintf('fast shutdown with a delivery in flight took %.1f s', $took));
+cmp_ok($took, '<', 15, sprintf('fast shutdown with a delivery in flight took %.1f s', $took));
 $kafka->command('up all');
 $node->start;
-ok(defined wait_until(sub { pending_count($node) eq '0' }, 40), 'the abandoned event is delivered after restart');
+ok(defined wait_until(sub { pending_count($node) eq '0' }), 'the abandoned event is delivered after restart');
 
 $node->stop;
 $kafka->stop;

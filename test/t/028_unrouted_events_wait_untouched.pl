@@ -20,9 +20,11 @@ my $redis = OutboxRedis->start();
 my $node = outbox_node('unrouted');
 $node->safe_psql('postgres', 'CREATE EXTENSION outbox');
 my $port = $redis->port;
+# c.*: the test's own markers (see below).
 $node->safe_psql('postgres', qq{
 	SELECT outbox.create_sink('redis', 'redis', '{"port": $port}');
-	SELECT outbox.add_route('r.*', 'redis', 'routed');});
+	SELECT outbox.add_route('r.*', 'redis', 'routed');
+	SELECT outbox.add_route('c.*', 'redis', 'markers');});
 
 sub sql { return $node->safe_psql('postgres', $_[0]) }
 
@@ -75,11 +77,17 @@ sql(q{
 		END LOOP;
 	END $$;});
 sql(q{SELECT outbox.emit('r.x', jsonb_build_object('n', i), 'k' || (i % 3)) FROM generate_series(1, 100) i});
-ok(defined wait_until(sub { pending_count($node, 'postgres', "topic = 'r.x'") eq '0' }, 30),
+ok(defined wait_until(sub { pending_count($node, 'postgres', "topic = 'r.x'") eq '0' }),
 	'routed events are published beside them');
 
-# Long enough for a full scan (every 10 s) and many cycles.
-sleep 12;
+# A full scan (every 10 s) and many cycles since: a row INSERTed without
+# emit() whose id is the smallest lies below every claim's floor, and only a
+# claim from the beginning, a full scan, reaches it. Once it is published, a
+# full scan has walked past the events.
+my $canary = '00000000-0000-7000-8000-000000000001';
+sql("INSERT INTO outbox.events (id, topic, payload) VALUES ('$canary', 'c.canary', '{}')");
+ok(defined wait_until(sub { sql("SELECT status FROM outbox.events WHERE id = '$canary'") eq 'published' }),
+	'a full scan ran since (it published a row only a full scan reaches)');
 is(untouched("topic = 'u.orders'"), '0/3000',
 	'no event without a route was claimed or updated, full scans included');
 is(sql(q{SELECT pending FROM outbox.stats WHERE topic = 'u.orders'}), '3000',
@@ -90,20 +98,23 @@ is(sql(q{SELECT topics || ' ' || pending FROM outbox.route_lag WHERE pattern IS 
 # A paused route: its events wait untouched too.
 sql(q{SELECT outbox.pause('r.*')});
 sql(q{SELECT outbox.emit('r.x', jsonb_build_object('n', 1000 + i), 'k' || (i % 3)) FROM generate_series(1, 50) i});
-sleep 3;
+# Cycles ran since: an event emitted after them is published.
+sql(q{SELECT outbox.emit('c.after_pause', '{}')});
+ok(defined wait_until(sub { pending_count($node, 'postgres', "topic = 'c.after_pause'") eq '0' }),
+	'an event of another route emitted after them is published');
 is(untouched("topic = 'r.x' AND status = 'pending'"), '0/50',
 	'events of a paused route wait untouched');
 
 # A route appears: every waiting event flows, in emit order per key.
 sql(q{SELECT outbox.add_route('u.*', 'redis', 'unrouted')});
-ok(defined wait_until(sub { pending_count($node, 'postgres', "topic = 'u.orders'") eq '0' }, 60),
+ok(defined wait_until(sub { pending_count($node, 'postgres', "topic = 'u.orders'") eq '0' }),
 	'they are published once a route takes them');
 my @unrouted = stream_entries('unrouted');
 is(scalar @unrouted, 3000, 'each arrived');
 is(in_order_per_key(@unrouted), '', 'in emit order per key');
 
 sql(q{SELECT outbox.resume('r.*')});
-ok(defined wait_until(sub { pending_count($node, 'postgres') eq '0' }, 30),
+ok(defined wait_until(sub { pending_count($node, 'postgres') eq '0' }),
 	'the paused route\'s events flow once it is resumed');
 my @routed = stream_entries('routed');
 is(scalar @routed, 150, 'every routed event arrived');

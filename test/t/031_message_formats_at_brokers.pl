@@ -65,7 +65,7 @@ $node->safe_psql('postgres', qq{
 	SELECT outbox.emit('rdbzl.order', '{"n": 8}', 'order-8', '{"trace": "t1"}');
 	SELECT outbox.emit('dbzx.order', '{"n": 10}', 'order-10');
 	SELECT outbox.emit('rdbzx.order', '{"n": 11}', 'order-11');});
-ok(defined wait_until(sub { pending_count($node) eq '0' }, 20), 'every event published');
+ok(defined wait_until(sub { pending_count($node) eq '0' }), 'every event published');
 
 # --- Kafka, cloudevents: binary content mode. jsonb orders the headers by
 # name length: id, region, X-Tenant, traceparent.
@@ -148,6 +148,6 @@ ok(defined wait_until(sub {
 	return 0 unless $last;
 	my %h = map { @$_ } @{ $last->{headers} };
 	return ($h{ce_source} // '') eq 'urn:example:shop';
-}, 20), 'ce_source follows outbox.cloudevents_source after a reload');
+}), 'ce_source follows outbox.cloudevents_source after a reload');
 
 done_testing();

@@ -39,7 +39,7 @@ $node->safe_psql('postgres', q{SELECT outbox.add_route('busy', 'r')});
 $node->safe_psql('postgres', q{SELECT outbox.emit('busy', '{"warm":1}', 'warm')});
 my $unpub = sub { $node->safe_psql('postgres',
 	"SELECT count(*) FROM outbox.events WHERE status <> 'published'") };
-ok(defined wait_until(sub { $unpub->() eq '0' }, 30), 'warm-up delivered');
+ok(defined wait_until(sub { $unpub->() eq '0' }), 'warm-up delivered');
 
 my $script = q{local t0=redis.call('TIME'); while true do local t=redis.call('TIME'); if (t[1]-t0[1])*1000000+(t[2]-t0[2]) > tonumber(ARGV[1]) then break end end return 1};
 my $violations = 0;
@@ -60,9 +60,9 @@ PREPARE TRANSACTION 'w$a';});
 	$node->safe_psql('postgres', "COMMIT PREPARED 'w$a'");
 	$h->finish;
 	wait_until(sub { $node->safe_psql('postgres',
-		"SELECT count(*) FROM outbox.events WHERE key = '$key' AND status <> 'published'") eq '0' }, 30);
+		"SELECT count(*) FROM outbox.events WHERE key = '$key' AND status <> 'published'") eq '0' });
 }
-ok(defined wait_until(sub { $unpub->() eq '0' }, 60), 'everything published');
+ok(defined wait_until(sub { $unpub->() eq '0' }), 'everything published');
 
 # First deliveries per key, in stream order.
 my @lines = split /\n/, $redis->cli('XRANGE', 'busy', '-', '+');

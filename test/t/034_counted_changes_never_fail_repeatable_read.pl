@@ -31,7 +31,7 @@ my $port = $redis->port;
 sql(qq{SELECT outbox.create_sink('r', 'redis', '{"port": $port, "mode": "stream"}');
 	SELECT outbox.add_route('rr.*', 'r', 'rr');});
 sql(q{SELECT outbox.emit('rr.topic', '{"warm": true}')});
-ok(defined wait_until(sub { $redis->cli('XLEN', 'rr') == 1 }, 30), 'the publisher publishes');
+ok(defined wait_until(sub { $redis->cli('XLEN', 'rr') == 1 }), 'the publisher publishes');
 my $publisher_pid = sql(q{SELECT pid FROM pg_stat_activity WHERE backend_type LIKE 'outbox publisher%'});
 
 # Dead events of the publisher's topic and day, for the operators to revive.
@@ -74,7 +74,7 @@ for my $round (0 .. $rounds - 1) {
 	}
 	my $before = $redis->cli('XLEN', 'rr');
 	sql("SELECT outbox.emit('rr.topic', '{\"round\": $round}')");
-	wait_until(sub { $redis->cli('XLEN', 'rr') > $before }, 30) or $published = 0;
+	wait_until(sub { $redis->cli('XLEN', 'rr') > $before }) or $published = 0;
 	for my $i (0 .. $#sessions) {
 		my $id = shift @ids;
 		# The error, if any, comes back on stdout (psql's stderr may lag).
@@ -103,6 +103,9 @@ is($failures, 0, 'no operator\'s counted change failed at REPEATABLE READ or SER
 # chance of 1 in 1024 that the two pick one shard: at most one of ten).
 # READ COMMITTED whatever the server's default: this is about row locks (two
 # SERIALIZABLE transactions, one prepared, conflict through SSI anyway).
+# lock_timeout, not statement_timeout: only a wait for a lock counts (a wait
+# for COMMIT PREPARED would last until it comes), not how long a loaded
+# machine takes to run the statement.
 my $blocked = 0;
 for my $i (1 .. 10) {
 	my $id = shift @ids;
@@ -110,7 +113,7 @@ for my $i (1 .. 10) {
 		UPDATE outbox.events SET status = 'pending', next_attempt_at = now() WHERE id = '$id';
 		PREPARE TRANSACTION 'counted_$i';});
 	$id = shift @ids;
-	my ($ret, $out, $err) = $node->psql('postgres', qq{SET statement_timeout = '5s';
+	my ($ret, $out, $err) = $node->psql('postgres', qq{SET lock_timeout = '5s';
 		SET default_transaction_isolation = 'read committed';
 		UPDATE outbox.events SET status = 'pending', next_attempt_at = now() WHERE id = '$id';});
 	$blocked++ if $ret != 0;
@@ -120,7 +123,7 @@ for my $i (1 .. 10) {
 cmp_ok($blocked, '<=', 1, "the next session's counted change did not wait for a prepared one ($blocked of 10)");
 
 # Everything revived is published, and the counts add up to the events.
-ok(defined wait_until(sub { pending_count($node, 'postgres', "topic = 'rr.topic'") eq '0' }, 60),
+ok(defined wait_until(sub { pending_count($node, 'postgres', "topic = 'rr.topic'") eq '0' }),
 	'every revived event is published');
 my $stats = q{SELECT pending, published, dead FROM outbox.stats WHERE topic = 'rr.topic'};
 my $counted = sql($stats);

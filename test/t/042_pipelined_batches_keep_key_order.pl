@@ -112,7 +112,7 @@ sub unpublished {
 sub warm_up {
 	my ($node, $topic) = @_;
 	$node->safe_psql('postgres', "SELECT outbox.emit('$topic', '{\"warm\": 1}', 'warm')");
-	ok(defined wait_until(sub { unpublished($node, $topic) eq '0' }, 30), "$topic: the sink delivers a warm-up event");
+	ok(defined wait_until(sub { unpublished($node, $topic) eq '0' }), "$topic: the sink delivers a warm-up event");
 	return;
 }
 
@@ -142,7 +142,7 @@ sub check_database {
 	# The publisher transaction that wrote event 0's first outcome (once it
 	# committed).
 	ok(defined wait_until(sub { $node->safe_psql('postgres',
-		"SELECT count(*) FROM outcome_log WHERE topic = '$topic' AND seq = 0") ne '0' }, 60),
+		"SELECT count(*) FROM outcome_log WHERE topic = '$topic' AND seq = 0") ne '0' }),
 		"$name: the publisher settled event 0");
 	my $first = $node->safe_psql('postgres', qq{
 		SELECT string_agg(format('%s:%s:%s:%s', seq, status, attempts, coalesce(last_error, '')), E'\\n' ORDER BY seq)
@@ -163,7 +163,7 @@ sub check_database {
 	ok(@later && !@delivered,
 		"$name: the key's later events of that window were held back behind event 0 (pending, not attempted)")
 	  or diag("not held back (seq:status:attempts:error): " . join('; ', map { join(':', @$_) } @delivered));
-	ok(defined wait_until(sub { unpublished($node, $topic) eq '0' }, 60),
+	ok(defined wait_until(sub { unpublished($node, $topic) eq '0' }),
 		"$name: every event is published");
 	return;
 }
@@ -187,15 +187,21 @@ sub check_arrivals {
 	return;
 }
 
+# Every delivery of $key's events, in arrival order. Read again (a read ends
+# once nothing came for a while) until all $n are there, or the deadline passes.
 sub kafka_arrivals {
-	my ($topic, $key) = @_;
-	my $msgs = $kafka->consume(topics => [$topic], timeout_ms => 2000);
-	my @seqs;
-	for my $m (sort { $a->{partition} <=> $b->{partition} || $a->{offset} <=> $b->{offset} } @$msgs) {
-		next unless defined $m->{key} && $m->{key} eq $key;
-		push @seqs, $1 if $m->{value} =~ /"seq":(\d+)/;
-	}
-	return \@seqs;
+	my ($topic, $key, $n) = @_;
+	my $seqs = sub {
+		my @seqs;
+		for my $m (sort { $a->{partition} <=> $b->{partition} || $a->{offset} <=> $b->{offset} } @{ $_[0] }) {
+			next unless defined $m->{key} && $m->{key} eq $key;
+			push @seqs, $1 if $m->{value} =~ /"seq":(\d+)/;
+		}
+		return \@seqs;
+	};
+	my $msgs = $kafka->consume(topics => [$topic], timeout_ms => 2000,
+		until => sub { my %seen = map { $_ => 1 } @{ $seqs->($_[0]) }; keys %seen >= $n });
+	return $seqs->($msgs);
 }
 
 sub log_position { my ($node) = @_; return -s $node->logfile; }
@@ -205,7 +211,7 @@ sub log_position { my ($node) = @_; return -s $node->logfile; }
 sub wait_for_lines {
 	my ($node, $re, $offset, $count, $timeout) = @_;
 	my $t = time();
-	while (time() - $t < ($timeout // 60)) {
+	while (time() - $t < ($timeout // $PostgreSQL::Test::Utils::timeout_default)) {
 		my $n = () = slurp_file($node->logfile, $offset) =~ /$re/g;
 		return time() if $n >= ($count // 1);
 		usleep(20_000);
@@ -235,7 +241,7 @@ $kafka->command_ok('produce_errors 1 INVALID_RECORD');
 emit_window($node, 'ord_a1', 'ka1', 6);
 check_database($node, '(a1) refusal, batch_size 1', 'ord_a1', 'ka1', 6, 4,
 	qr/INVALID_RECORD|invalid/i, qr/waiting for an earlier event/);
-check_arrivals('(a1) refusal, batch_size 1', 6, kafka_arrivals('ord_a1', 'ka1'));
+check_arrivals('(a1) refusal, batch_size 1', 6, kafka_arrivals('ord_a1', 'ka1', 6));
 $kafka->command_ok('clear_errors Produce');
 note(sprintf('(a1) took %.1f s', time() - $t));
 
@@ -248,7 +254,7 @@ $kafka->command_ok('produce_errors 3 MSG_SIZE_TOO_LARGE');
 emit_window($node, 'ord_a2', 'ka2', 10);
 check_database($node, '(a2) refusal, batch_size 2', 'ord_a2', 'ka2', 10, 8,
 	qr/MSG_SIZE_TOO_LARGE|too large/i, qr/waiting for an earlier event/);
-check_arrivals('(a2) refusal, batch_size 2', 10, kafka_arrivals('ord_a2', 'ka2'));
+check_arrivals('(a2) refusal, batch_size 2', 10, kafka_arrivals('ord_a2', 'ka2', 10));
 $kafka->command_ok('clear_errors Produce');
 note(sprintf('(a2) took %.1f s', time() - $t));
 $node->stop;
@@ -302,7 +308,7 @@ SKIP: {
 	check_database($fi, '(b) brokers down, then up', 'ord_b', 'kb1', 6, 4,
 		qr/timed out|MSG_TIMED_OUT/i, qr/unavailable|timed out/i);
 	set_faults($fi, '');
-	check_arrivals('(b) brokers down, then up', 6, kafka_arrivals('ord_b', 'kb1'));
+	check_arrivals('(b) brokers down, then up', 6, kafka_arrivals('ord_b', 'kb1', 6));
 	note(sprintf('(b) took %.1f s', time() - $t));
 
 	# (c) Redis down for the first batch, started again during the stall

@@ -71,7 +71,8 @@ sub emit {
 
 sub stream_len { return $redis->cli('XLEN', "stream-$_[0]") }
 
-# Databases whose stream has at least $n entries and nothing pending, within $timeout.
+# Databases whose stream has at least $n entries and nothing pending, within
+# $timeout (default: wait_until's, generous for a loaded machine).
 sub delivered {
 	my ($dbs, $n, $timeout) = @_;
 	my @late;
@@ -115,21 +116,22 @@ for my $db (@EXT) {
 	install($db);
 	emit($db, 1);
 }
-my @late = delivered(\@EXT, 1, 30);
+my @late = delivered(\@EXT, 1);
 is("@late", '', 'each of the 3 databases created after 8 without the extension gets a publisher and delivers');
 
 # Probes are over: the publishers left are those of the 3 databases.
-ok(settled(\@EXT, 30), 'only the databases with the extension keep a publisher (probes of the others ended)');
+ok(settled(\@EXT), 'only the databases with the extension keep a publisher (probes of the others ended)');
 
 $node->restart;
 for my $db (@EXT) { emit($db, 2) }
-@late = delivered(\@EXT, 2, 30);
+@late = delivered(\@EXT, 2);
 is("@late", '', 'after a restart, the launcher meets 12 databases and still starts the publisher of each of the 3');
-ok(settled(\@EXT, 30), 'after the restart too, only the 3 databases with the extension keep a publisher');
+ok(settled(\@EXT), 'after the restart too, only the 3 databases with the extension keep a publisher');
 
 # --- 2. no worker process left -------------------------------------------------
 
 my $offset = -s $node->logfile;
+my $offset_at = time();
 for my $db (@MORE) {
 	$node->safe_psql('postgres', "CREATE DATABASE $db");
 	install($db);
@@ -144,40 +146,43 @@ my $full = wait_until(sub {
 	return 0 unless @p == 5 && @left == 1;
 	$waiting = $left[0];
 	return 1;
-}, 30);
+});
 ok(defined $full, 'all 5 worker processes run publishers, for 5 of the 6 databases with the extension')
   or diag("publishers for: @p");
 SKIP: {
 	skip 'no database waits for a worker process: nothing more to check', 10 unless defined $waiting;
 	note("waiting: $waiting");
 	ok(defined wait_until(sub {
-		slurp_file($node->logfile, $offset) =~ /WARNING:\s+outbox: cannot start a publisher for database "$waiting": / }, 15),
+		slurp_file($node->logfile, $offset) =~ /WARNING:\s+outbox: cannot start a publisher for database "$waiting": / }),
 		"a WARNING names $waiting, the database that cannot get a publisher");
 	my @served = grep { $_ ne $waiting } @MORE;
-	@late = delivered(\@served, 1, 30);
+	@late = delivered(\@served, 1);
 	is("@late", '', 'the other new databases got the 2 free processes and deliver');
 	# The launcher retries every second; the WARNING comes once a minute.
 	usleep(4_000_000);
-	ok(settled([ sort(@EXT, @served) ], 10), "$waiting still has no publisher");
+	ok(settled([ sort(@EXT, @served) ]), "$waiting still has no publisher");
 	is(pending_count($node, $waiting), '1', "the event of $waiting waits as pending");
 	is(stream_len($waiting), '0', "nothing of $waiting arrived");
 	my $log = slurp_file($node->logfile, $offset);
 	my $times = () = $log =~ /WARNING:\s+outbox: cannot start a publisher for database "$waiting"/g;
-	is($times, 1, "the WARNING for $waiting is not repeated at every retry (rate-limited)");
+	# Once a minute: a loaded machine may have made this part last over one.
+	my $minutes = int((time() - $offset_at) / 60);
+	cmp_ok($times, '<=', 1 + $minutes,
+		"the WARNING for $waiting is not repeated at every retry (rate-limited: $times in $minutes full minutes)");
 	like($log, qr/WARNING:\s+outbox: cannot start a publisher for database "$waiting": .*\n(?:.*\n)*?.*HINT:\s+Raise max_worker_processes/,
 		'the WARNING says to raise max_worker_processes');
 
 	# A process frees up: the extension goes from ext1.
 	my $freed_at = time();
 	$node->safe_psql('ext1', 'DROP EXTENSION outbox');
-	@late = delivered([$waiting], 1, 15);
+	@late = delivered([$waiting], 1);
 	is("@late", '', "once DROP EXTENSION in ext1 frees a process, $waiting gets its publisher and delivers");
 	note(sprintf('%s delivered %.1f s after DROP EXTENSION in ext1', $waiting, time() - $freed_at));
-	ok(defined wait_until(sub { @p = publishing(); !grep { $_ eq 'ext1' } @p }, 10), 'ext1 has no publisher any more')
+	ok(defined wait_until(sub { @p = publishing(); !grep { $_ eq 'ext1' } @p }), 'ext1 has no publisher any more')
 	  or diag("publishers for: @p");
 	emit($_, 3) for grep { $_ ne 'ext1' } @EXT, @MORE;
-	@late = delivered([ grep { $_ ne 'ext1' } @EXT ], 3, 15);
-	push @late, delivered(\@MORE, 2, 15);
+	@late = delivered([ grep { $_ ne 'ext1' } @EXT ], 3);
+	push @late, delivered(\@MORE, 2);
 	is("@late", '', 'every other database with the extension still delivers');
 }
 

@@ -105,15 +105,15 @@ sub after_full_scan {
 	my $id = sprintf('00000000-0000-7000-8000-%012d', ++$canaries);
 	sql("INSERT INTO outbox.events (id, topic, payload) VALUES ('$id', 'wk.canary', '{}')");
 	my $took = wait_until(sub {
-		sql("SELECT status FROM outbox.events WHERE id = '$id'") eq 'published' }, 40);
-	die "no full scan within 40 s" unless defined $took;
+		sql("SELECT status FROM outbox.events WHERE id = '$id'") eq 'published' });
+	die "no full scan within $PostgreSQL::Test::Utils::timeout_default s" unless defined $took;
 	note(sprintf('full scan %.2f s after the canary', $took));
 	return $took;
 }
 
 # For events (id => xid of their transaction): once all are published (or
-# $timeout passed), [id, seconds from emit to commit, seconds from commit
-# to publication (undef: not published)] each.
+# $timeout passed, default 20 s: far beyond $LIMIT), [id, seconds from emit
+# to commit, seconds from commit to publication (undef: not published)] each.
 sub latencies {
 	my ($events, $timeout) = @_;
 	my $ids = join(', ', map { "'$_'" } sort keys %$events);
@@ -178,11 +178,10 @@ sub lock_wait_case {
 	# run no other cycle meanwhile.
 	stop_bench('flow');
 	wait_until(sub {
-		sql(q{SELECT count(*) FROM outbox.events WHERE topic = 'wk.flow' AND status = 'pending'}) eq '0' }, 20);
+		sql(q{SELECT count(*) FROM outbox.events WHERE topic = 'wk.flow' AND status = 'pending'}) eq '0' });
 	my $locker = $node->background_psql('postgres');
 	$locker->query_safe('BEGIN');
 	$locker->query_safe('LOCK TABLE outbox.events IN SHARE MODE');
-	my $locked = time();
 	my (@tx, @pids);
 	for my $i (1 .. 3) {
 		my $s = $node->background_psql('postgres');
@@ -198,8 +197,12 @@ sub lock_wait_case {
 	my $pids = join(',', @pids);
 	ok(defined wait_until(sub {
 		sql("SELECT count(*) FROM pg_locks WHERE pid IN ($pids) AND NOT granted"
-			. " AND relation = 'outbox.events'::regclass") eq '3' }, 20),
+			. " AND relation = 'outbox.events'::regclass") eq '3' }),
 		"$label: three emit() calls wait for the lock");
+	# The lock is held 3 s more from the moment all three wait (starting
+	# their sessions may take seconds on a loaded machine), so that each
+	# commits about 3 s after emit() took its id.
+	my $locked = time();
 	start_bench('flow');
 	# Meanwhile the publisher's cycles go on: it never waits for a lock.
 	my $publisher_waited = 0;
@@ -251,7 +254,7 @@ sub set_server {
 	}
 	sql('SELECT pg_reload_conf()');
 	my $want = $value // $conf_value{$name};
-	ok(defined wait_until(sub { sql("SHOW $name") eq $want }, 20), "$name is '$want' server-wide");
+	ok(defined wait_until(sub { sql("SHOW $name") eq $want }), "$name is '$want' server-wide");
 	sleep 1;  # the publisher takes it at its next wake-up
 	return;
 }
@@ -260,7 +263,7 @@ sub set_server {
 start_bench('flow');
 ok(defined wait_until(sub {
 	sql(q{SELECT count(*) FROM outbox.events WHERE topic = 'wk.flow' AND status = 'published'}) >= 20
-}, 60), 'warm-up: events flow');
+}), 'warm-up: events flow');
 
 # (a)
 lock_wait_case('a');
@@ -295,7 +298,7 @@ set_server('default_transaction_isolation', undef);
 	set_server('outbox.poll_interval', '1h');
 	ok(defined wait_until(sub {
 		sql(q{SELECT count(*) FROM outbox.events WHERE topic LIKE 'wk.%' AND status = 'pending'}) eq '0'
-	}, 20), 'e: nothing else pending before COMMIT PREPARED');
+	}), 'e: nothing else pending before COMMIT PREPARED');
 	cmp_ok(sql(q{SELECT count(*) FROM outbox.events WHERE topic = 'wk.flow' AND status = 'published'}),
 		'>', $flowed, 'e: other events were published while the transaction was prepared');
 	sleep 1;  # the publisher is asleep (poll: 1 h)
@@ -309,7 +312,7 @@ set_server('default_transaction_isolation', undef);
 stop_bench('flow');
 ok(defined wait_until(sub {
 	sql(q{SELECT count(*) FROM outbox.events WHERE topic LIKE 'wk.%' AND status <> 'published'}) eq '0'
-}, 60), 'every event is published in the end');
+}), 'every event is published in the end');
 my %late = map { $_ => 1 } split /\n/,
   sql(q{SELECT id FROM outbox.events WHERE topic NOT IN ('wk.flow', 'wk.canary')});
 my %arrived = map { $_ => 1 } grep { $late{$_} } split /\n/, $redis->cli('XRANGE', 'wk', '-', '+');

@@ -64,7 +64,7 @@ $node->safe_psql('postgres', q{SELECT outbox.add_route('lf.*', 'redis')});
 
 my $s = session($node, 'postgres');
 my $load = new_load(node => $node, sessions => 2, keys => 20, per_tx => 2, sleep_ms => 50, topic => $TOPIC);
-ok(defined OutboxFaults::wait_publishers($node, $WORKERS, [], 30), "$WORKERS publishers share the key slots");
+ok(defined OutboxFaults::wait_publishers($node, $WORKERS, []), "$WORKERS publishers share the key slots");
 $load->start;
 usleep(1_000_000);
 
@@ -98,9 +98,9 @@ my $start = time();
 my ($next_rules, $next_kill, $rule_i, $kills) = ($start, $start + 0.7, 0, 0);
 # At least $SECS seconds, and until each action has fired in the launcher
 # and a terminated launcher has been restarted (they fire at random: 1 in N
-# hits), at most 40 s.
+# hits), at most 120 s (a loaded machine runs fewer launcher loops a second).
 my ($next_look, %seen, $restarted) = (0);
-my $r = watch(session => $s, secs => 40, min_secs => $SECS, until => sub {
+my $r = watch(session => $s, secs => 120, min_secs => $SECS, until => sub {
 	if (time() >= $next_look) {
 		my $log = slurp_file($node->logfile, $offset);
 		$seen{$1} = 1 while $log =~ /outbox: fault injection: (\w+) at launcher\./g;
@@ -141,7 +141,7 @@ my $back = wait_until(sub {
 	my (undef, undef, $down) = downtime($offset);
 	my $x = !$down && sample($s);
 	return $x && @{ $x->{launchers} } == 1;
-}, 15);
+});
 ok(defined $back, sprintf('a launcher runs %.1f s after the faults stopped', $back // -1));
 
 # What the launcher went through, from the server log.
@@ -163,9 +163,9 @@ unlike($log, qr/terminated by signal|exited with exit code [^01]/, 'no server pr
 
 # --- afterwards: publishing carries on, nothing lost -------------------------
 
-my $recovery = OutboxFaults::wait_backlog_cleared($node, $faults_end, 60);
+my $recovery = OutboxFaults::wait_backlog_cleared($node, $faults_end);
 ok(defined $recovery, sprintf('the backlog of the fault period drains (%.1f s after the faults)', $recovery // -1));
-my $w = OutboxFaults::wait_publishers($node, $WORKERS, [], 30);
+my $w = OutboxFaults::wait_publishers($node, $WORKERS, []);
 ok(defined $w, "once the faults stop, $WORKERS publishers share the key slots again");
 $r = watch(session => $s, secs => 2);
 is(scalar @{ $r->{last}{launchers} }, 1, 'one launcher runs after the faults');
@@ -173,7 +173,7 @@ is($r->{max_publishers}, $WORKERS, "still $WORKERS publishers, no more");
 
 my @failed = $load->stop;
 is(scalar @failed, 0, 'the emitting sessions ran throughout') or diag("failed sessions: @failed");
-ok(defined OutboxFaults::wait_topic_drained($node, $TOPIC, 60), 'every event is published in the end');
+ok(defined OutboxFaults::wait_topic_drained($node, $TOPIC), 'every event is published in the end');
 my $rec = OutboxFaults::reconcile(node => $node, topic => $TOPIC,
 	fetch => sub { redis_stream_fetch($redis, $TOPIC) });
 cmp_ok($rec->{committed}, '>', 100, "the load committed events during the faults ($rec->{committed})");

@@ -105,7 +105,7 @@ sub quiet {
 	stop_bench('flow', 'waker');
 	return wait_until(sub {
 		sql(q{SELECT count(*) FROM outbox.events WHERE topic LIKE 'fl.%' AND status = 'pending'}) eq '0'
-	}, 30);
+	});
 }
 
 # --- measuring ---------------------------------------------------------------
@@ -129,8 +129,8 @@ sub insert_probe {
 sub after_full_scan {
 	my ($id) = insert_probe(0, 'fl.canary');
 	my $took = wait_until(sub {
-		sql("SELECT status FROM outbox.events WHERE id = '$id'") eq 'published' }, 40);
-	die "no full scan within 40 s" unless defined $took;
+		sql("SELECT status FROM outbox.events WHERE id = '$id'") eq 'published' });
+	die "no full scan within $PostgreSQL::Test::Utils::timeout_default s" unless defined $took;
 	note(sprintf('full scan %.2f s after the canary', $took));
 	return;
 }
@@ -165,7 +165,7 @@ sql('CREATE TABLE side (x int)');
 start_bench('flow', 'waker');
 ok(defined wait_until(sub {
 	sql(q{SELECT count(*) FROM outbox.events WHERE topic = 'fl.flow' AND status = 'published'}) >= 20
-}, 60), 'warm-up: events flow');
+}), 'warm-up: events flow');
 
 # Control: a transaction that emitted and is still open holds the floor at
 # its emit, so a probe just after it is claimed at once.
@@ -241,7 +241,7 @@ SKIP: {
 	start_bench('flow', 'waker');
 	ok(defined wait_until(sub {
 		sql(q{SELECT count(*) FROM outbox.events WHERE topic = 'fl.flow' AND status = 'published'}) >= 20
-	}, 60), 'f: warm-up: events flow');
+	}), 'f: warm-up: events flow');
 
 	for my $point ('after_outcomes', 'before_finish') {
 		after_full_scan();

@@ -30,7 +30,7 @@ $node->safe_psql('shop', 'GRANT EXECUTE ON FUNCTION outbox.emit(text, jsonb, tex
 # setting too once it is set.
 my $unpub = sub { $node->safe_psql('shop', "SET SESSION AUTHORIZATION DEFAULT; SET ROLE NONE; SELECT count(*) FROM outbox.events WHERE status <> 'published'") };
 $node->safe_psql('shop', q{SELECT outbox.emit('t', '{"a":1}')});
-ok(defined wait_until(sub { $unpub->() eq '0' }, 30), 'publishing works');
+ok(defined wait_until(sub { $unpub->() eq '0' }), 'publishing works');
 
 # The database owner, no superuser, sets who sessions of its database are,
 # then restarts the server (as its publishers would restart for any reason).
@@ -42,7 +42,7 @@ for my $setting (q{role = 'tenant'}, q{session_authorization = 'tenant'}) {
 	my $off = -s $node->logfile;
 	$node->safe_psql('shop', q{SELECT outbox.emit('t', '{"a":2}')}, extra_params => [ '-U', 'tenant' ]);
 	my $t = time();
-	my $w = wait_until(sub { $unpub->() eq '0' }, 40);
+	my $w = wait_until(sub { $unpub->() eq '0' });
 	ok(defined $w, sprintf('with %s, an event emitted after a restart is published (waited %.1f s)',
 		$setting, time() - $t));
 	my @denied = slurp_file($node->logfile, $off) =~ /(.*outbox.*permission denied.*)/g;

@@ -47,7 +47,7 @@ is($node->safe_psql('postgres', q{SELECT r.rolname FROM pg_extension e JOIN pg_r
 $node->restart;
 ok(defined wait_until(sub { $node->safe_psql('postgres', q{SELECT count(*) FROM pg_inherits i
 	JOIN pg_class c ON c.oid = i.inhrelid
-	WHERE i.inhparent = 'outbox.events'::regclass AND c.relowner <> 'appowner'::regrole}) eq '0' }, 30),
+	WHERE i.inhparent = 'outbox.events'::regclass AND c.relowner <> 'appowner'::regrole}) eq '0' }),
 	'every partition belongs to appowner after the next maintenance');
 
 # appowner plants a trigger: who runs it, and can it escalate?
@@ -71,7 +71,7 @@ CREATE TRIGGER spy AFTER UPDATE ON outbox.events FOR EACH ROW EXECUTE FUNCTION p
 
 $node->safe_psql('postgres', q{SELECT outbox.emit('ev.a', '{"n": 1}', 'k')});
 ok(defined wait_until(sub { $node->safe_psql('postgres',
-	q{SELECT count(*) FROM outbox.events WHERE status <> 'published'}) eq '0' }, 30),
+	q{SELECT count(*) FROM outbox.events WHERE status <> 'published'}) eq '0' }),
 	'events are published under a non-superuser owner');
 is($redis->cli('LLEN', 'ev.a'), '1', 'the event reached Redis');
 my $runs = $node->safe_psql('postgres', q{SELECT who || '/' || was_super || '/' || escalation FROM public.trigger_runs});
@@ -89,9 +89,9 @@ SELECT outbox.add_route('kf.*', 'k');}, extra_params => [ '-U', 'appowner' ]);
 my $off = -s $node->logfile;
 $node->safe_psql('postgres', q{SELECT outbox.emit('kf.a', '{"n": 2}'), outbox.emit('ev.b', '{"n": 3}')});
 ok(defined wait_until(sub { $node->safe_psql('postgres',
-	q{SELECT status FROM outbox.events WHERE topic = 'ev.b'}) eq 'published' }, 30),
+	q{SELECT status FROM outbox.events WHERE topic = 'ev.b'}) eq 'published' }),
 	'the Redis route keeps delivering');
-ok(defined wait_until(sub { slurp_file($node->logfile, $off) =~ /ssl\.ca\.location.*superuser/ }, 30),
+ok(defined wait_until(sub { slurp_file($node->logfile, $off) =~ /ssl\.ca\.location.*superuser/ }),
 	'the publisher refused the file option of a non-superuser owner, and said why');
 is($node->safe_psql('postgres', q{SELECT status FROM outbox.events WHERE topic = 'kf.a'}), 'pending',
 	'the event for that sink waits');

@@ -21,7 +21,8 @@ use lib "$FindBin::RealBin/../lib";
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use OutboxNode qw(outbox_node wait_until);
+use OutboxLifecycle qw(session);
+use OutboxNode qw(outbox_node wait_until wait_while_progressing);
 use OutboxRedis;
 
 my $KEYS = 3000;
@@ -43,7 +44,7 @@ my $pid;
 ok(defined wait_until(sub {
 	$pid = $node->safe_psql('postgres',
 		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'outbox publisher'");
-	$pid ne '' }, 30), 'the publisher runs');
+	$pid ne '' }), 'the publisher runs');
 sub peak_mb {
 	my ($kb) = slurp_file("/proc/$pid/status") =~ /VmHWM:\s+(\d+)/;
 	return $kb / 1024;
@@ -56,18 +57,31 @@ $node->safe_psql('postgres', qq{DO \$\$ BEGIN
 	                    || (i % $KEYS)::text)
 	  FROM pg_catalog.generate_series(1, $EVENTS) i;
 	END \$\$}, extra_params => [ '-U', 'app' ]);
-ok(defined wait_until(sub {
+# (As long as their number keeps growing: a loaded machine takes minutes.)
+ok(defined wait_while_progressing(sub {
 	$node->safe_psql('postgres',
-		"SELECT count(*) FROM outbox.events WHERE topic = 'poison' AND next_attempt_at IS NOT NULL")
-	  eq "$EVENTS" }, 180), "all $EVENTS events wait (first of each key refused, the rest behind it)");
+		"SELECT count(*) FROM outbox.events WHERE topic = 'poison' AND next_attempt_at IS NOT NULL") },
+	sub { $_[0] eq "$EVENTS" }), "all $EVENTS events wait (first of each key refused, the rest behind it)");
 my $base = peak_mb();
 note(sprintf('publisher %d: peak RSS %.0f MB with %d events waiting', $pid, $base, $EVENTS));
 
+# The reload happens at the start of the publisher's next cycle (a cycle
+# runs at least every poll): once a publisher transaction that began after
+# the change has ended, the new routes are loaded and the order state
+# rebuilt. Sampled through one persistent session (a cycle may be short).
+my $watcher = session($node, 'postgres');
 for my $n (1 .. 3) {
-	$node->safe_psql('postgres', "SELECT outbox.add_route('other$n', 'redis')");
-	# The reload happens at the next cycle; a cycle runs at least every poll.
-	sleep 2;
+	my $changed = (split /\n/, $node->safe_psql('postgres',
+		"SELECT outbox.add_route('other$n', 'redis'); SELECT extract(epoch FROM clock_timestamp())"))[-1];
+	my $cycle;    # the start of a publisher transaction that began after the change
+	ok(defined wait_until(sub {
+		my $start = $watcher->query(q{SELECT coalesce(extract(epoch FROM xact_start)::text, '')
+			FROM pg_stat_activity WHERE backend_type = 'outbox publisher'}) // return 0;
+		$cycle = $start if !defined $cycle && $start ne '' && $start > $changed;
+		return defined $cycle && $start ne $cycle;
+	}), "reload $n: a publisher cycle that began after the route change is over");
 }
+$watcher->close;
 my $grew = peak_mb() - $base;
 note(sprintf('after three reloads: peak RSS %.0f MB (+%.0f MB; the keys weigh %.0f MB)',
 	peak_mb(), $grew, $EVENTS * 4096 / 1e6));
@@ -76,10 +90,10 @@ is($redis->cli('TYPE', 'poison-stream'), 'string', 'nothing was delivered while 
 
 # Fix the target: everything flows, in emit order per key.
 $redis->cli('DEL', 'poison-stream');
-ok(defined wait_until(sub {
+ok(defined wait_while_progressing(sub {
 	$node->safe_psql('postgres',
-		"SELECT count(*) FROM outbox.events WHERE topic = 'poison' AND status = 'published'")
-	  eq "$EVENTS" }, 300), 'once the target is fixed every event is published');
+		"SELECT count(*) FROM outbox.events WHERE topic = 'poison' AND status = 'published'") },
+	sub { $_[0] eq "$EVENTS" }), 'once the target is fixed every event is published');
 my @lines = split /\n/, $redis->cli('XRANGE', 'poison-stream', '-', '+');
 my (%last, $disorder);
 my $seen = 0;

@@ -37,7 +37,7 @@ for my $t ('oa', 'ob') {
 }
 my $unpub = sub { $node->safe_psql('postgres',
 	"SELECT count(*) FROM outbox.events WHERE status <> 'published'" . ($_[0] ? " AND topic = '$_[0]'" : '')) };
-ok(defined wait_until(sub { $unpub->() eq '0' }, 30), 'warm-up');
+ok(defined wait_until(sub { $unpub->() eq '0' }), 'warm-up');
 
 sub emit_window {
 	my ($topic, $key, $n) = @_;
@@ -53,23 +53,33 @@ PREPARE TRANSACTION 'w_$key';});
 	$node->safe_psql('postgres', "COMMIT PREPARED 'w_$key'");
 }
 
+# Per key, the seqs of the first deliveries in arrival order. Read again (a
+# read ends once nothing came for a while) until each of @$keys has all $n,
+# or the deadline passes.
 sub first_deliveries {
-	my ($topic) = @_;
-	my $msgs = $kafka->consume(topics => [$topic], timeout_ms => 2000);
-	my (%first, %seen);
-	for my $m (sort { $a->{offset} <=> $b->{offset} } @$msgs) {
-		next unless defined $m->{key} && $m->{value} =~ /"seq": ?(\d+)/;
-		push @{ $first{ $m->{key} } }, $1 unless $seen{"$m->{key}/$1"}++;
-	}
-	return \%first;
+	my ($topic, $keys, $n) = @_;
+	my $first = sub {
+		my (%first, %seen);
+		for my $m (sort { $a->{offset} <=> $b->{offset} } @{ $_[0] }) {
+			next unless defined $m->{key} && $m->{value} =~ /"seq": ?(\d+)/;
+			push @{ $first{ $m->{key} } }, $1 unless $seen{"$m->{key}/$1"}++;
+		}
+		return \%first;
+	};
+	my $msgs = $kafka->consume(topics => [$topic], timeout_ms => 2000, until => sub {
+		my $f = $first->($_[0]);
+		return !grep { @{ $f->{$_} || [] } < $n } @$keys;
+	});
+	return $first->($msgs);
 }
 
 # (a) bad_alloc in the first Begin of the window.
 set_faults($node, 'dispatch.begin=oom#1');
 emit_window('oa', 'ka', 6);
-ok(defined wait_until(sub { $unpub->('oa') eq '0' }, 60), '(a) all published');
+ok(defined wait_until(sub { $unpub->('oa') eq '0' }), '(a) all published');
 set_faults($node, '');
-my $f = first_deliveries('oa')->{ka};
+my $f = first_deliveries('oa', ['ka'], 6)->{ka} || [];
+is(scalar @$f, 6, '(a) all 6 events of key ka arrived');
 note("(a) first deliveries of key ka: @$f");
 ok(!grep({ $f->[$_] < $f->[ $_ - 1 ] } 1 .. $#$f), '(a) first deliveries follow emit order')
   or diag("(a) first deliveries: @$f");
@@ -77,9 +87,9 @@ ok(!grep({ $f->[$_] < $f->[ $_ - 1 ] } 1 .. $#$f), '(a) first deliveries follow 
 # (b) bad_alloc in FinishFront, at random (1 in 2), over several windows.
 set_faults($node, 'dispatch.finish=oom/2#6');
 for my $w (1 .. 8) { emit_window('ob', "kb$w", 6); }
-ok(defined wait_until(sub { $unpub->('ob') eq '0' }, 90), '(b) all published');
+ok(defined wait_until(sub { $unpub->('ob') eq '0' }), '(b) all published');
 set_faults($node, '');
-my $all = first_deliveries('ob');
+my $all = first_deliveries('ob', [ map { "kb$_" } 1 .. 8 ], 6);
 my $bad = 0;
 for my $k (sort keys %$all) {
 	next if $k eq 'warm';

@@ -134,7 +134,7 @@ my $parked_sql = q{SELECT count(*) FROM outbox.events WHERE next_attempt_at = 'i
 
 sub check_published {
 	my ($form, $db, $before) = @_;
-	ok(defined wait_until(sub { $node->safe_psql($db, $pending_sql) eq '0' }, 60),
+	ok(defined wait_until(sub { $node->safe_psql($db, $pending_sql) eq '0' }),
 		"$form: every restored event is published without anything done by hand")
 	  or diag $node->safe_psql($db, q{SELECT topic, key, next_attempt_at, last_error
 		FROM outbox.events WHERE status = 'pending' ORDER BY id});
@@ -176,7 +176,7 @@ for my $format ('custom', 'plain') {
 	restore_step("$form: part 2 (to the data of outbox.routes)", $part[1]);
 	# The publisher runs here (CREATE EXTENSION committed in part 1): it
 	# claims the retrying events and, with no route loaded, parks them.
-	ok(defined wait_until(sub { $node->safe_psql($db, $parked_sql) eq '20' }, 60),
+	ok(defined wait_until(sub { $node->safe_psql($db, $parked_sql) eq '20' }),
 		"$form: before outbox.routes is restored, the publisher parks the retrying events as unrouted")
 	  or diag $node->safe_psql($db, q{SELECT topic, next_attempt_at, last_error FROM outbox.events ORDER BY id});
 

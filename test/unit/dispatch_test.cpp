@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -17,6 +18,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -71,6 +73,14 @@ struct FakeBroker {
   // Pipelined and slow: CollectFor finds no answer yet (the Send stays open)
   // until this is cleared.
   bool slow = false;
+  // Pipelined: the messages of these topics get no answer (a topic the
+  // cluster lacks, a partition without a leader) until removed; the others
+  // are answered (answered_at_us set, as a real sink does).
+  std::set<std::string> stuck_topics;
+  std::set<std::string> stuck_ids;  // the same, message by message
+  // Pipelined: the messages of these topics are answered this many ms after
+  // they were sent (a slower broker), not at once.
+  std::map<std::string, int> answer_after_ms;
 
   // Ids of the messages of call c, in the order the sink got them.
   std::vector<std::string> Ids(size_t c) const {
@@ -119,7 +129,40 @@ class FakeSink : public Sink {
     int call;
     Delivery *out;
     std::vector<SentMessage> copies;
+    std::vector<bool> answered;
+    std::chrono::steady_clock::time_point sent = std::chrono::steady_clock::now();
   };
+
+  // Answer the open Send's messages whose topics are not stuck (all, unless
+  // `stuck_ok`); true when every message has its answer.
+  bool Answer(Open *o, bool stuck_ok) {
+    bool all = true;
+    for (size_t i = 0; i < o->copies.size(); ++i) {
+      if (o->answered[i]) continue;
+      const SentMessage &c = o->copies[i];
+      if (stuck_ok &&
+          (broker_->stuck_topics.count(c.topic) != 0 || broker_->stuck_ids.count(c.id) != 0)) {
+        all = false;
+        continue;
+      }
+      auto delay = broker_->answer_after_ms.find(c.topic);
+      if (stuck_ok && delay != broker_->answer_after_ms.end() &&
+          std::chrono::steady_clock::now() - o->sent < std::chrono::milliseconds(delay->second)) {
+        all = false;
+        continue;
+      }
+      OutMessage m;
+      m.id = c.id;
+      m.topic = c.topic;
+      m.target = c.target;
+      m.has_key = c.has_key;
+      m.key = c.key;
+      o->out[i] = broker_->script(m, o->call);
+      o->out[i].answered_at_us = UnixNowUs();
+      o->answered[i] = true;
+    }
+    return all;
+  }
 
   void Record(const OutMessage *messages, size_t n) {
     broker_->calls.emplace_back();
@@ -146,36 +189,27 @@ class FakeSink : public Sink {
     if (!broker_->pipelined) return Sink::Send(messages, n, out, interrupted);
     const int call = static_cast<int>(broker_->calls.size());
     Record(messages, n);
-    open_.push_back(Open{++tickets_, call, out, {}});
+    open_.push_back(Open{++tickets_, call, out, {}, std::vector<bool>(n, false)});
     for (size_t i = 0; i < n; ++i) open_.back().copies.push_back(broker_->calls.back()[i]);
     return tickets_;
   }
   void Collect(uint64_t ticket, InterruptCheck interrupted) override {
     for (auto it = open_.begin(); it != open_.end(); ++it) {
       if (it->ticket != ticket) continue;
-      for (size_t i = 0; i < it->copies.size(); ++i) {
-        const SentMessage &c = it->copies[i];
-        OutMessage m;
-        m.id = c.id;
-        m.topic = c.topic;
-        m.target = c.target;
-        m.has_key = c.has_key;
-        m.key = c.key;
-        it->out[i] = broker_->script(m, it->call);
-      }
+      Answer(&*it, false);
       open_.erase(it);
       return;
     }
   }
   bool CollectFor(uint64_t ticket, int64_t wait_ms, InterruptCheck interrupted) override {
     (void)wait_ms;
-    if (broker_->slow) {
-      for (const Open &o : open_) {
-        if (o.ticket == ticket) return false;
-      }
+    for (auto it = open_.begin(); it != open_.end(); ++it) {
+      if (it->ticket != ticket) continue;
+      if (broker_->slow) return false;
+      if (!Answer(&*it, true)) return false;
+      open_.erase(it);
       return true;
     }
-    Collect(ticket, interrupted);
     return true;
   }
   int64_t SettleLimitMs() const override { return broker_->pipelined ? 10000 : 0; }
@@ -1944,28 +1978,51 @@ TEST_F(SlowSinkTest, ALaterEventOfTheKeyWaitsForTheLateAnswerAndGoesAfterIt) {
   EXPECT_EQ(Broker("kafka").AllIds(), (std::vector<std::string>{Id(1), Id(2)}));
 }
 
-TEST_F(SlowSinkTest, NothingMoreGoesToASinkWhoseAnswersAreAwaitedAndItsTopicsAreLeftAlone) {
+// A sink that answers nothing of a group gets one more group, a probe; when
+// that goes unanswered too, nothing more goes to it, and the claims leave
+// its topics alone until answers come (a sink that stopped answering holds
+// two groups, not one per cycle).
+TEST_F(SlowSinkTest, ASinkAnsweringNothingGetsOneProbeThenNothingMoreAndItsTopicsAreLeftAlone) {
   Broker("kafka").slow = true;
   Dispatch({Ev(1, "orders.a", "k")});
-  // Another key, another topic of the same sink: parked, not sent (a sink
-  // that stopped answering must not pile up a batch per cycle).
-  const auto more = Dispatch({Ev(2, "orders.b", "other"), Ev(3, "mail.x", "m")}, kNow + 1000);
+  const auto probe = Dispatch({Ev(2, "orders.b", "other"), Ev(3, "mail.x", "m")}, kNow + 1000);
+  EXPECT_TRUE(Is(probe[0], Outcome::kPark)) << "sent as the probe, unanswered";
+  EXPECT_NE(std::string(probe[0].error).find("waiting for sink \"kafka\" to answer"),
+            std::string::npos);
+  EXPECT_TRUE(Is(probe[1], Outcome::kPublished)) << "the other sink goes on";
+  EXPECT_EQ(Broker("kafka").AllIds(), (std::vector<std::string>{Id(1), Id(2)}));
+  // Held now: nothing more goes to it.
+  const auto more = Dispatch({Ev(4, "orders.c", "third")}, kNow + 2000);
   ASSERT_TRUE(Is(more[0], Outcome::kPark));
   EXPECT_EQ(more[0].attempts, 0);
-  EXPECT_EQ(more[0].next_attempt_us, kNow + 1000 + Dispatcher::kLateRecheckUs);
+  EXPECT_EQ(more[0].next_attempt_us, kNow + 2000 + Dispatcher::kLateRecheckUs);
   EXPECT_NE(std::string(more[0].error).find("to answer earlier events"), std::string::npos);
-  EXPECT_TRUE(Is(more[1], Outcome::kPublished)) << "the other sink goes on";
-  EXPECT_EQ(Broker("kafka").AllIds(), (std::vector<std::string>{Id(1)}));
+  EXPECT_EQ(Broker("kafka").AllIds(), (std::vector<std::string>{Id(1), Id(2)}));
   // The claims leave its topics alone until the answers are in.
-  auto topics = dispatcher_.TopicsBehindDownSinks(kNow + 1000);
-  std::sort(topics.begin(), topics.end());
-  EXPECT_EQ(topics, (std::vector<std::string>{"orders.b"}));
+  auto topics = dispatcher_.TopicsBehindDownSinks(kNow + 2000);
+  EXPECT_EQ(topics, (std::vector<std::string>{"orders.c"}));
   Broker("kafka").slow = false;
   ASSERT_TRUE(dispatcher_.LateArrived());
-  SettleLate(kNow + 2000);
-  EXPECT_TRUE(dispatcher_.TopicsBehindDownSinks(kNow + 2000).empty());
-  const auto after = Dispatch({Ev(2, "orders.b", "other")}, kNow + 3000);
+  SettleLate(kNow + 3000);
+  EXPECT_TRUE(dispatcher_.TopicsBehindDownSinks(kNow + 3000).empty());
+  const auto after = Dispatch({Ev(4, "orders.c", "third")}, kNow + 4000);
   EXPECT_TRUE(Is(after[0], Outcome::kPublished));
+}
+
+// A topic the cluster lacks, seen first in a quiet moment: its group gets
+// no answer at all. The next group, the probe, is answered: the first was
+// the topic's trouble, not the sink's, which takes new events as usual.
+TEST_F(SlowSinkTest, AnAnsweredProbeShowsTheSinkWasNotSlowButItsTopic) {
+  Broker("kafka").stuck_topics = {"orders.missing"};
+  const auto first = Dispatch({Ev(1, "orders.missing", "m")});
+  ASSERT_TRUE(Is(first[0], Outcome::kPark));
+  const auto probe = Dispatch({Ev(2, "orders.a", "k")}, kNow + 1000);
+  EXPECT_TRUE(Is(probe[0], Outcome::kPublished));
+  EXPECT_TRUE(dispatcher_.TopicsBehindDownSinks(kNow + 1000).empty());
+  const auto next = Dispatch({Ev(3, "orders.b", "j"), Ev(4, "orders.c", "i")}, kNow + 2000);
+  EXPECT_TRUE(Is(next[0], Outcome::kPublished));
+  EXPECT_TRUE(Is(next[1], Outcome::kPublished));
+  EXPECT_EQ(CountLogs(LogLevel::kInfo, "answers within outbox.ack_wait again"), 1);
 }
 
 TEST_F(SlowSinkTest, ALateRefusalAmongOthersCostsNoAttemptAndIsRetriedAloneNextTime) {
@@ -2097,6 +2154,118 @@ TEST_F(SlowSinkTest, ADownSinksRetryTimeWakesThePublisherOnceAndNotWhileItOwesLa
   ASSERT_TRUE(dispatcher_.LateArrived());
   SettleLate(retry_at + 2000);
   EXPECT_FALSE(dispatcher_.HasLate());
+}
+
+// One topic the sink does not answer (a topic the cluster lacks, a partition
+// without a leader): only its events wait for late answers. The sink's
+// answered events are decided at once, and it takes new events of its other
+// topics, and of the stuck topic's other keys; the stuck key's later events
+// wait behind it.
+TEST_F(SlowSinkTest, ATopicTheSinkDoesNotAnswerHoldsOnlyItsOwnEvents) {
+  Broker("kafka").stuck_topics = {"orders.missing"};
+  const auto first = Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.missing", "m")});
+  EXPECT_TRUE(Is(first[0], Outcome::kPublished)) << "answered: decided at once";
+  ASSERT_TRUE(Is(first[1], Outcome::kPark));
+  EXPECT_EQ(first[1].attempts, 0);
+  EXPECT_TRUE(dispatcher_.HasLate());
+  EXPECT_EQ(dispatcher_.LateIds(), std::vector<std::string>{Id(2)});
+  EXPECT_EQ(CountLogs(LogLevel::kInfo, "but not for topic(s) \"orders.missing\""), 1);
+
+  const auto next = Dispatch({Ev(3, "orders.b", "j"), Ev(4, "orders.missing", "m"),
+                              Ev(5, "orders.missing", "other")},
+                             kNow + 1000);
+  EXPECT_TRUE(Is(next[0], Outcome::kPublished)) << "the sink's other topics go on";
+  EXPECT_TRUE(Is(next[1], Outcome::kPark)) << "behind the stuck event of its key";
+  EXPECT_NE(std::string(next[1].error).find("earlier event"), std::string::npos);
+  EXPECT_TRUE(Is(next[2], Outcome::kPark)) << "another key of the stuck topic: sent, and late";
+  EXPECT_EQ(Broker("kafka").AllIds(), (std::vector<std::string>{Id(1), Id(2), Id(3), Id(5)}));
+  EXPECT_TRUE(dispatcher_.TopicsBehindDownSinks(kNow + 1000).empty())
+      << "the claims take the sink's topics";
+
+  // The answers come: the stuck topic is refused (Kafka: unknown topic).
+  Broker("kafka").stuck_topics.clear();
+  Broker("kafka").script = [](const OutMessage &m, int) {
+    return m.topic == "orders.missing"
+               ? Delivery{DeliveryStatus::kTargetRefused, "UNKNOWN_TOPIC_OR_PART"}
+               : Delivered();
+  };
+  ASSERT_TRUE(dispatcher_.LateArrived());
+  const auto late = SettleLate(kNow + 2000);
+  ASSERT_EQ(late.size(), 2u);
+  for (const LateOutcome &o : late) EXPECT_TRUE(Is(o.outcome, Outcome::kRetry));
+  EXPECT_FALSE(dispatcher_.HasLate());
+}
+
+// Once a topic went unanswered while the sink answered others, a group
+// holding it waits for the others' answers only, not for the whole ack
+// wait: the sink's healthy topics keep their latency.
+TEST_F(SlowSinkTest, ASuspectTopicDoesNotMakeTheOthersWaitForTheAckWait) {
+  ack_wait_ms_ = 3000;
+  Broker("kafka").stuck_topics = {"orders.missing"};
+  Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.missing", "m")});
+  const auto started = std::chrono::steady_clock::now();
+  const auto next = Dispatch({Ev(3, "orders.b", "j"), Ev(4, "orders.missing", "n")}, kNow + 1000);
+  const auto took = std::chrono::steady_clock::now() - started;
+  EXPECT_TRUE(Is(next[0], Outcome::kPublished));
+  EXPECT_TRUE(Is(next[1], Outcome::kPark));
+  EXPECT_LT(took, std::chrono::milliseconds(1000)) << "not the 3 s ack wait";
+}
+
+// An event that goes unanswered beside answered ones is given a few times
+// its topic's usual answer time (the sink's, for a new topic), not the ack
+// wait; a topic that usually takes longer (a slower broker) is waited for.
+TEST_F(SlowSinkTest, AnUnansweredTopicIsGivenUpSoonAndASlowTopicIsWaitedFor) {
+  ack_wait_ms_ = 3000;
+  Broker("kafka").stuck_topics = {"orders.missing"};
+  auto started = std::chrono::steady_clock::now();
+  const auto first = Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.missing", "m")});
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::milliseconds(1000));
+  EXPECT_TRUE(Is(first[0], Outcome::kPublished));
+  EXPECT_TRUE(Is(first[1], Outcome::kPark));
+
+  // A topic whose answers take 60 ms (a slower broker) is waited for that
+  // long, and more, before its events are given up.
+  ack_wait_ms_ = 2000;
+  Broker("kafka").stuck_topics.clear();
+  Broker("kafka").answer_after_ms = {{"orders.slow", 60}};
+  const auto slow = Dispatch({Ev(3, "orders.slow", "s"), Ev(4, "orders.b", "j")}, kNow + 1000);
+  EXPECT_TRUE(Is(slow[1], Outcome::kPublished));
+  if (Is(slow[0], Outcome::kPark)) {
+    // New to the sink, and slower than what it knows: given up the first
+    // time, answered late, and known from then on.
+    std::this_thread::sleep_for(std::chrono::milliseconds(80));
+    ASSERT_TRUE(dispatcher_.LateArrived());
+    const auto late = SettleLate(kNow + 1500);
+    auto it = std::find_if(late.begin(), late.end(),
+                           [](const LateOutcome &o) { return std::string(o.id) == Id(3); });
+    ASSERT_NE(it, late.end());
+    EXPECT_TRUE(Is(it->outcome, Outcome::kPublished));
+  } else {
+    EXPECT_TRUE(Is(slow[0], Outcome::kPublished));
+  }
+  const auto again = Dispatch({Ev(5, "orders.slow", "t"), Ev(6, "orders.b", "i")}, kNow + 2000);
+  EXPECT_TRUE(Is(again[0], Outcome::kPublished)) << "its usual 60 ms are waited for";
+  EXPECT_FALSE(dispatcher_.HasLate());
+}
+
+// A transient failure answered late for a stuck topic's event, while the
+// sink answers others (a partition without a leader times out): no
+// attempt, and the sink stays up.
+TEST_F(SlowSinkTest, ALateTimeoutOfAStuckTopicCostsNoAttemptAndLeavesTheSinkUp) {
+  Broker("kafka").stuck_topics = {"orders.leaderless"};
+  Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.leaderless", "m")});
+  Broker("kafka").stuck_topics.clear();
+  Broker("kafka").script = [](const OutMessage &m, int) {
+    return m.topic == "orders.leaderless" ? Retriable("Local: Message timed out") : Delivered();
+  };
+  ASSERT_TRUE(dispatcher_.LateArrived());
+  const auto late = SettleLate(kNow + 2000);
+  ASSERT_EQ(late.size(), 1u);
+  EXPECT_TRUE(Is(late[0].outcome, Outcome::kPark));
+  EXPECT_EQ(late[0].outcome.attempts, 0);
+  EXPECT_EQ(dispatcher_.NextSinkRetryUs(), 0) << "the sink is not down";
+  const auto after = Dispatch({Ev(3, "orders.b", "j")}, kNow + 3000);
+  EXPECT_TRUE(Is(after[0], Outcome::kPublished));
 }
 
 TEST_F(SlowSinkTest, LateGroupsAreBoundedAndThenWaitedForInFull) {
