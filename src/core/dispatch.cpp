@@ -480,9 +480,8 @@ void Dispatcher::FinishGroup(const Flight &flight, Group *group, int64_t deadlin
                              Sink::InterruptCheck interrupted) {
   if (sinks_[group->sink_name].wait_in_full) deadline_ms = 0;
   if (!CollectGroup(group, deadline_ms, flight.settings, interrupted)) {
-    const bool unanswered =
-        std::any_of(group->results.begin(), group->results.end(),
-                    [](const Delivery &d) { return d.answered_at_us == 0; });
+    const bool unanswered = std::any_of(group->results.begin(), group->results.end(),
+                                        [](const Delivery &d) { return d.answered_at_us == 0; });
     if (unanswered && late_.size() < kMaxLateGroups) {
       MakeLate(flight, group, interrupted);
       return;
@@ -602,9 +601,9 @@ void Dispatcher::MakeLate(const Flight &flight, Group *group, Sink::InterruptChe
   for (size_t k = 0; k < group->members.size(); ++k) {
     (group->results[k].answered_at_us != 0 ? answered : unanswered).push_back(k);
   }
-  const bool broker_answered =
-      std::any_of(answered.begin(), answered.end(),
-                  [group](size_t k) { return FromBroker(group->results[k]); });
+  const bool broker_answered = std::any_of(answered.begin(), answered.end(), [group](size_t k) {
+    return FromBroker(group->results[k]);
+  });
   const bool answers_others = broker_answered || AnsweredRecently(state, *group, flight.settings);
   if (broker_answered) SinkAnswers(&state, group->sink_name);
   if (!answered.empty()) {
@@ -670,8 +669,8 @@ void Dispatcher::MakeLate(const Flight &flight, Group *group, Sink::InterruptChe
     }
     if (answers_others) {
       int64_t &until = suspect_topics_[std::string(row.topic)];
-      if (until < now_ms && new_suspects.find("\"" + std::string(row.topic) + "\"") ==
-                                std::string::npos) {
+      if (until < now_ms &&
+          new_suspects.find("\"" + std::string(row.topic) + "\"") == std::string::npos) {
         new_suspects += (new_suspects.empty() ? "\"" : ", \"") + std::string(row.topic) + "\"";
       }
       until = now_ms + kSuspectTopicMs;

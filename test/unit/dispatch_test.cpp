@@ -2171,9 +2171,9 @@ TEST_F(SlowSinkTest, ATopicTheSinkDoesNotAnswerHoldsOnlyItsOwnEvents) {
   EXPECT_EQ(dispatcher_.LateIds(), std::vector<std::string>{Id(2)});
   EXPECT_EQ(CountLogs(LogLevel::kInfo, "but not for topic(s) \"orders.missing\""), 1);
 
-  const auto next = Dispatch({Ev(3, "orders.b", "j"), Ev(4, "orders.missing", "m"),
-                              Ev(5, "orders.missing", "other")},
-                             kNow + 1000);
+  const auto next = Dispatch(
+      {Ev(3, "orders.b", "j"), Ev(4, "orders.missing", "m"), Ev(5, "orders.missing", "other")},
+      kNow + 1000);
   EXPECT_TRUE(Is(next[0], Outcome::kPublished)) << "the sink's other topics go on";
   EXPECT_TRUE(Is(next[1], Outcome::kPark)) << "behind the stuck event of its key";
   EXPECT_NE(std::string(next[1].error).find("earlier event"), std::string::npos);
