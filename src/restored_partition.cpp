@@ -1,6 +1,7 @@
 #include "restored_partition.hpp"
 
 #include "core/partition_calendar.hpp"
+#include "shmem.hpp"
 
 extern "C" {
 #include "access/heapam.h"
@@ -11,9 +12,12 @@ extern "C" {
 #include "catalog/namespace.h"
 #include "catalog/partition.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_namespace.h"
+#include "executor/spi.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "utils/acl.h"
+#include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
@@ -45,6 +49,15 @@ void MakeRoomForRestoredPartition(const CreateStmt *stmt) {
   const Oid events = get_relname_relid("events", schema);
   const Oid existing = get_relname_relid(target->relname, schema);
   if (!OidIsValid(events) || !OidIsValid(existing)) return;
+  // Nothing, not even a lock, for a role PostgreSQL would refuse this
+  // CREATE TABLE or the DROP it stands for: it must be able to create in
+  // the schema and own both the partition and outbox.events (as DROP TABLE
+  // and the dump's ATTACH PARTITION require). Checked on the catalog before
+  // any lock; the checks are made again under the locks below.
+  if (pg_namespace_aclcheck(schema, GetUserId(), ACL_CREATE) != ACLCHECK_OK ||
+      !CurrentUserOwnsRelation(events) || !CurrentUserOwnsRelation(existing)) {
+    return;
+  }
   // As DROP TABLE would lock it: the parent first, then the partition.
   LockRelationOid(events, AccessExclusiveLock);
   Relation rel = table_open(existing, AccessExclusiveLock);
@@ -62,6 +75,71 @@ void MakeRoomForRestoredPartition(const CreateStmt *stmt) {
   // Its triggers and statistics go with it (they depend on it automatically).
   performDeletion(&address, DROP_RESTRICT, 0);
   CommandCounterIncrement();
+}
+
+void MoveDefaultRowsBeforeRestoredAttach(const AlterTableStmt *stmt) {
+  const RangeVar *parent = stmt->relation;
+  if (parent == nullptr || stmt->objtype != OBJECT_TABLE || parent->schemaname == nullptr ||
+      strcmp(parent->schemaname, "outbox") != 0 || strcmp(parent->relname, "events") != 0 ||
+      list_length(stmt->cmds) != 1) {
+    return;
+  }
+  const AlterTableCmd *cmd = static_cast<const AlterTableCmd *>(linitial(stmt->cmds));
+  if (cmd->subtype != AT_AttachPartition || cmd->def == nullptr || !IsA(cmd->def, PartitionCmd)) {
+    return;
+  }
+  const RangeVar *part = castNode(PartitionCmd, cmd->def)->name;
+  if (part == nullptr || part->relname == nullptr ||
+      (part->schemaname != nullptr && strcmp(part->schemaname, "outbox") != 0)) {
+    return;
+  }
+  const std::optional<int64_t> day = ParsePartitionName(part->relname);
+  if (!day) return;
+  const Oid schema = get_namespace_oid("outbox", true);
+  if (!OidIsValid(schema)) return;
+  const Oid events = get_relname_relid("events", schema);
+  const Oid table = get_relname_relid(part->relname, schema);
+  const Oid fallback = get_relname_relid("events_default", schema);
+  if (!OidIsValid(events) || !OidIsValid(table) || !OidIsValid(fallback)) return;
+  // Only for a role the ATTACH itself would be allowed to (it owns both
+  // tables), before any lock; and only for a table not yet a partition,
+  // beside a default partition that is outbox.events'.
+  if (!CurrentUserOwnsRelation(events) || !CurrentUserOwnsRelation(table) ||
+      !CurrentUserOwnsRelation(fallback) || get_rel_relkind(table) != RELKIND_RELATION ||
+      get_rel_relispartition(table) || !get_rel_relispartition(fallback) ||
+      get_partition_parent(fallback, true) != events) {
+    return;
+  }
+  char from[kPartitionNameBufSize], to[kPartitionNameBufSize];
+  FormatDayStartLiteral(*day, from);
+  FormatDayStartLiteral(*day + 1, to);
+  const char *qname = quote_identifier(part->relname);
+  // AccessExclusive on the default partition only (as maintenance moves
+  // rows): an emit() of another day is not held up; ATTACH takes the same
+  // lock right after, for its check of the default partition.
+  if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "outbox: SPI_connect failed");
+  if (SPI_execute("LOCK TABLE outbox.events_default IN ACCESS EXCLUSIVE MODE", false, 0) < 0) {
+    elog(ERROR, "outbox: could not lock outbox.events_default");
+  }
+  const char *move = psprintf(
+      "WITH moved AS (DELETE FROM outbox.events_default WHERE created_at "
+      "OPERATOR(pg_catalog.>=) '%s'::pg_catalog.timestamptz AND created_at "
+      "OPERATOR(pg_catalog.<) '%s'::pg_catalog.timestamptz RETURNING *) "
+      "INSERT INTO outbox.%s SELECT * FROM moved",
+      from, to, qname);
+  if (SPI_execute(move, false, 0) != SPI_OK_INSERT) {
+    elog(ERROR, "outbox: could not move events into outbox.%s", part->relname);
+  }
+  const uint64 moved = SPI_processed;
+  SPI_finish();
+  if (moved > 0) {
+    // Never-tried events moved get new index entries with their old ids,
+    // which a publisher's claims may have passed already.
+    ResetClaimFloorsAtCommit();
+    ereport(LOG, (errmsg("outbox: moved %llu event(s) emitted during the restore from "
+                         "outbox.events_default into outbox.%s, which is being attached",
+                         static_cast<unsigned long long>(moved), part->relname)));
+  }
 }
 
 bool MadeByAttachingRestoredPartition(const IndexStmt *stmt) {

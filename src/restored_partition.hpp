@@ -20,6 +20,16 @@ namespace outbox {
 // else is left for CREATE TABLE to report, as it would without outbox.
 void MakeRoomForRestoredPartition(const CreateStmt *stmt);
 
+// Called for every ALTER TABLE before it runs. When it is the dump's ALTER
+// TABLE outbox.events ATTACH PARTITION outbox.events_pYYYYMMDD, by a role
+// that owns outbox.events, that table and the default partition, and the
+// table is not a partition yet: events emitted for that day since its empty
+// partition gave way (MakeRoomForRestoredPartition) landed in
+// outbox.events_default, and would make the ATTACH fail (leaving the
+// restored events outside outbox.events); they are moved into the table
+// first. Takes no lock and does nothing for anyone else.
+void MoveDefaultRowsBeforeRestoredAttach(const AlterTableStmt *stmt);
+
 // Called for every CREATE INDEX before it runs: true when it is the dump's
 // CREATE INDEX for an index that attaching the restored partition made
 // already (outbox.events' indexes exist before the dump's tables, being the

@@ -165,8 +165,10 @@ bool Dispatcher::Configure(const RouteRow *routes, size_t nroutes, const SinkRow
                                                 a.from_environment == b.from_environment;
                                        });
       if (changed) {
-        DropLateOf(name);  // before the sink they wait on goes
-        if (it != sinks_.end()) DrainSinkLogs();
+        if (it != sinks_.end()) {
+          RetireLateOf(name, &it->second.sink);  // before the sink they wait on goes
+          DrainSinkLogs();
+        }
         SinkState fresh;
         fresh.kind = std::string(sinks[i].kind);
         fresh.options = std::move(options);
@@ -176,7 +178,7 @@ bool Dispatcher::Configure(const RouteRow *routes, size_t nroutes, const SinkRow
     }
     for (auto it = sinks_.begin(); it != sinks_.end();) {
       if (seen.count(it->first) == 0) {
-        DropLateOf(it->first);
+        RetireLateOf(it->first, &it->second.sink);
         DrainSinkLogs();
         it = sinks_.erase(it);
       } else {
@@ -247,6 +249,7 @@ Sink *Dispatcher::SinkFor(const std::string &name, SinkState *state, bool may_re
   if (may_recreate && state->sink && state->sink->NeedsRecreate()) {
     Log(LogLevel::kWarning, "sink \"" + name + "\" hit a fatal error; recreating its producer");
     DrainSinkLogs();
+    RetireLateOf(name, &state->sink);  // late groups keep pointing at it
     state->sink.reset();
   }
   if (!state->sink) {
@@ -529,9 +532,27 @@ bool Dispatcher::CollectGroup(Group *group, int64_t deadline_ms, const DispatchS
       // A sink's first answers measure it (NoteAnsweredTopic refines it).
       if (state.answer_ms == 0) state.answer_ms = std::max<int64_t>(1, now_ms - group->sent_ms);
     }
-    if ((answered || alive) && OnlyStragglersLeft(state, *group, now_ms)) return false;
+    if ((answered || alive || OnlySuspectsLeft(*group, now_ms)) &&
+        OnlyStragglersLeft(state, *group, now_ms)) {
+      return false;
+    }
     if (interrupted != nullptr && interrupted()) return false;
   }
+}
+
+// Whether every unanswered event of the group is of a suspect topic: then
+// the group is given up at once even when the sink answered nothing lately
+// (its only events may be retries of such a topic), so that it does not hold
+// the cycle for the ack wait. Whether the sink is slow or down is judged as
+// for any group (MakeLate): a broker that went down right after a topic
+// became suspect answers nothing at all, and must be found down.
+bool Dispatcher::OnlySuspectsLeft(const Group &group, int64_t now_ms) const {
+  if (suspect_topics_.empty()) return false;
+  for (size_t k = 0; k < group.results.size(); ++k) {
+    if (group.results[k].answered_at_us != 0) continue;
+    if (!IsSuspect(group.messages[k].topic, now_ms)) return false;
+  }
+  return true;
 }
 
 // Whether every unanswered event of the group has waited longer than its
@@ -709,7 +730,8 @@ bool Dispatcher::LateArrived() noexcept {
   for (Late &late : late_) {
     if (!late.complete && late.sink_ticket != 0) {
       late.complete = late.sink->CollectFor(late.sink_ticket, 0, nullptr);
-      if (late.complete && std::any_of(late.results.begin(), late.results.end(), FromBroker)) {
+      if (late.complete && !late.retired &&
+          std::any_of(late.results.begin(), late.results.end(), FromBroker)) {
         auto it = sinks_.find(late.sink_name);
         if (it != sinks_.end()) it->second.last_answer_ms = SteadyMs();
       }
@@ -754,6 +776,13 @@ bool Dispatcher::SettleLate(const DispatchSettings &settings) noexcept {
         for (size_t x = 0; x < routes_.size(); ++x) {
           if (routes_[x].pattern == r.pattern) route_of[k] = static_cast<int>(x);
         }
+        if (route_of[k] < 0 &&
+            late.results[late.result_of[k]].status == DeliveryStatus::kDelivered) {
+          // Its route went while the answer was awaited, but the broker
+          // took it: published, as it is (sending it again would duplicate).
+          out[k].outcome = Outcome::kPublished;
+          continue;
+        }
         if (route_of[k] < 0) {
           // Its route went while the answer was awaited: no verdict under a
           // route it no longer has; due now, routed afresh.
@@ -768,7 +797,7 @@ bool Dispatcher::SettleLate(const DispatchSettings &settings) noexcept {
       std::vector<Delivery> results;
       results.reserve(members.size());
       for (size_t k : members) results.push_back(late.results[late.result_of[k]]);
-      if (auto sink_it = sinks_.find(late.sink_name); sink_it != sinks_.end()) {
+      if (auto sink_it = sinks_.find(late.sink_name); !late.retired && sink_it != sinks_.end()) {
         for (size_t x = 0; x < members.size(); ++x) {
           if (results[x].status == DeliveryStatus::kDelivered) {
             NoteAnsweredTopic(&sink_it->second, late.rows[members[x]].topic,
@@ -784,7 +813,8 @@ bool Dispatcher::SettleLate(const DispatchSettings &settings) noexcept {
       j.settings = &settings;
       j.out = out.data();
       j.sink_name = &late.sink_name;
-      j.partial = !late.whole;
+      j.partial = !late.whole || late.retired;
+      j.retired = late.retired;
       Judge(j, nullptr);
       for (size_t k = 0; k < n; ++k) {
         if (out[k].outcome == Outcome::kUntouched) continue;
@@ -799,6 +829,7 @@ bool Dispatcher::SettleLate(const DispatchSettings &settings) noexcept {
       }
       it = late_.erase(it);
     }
+    FreeRetiredSinks();
     return true;
   } catch (const std::exception &e) {
     LogFailure("could not judge late answers", e.what());
@@ -818,27 +849,34 @@ bool Dispatcher::NextLateOutcome(LateOutcome *out) noexcept {
   return true;
 }
 
-void Dispatcher::DropLateOf(const std::string &sink) noexcept {
-  if (!SinkHasLate(sink)) return;
-  for (const Late &late : late_) {
-    if (late.sink_name == sink && late.sink != nullptr && late.sink_ticket != 0) {
-      late.sink->AbandonAll("abandoned: the sink was changed or removed");
-      break;  // one call forgets every open Send of that sink
-    }
-  }
-  for (auto it = late_.begin(); it != late_.end();) {
-    it = it->sink_name == sink ? late_.erase(it) : std::next(it);
-  }
-  // The keys still held are those of the late groups left.
+// The sink's late groups keep its producer (moved to retired_sinks_) and
+// go on waiting for their answers; they no longer count as the sink's (the
+// new one under its name is not held or slow because of them). May throw
+// bad_alloc (Configure's boundary catches it): then the producer stays with
+// the state Configure is about to replace, whose destruction purges it, and
+// its late groups, still pointing at it, are dropped first.
+void Dispatcher::RetireLateOf(const std::string &sink, std::unique_ptr<Sink> *producer) {
+  if (*producer == nullptr || !SinkHasLate(sink)) return;
   try {
-    late_keys_.clear();
-    for (const Late &late : late_) {
-      for (const LateRow &r : late.rows) {
-        if (r.has_key) late_keys_.emplace(r.pattern, r.key);
-      }
-    }
+    retired_sinks_.push_back(std::move(*producer));
   } catch (...) {
-    late_keys_.clear();  // only shortens later events' rechecks: order holds
+    for (auto it = late_.begin(); it != late_.end();) {
+      it = (!it->retired && it->sink_name == sink) ? late_.erase(it) : std::next(it);
+    }
+    throw;
+  }
+  for (Late &late : late_) {
+    if (!late.retired && late.sink_name == sink) late.retired = true;
+  }
+}
+
+// Retired producers none of whose late groups is left.
+void Dispatcher::FreeRetiredSinks() noexcept {
+  for (auto it = retired_sinks_.begin(); it != retired_sinks_.end();) {
+    Sink *sink = it->get();
+    const bool waited_on =
+        std::any_of(late_.begin(), late_.end(), [sink](const Late &l) { return l.sink == sink; });
+    it = waited_on ? std::next(it) : retired_sinks_.erase(it);
   }
 }
 
@@ -857,6 +895,7 @@ void Dispatcher::DropLate() noexcept {
   }
   late_.clear();
   late_keys_.clear();
+  retired_sinks_.clear();
 }
 
 void Dispatcher::NoteUntouched(const Route &route, const EventRow &row) {
@@ -903,8 +942,8 @@ void Dispatcher::SendGroup(const Flight &flight, Group *group, Sink::InterruptCh
   group->results.resize(group->members.size());
   // A sink with batches in flight is not recreated under them: a failed one
   // refuses this batch at once (retriable), and is recreated once idle.
-  Sink *sink =
-      SinkFor(group->sink_name, state, flights_.size() == 1 && !SinkHasLate(group->sink_name));
+  // Its late groups keep the failed producer (RetireLateOf).
+  Sink *sink = SinkFor(group->sink_name, state, flights_.size() == 1);
   if (sink == nullptr) {
     for (Delivery &d : group->results) d = Delivery{DeliveryStatus::kRetriable, state->last_error};
     return;
@@ -998,7 +1037,10 @@ void Dispatcher::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
   NoteOvertaken(j);
   Sink *sink = j.solo_sink;
   const std::string &sink_name = *j.sink_name;
-  SinkState *state = &sinks_[sink_name];
+  // A retired producer's answers say nothing of the sink now under its name
+  // (which may not exist: operator[] would make one).
+  SinkState retired_state;
+  SinkState *state = j.retired ? &retired_state : &sinks_[sink_name];
   const std::vector<size_t> &members = *j.members;
   const std::vector<Delivery> &results = *j.results;
   const EventRow *rows = j.rows;
@@ -1208,12 +1250,12 @@ void Dispatcher::NoteBehindDownSink(std::string_view topic, const std::string &s
 
 bool Dispatcher::SinkHasLate(const std::string &sink) const {
   return std::any_of(late_.begin(), late_.end(),
-                     [&sink](const Late &l) { return l.sink_name == sink; });
+                     [&sink](const Late &l) { return !l.retired && l.sink_name == sink; });
 }
 
 bool Dispatcher::SinkHeld(const std::string &sink) const {
   return std::count_if(late_.begin(), late_.end(), [&sink](const Late &l) {
-           return l.whole && l.sink_name == sink;
+           return l.whole && !l.retired && l.sink_name == sink;
          }) >= kHeldAfterWholeGroups;
 }
 
@@ -1224,7 +1266,7 @@ void Dispatcher::SinkAnswers(SinkState *state, const std::string &sink) {
   state->last_answer_ms = SteadyMs();
   const int64_t until = state->last_answer_ms + kSuspectTopicMs;
   for (Late &late : late_) {
-    if (!late.whole || late.sink_name != sink) continue;
+    if (!late.whole || late.retired || late.sink_name != sink) continue;
     late.whole = false;
     for (const LateRow &row : late.rows) suspect_topics_[row.topic] = until;
   }
@@ -1253,12 +1295,14 @@ std::vector<std::string> Dispatcher::TopicsBehindDownSinks(int64_t now_us) const
 int64_t Dispatcher::NextSinkRetryUs(int64_t after_us) const noexcept {
   int64_t next = 0;
   for (const auto &[name, state] : sinks_) {
+    const std::string &sink = name;  // a lambda cannot capture a structured binding
     // A retry time that is past, or a sink that owes late answers (tried
     // again once they are in), would wake the idle publisher at once, and
     // again, for claims that take nothing.
     if (state.down && state.retry_at_us > after_us &&
-        std::none_of(late_.begin(), late_.end(),
-                     [&name](const Late &l) { return l.whole && l.sink_name == name; }) &&
+        std::none_of(
+            late_.begin(), late_.end(),
+            [&sink](const Late &l) { return l.whole && !l.retired && l.sink_name == sink; }) &&
         (next == 0 || state.retry_at_us < next)) {
       next = state.retry_at_us;
     }

@@ -59,12 +59,20 @@
 //   wait for late answers, and the sink takes new events (but for their
 //   keys). Their topics become suspect for kSuspectTopicMs: a later group
 //   waits for its other events' answers only, not for the ack wait, so the
-//   sink's healthy topics are not slowed down by one that is not.
+//   sink's healthy topics are not slowed down by one that is not; a group
+//   of nothing but suspect topics is given up at once, even when the sink
+//   answered nothing lately (OnlySuspectsLeft), so it does not hold the
+//   cycle (whether the sink is slow is judged as for any group).
 // - It answers nothing: the sink is slow as a whole (a broker that stopped
 //   answering). No new group is sent to it: its events are parked (at most
 //   kLateRecheckUs) and its topics are left alone by the claims
 //   (TopicsBehindDownSinks), so it holds one window's batches, not one per
 //   cycle.
+// A sink changed or removed (Configure) while some of its groups await late
+// answers keeps its old producer for them until they are in (or it gives
+// them up at its own deadline); the new sink under that name starts afresh.
+// A late answer whose route is gone meanwhile is recorded as it came when
+// the broker took the event (published), and sends it again otherwise.
 // A refusal in a late answer is not counted against the events sent with it
 // (see SinkState::wait_in_full). A transient failure in a late answer of the
 // first kind parks its event without an attempt and without making the sink
@@ -330,6 +338,11 @@ class Dispatcher {
     // Nothing of its group was answered: the sink is slow as a whole and
     // takes no new group until this is settled (SinkHeld).
     bool whole = true;
+    // Its sink was changed or removed since it was sent: `sink` is a
+    // producer kept in retired_sinks_ until its answers are in. Says
+    // nothing of the sink now under that name (not held, not slow, not
+    // down; see RetireLateOf).
+    bool retired = false;
     int64_t sent_unix_us = 0;  // Group::sent_unix_us
     std::vector<LateRow> rows;
     std::vector<size_t> result_of;  // per row: its answer's index in results
@@ -352,6 +365,9 @@ class Dispatcher {
     // Part of a group whose sink answered others (see "Slow sinks"):
     // transient failures are the events' trouble, not the sink's.
     bool partial = false;
+    // A late group of a retired producer: judged without touching the
+    // state of the sink now under its name.
+    bool retired = false;
   };
 
   void NoteBehindDownSink(std::string_view topic, const std::string &sink);
@@ -388,13 +404,15 @@ class Dispatcher {
   void MakeLate(const Flight &flight, Group *group, Sink::InterruptCheck interrupted);
   void Judge(const Judging &j, Sink::InterruptCheck interrupted);
   void DropLate() noexcept;
-  void DropLateOf(const std::string &sink) noexcept;
+  void RetireLateOf(const std::string &sink, std::unique_ptr<Sink> *producer);
+  void FreeRetiredSinks() noexcept;
   bool SinkHasLate(const std::string &sink) const;
   // kHeldAfterWholeGroups late groups without an answer (see "Slow sinks").
   bool SinkHeld(const std::string &sink) const;
   void SinkAnswers(SinkState *state, const std::string &sink);
   bool IsSuspect(std::string_view topic, int64_t now_ms) const;
   bool OnlyStragglersLeft(const SinkState &state, const Group &group, int64_t now_ms) const;
+  bool OnlySuspectsLeft(const Group &group, int64_t now_ms) const;
   void NoteAnsweredTopic(SinkState *state, std::string_view topic, int64_t latency_ms);
   static constexpr size_t kMaxAnsweredTopics = 10000;
   static constexpr int64_t kMinGraceMs = 20;
@@ -433,6 +451,10 @@ class Dispatcher {
   // Groups awaiting late answers, oldest first; the keys of their events.
   std::deque<Late> late_;
   std::set<RouteKey> late_keys_;
+  // Producers of sinks changed or removed while late groups awaited their
+  // answers: kept until those answers are in, so that an event the broker
+  // took is recorded as published rather than sent again.
+  std::vector<std::unique_ptr<Sink>> retired_sinks_;
   // Topic -> until when (SteadyMs) it is suspect (see "Slow sinks").
   std::map<std::string, int64_t, std::less<>> suspect_topics_;
   std::vector<LateOutcome> late_outcomes_;

@@ -263,6 +263,11 @@ void GuardedProcessUtility(PlannedStmt *pstmt, const char *query_string, bool re
   const bool top_level = context == PROCESS_UTILITY_TOPLEVEL;
   // Not a database statement: restoring a dump (restored_partition.hpp).
   if (IsA(stmt, CreateStmt)) MakeRoomForRestoredPartition(castNode(CreateStmt, stmt));
+  // A dump's statement is a top-level one (maintenance's own ATTACH, run
+  // through SPI, has moved its rows already).
+  if (top_level && IsA(stmt, AlterTableStmt)) {
+    MoveDefaultRowsBeforeRestoredAttach(castNode(AlterTableStmt, stmt));
+  }
   if (IsA(stmt, IndexStmt) && MadeByAttachingRestoredPartition(castNode(IndexStmt, stmt))) {
     if (qc != nullptr) SetQueryCompletion(qc, CMDTAG_CREATE_INDEX, 0);
     return;

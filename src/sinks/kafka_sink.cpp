@@ -60,11 +60,6 @@ constexpr const char *kDefaults[][2] = {
     {"message.timeout.ms", "10000"},
 };
 
-// Publish waits at most message.timeout.ms plus this margin, in case a
-// delivery report never comes; with message.timeout.ms=0 (no limit) it uses
-// kUnlimitedTimeoutMs instead of message.timeout.ms.
-constexpr int kSafetyMarginMs = 5000;
-constexpr int kUnlimitedTimeoutMs = 300000;
 // Longest single wait inside Collect, so `interrupted` is checked this often.
 constexpr int kWaitSliceMs = 100;
 // Collect's wait while later batches are open (see the file comment).
@@ -133,7 +128,8 @@ class KafkaSink final : public Sink {
   KafkaSink &operator=(const KafkaSink &) = delete;
 
   // Builds the producer; false with *error set when librdkafka refuses.
-  bool Init(const std::string &name, const SinkOptions &options, std::string *error);
+  bool Init(const std::string &name, const SinkOptions &options, KafkaWaitLimits limits,
+            std::string *error);
 
   void Publish(const OutMessage *messages, size_t n, Delivery *out,
                InterruptCheck interrupted) override;
@@ -181,6 +177,7 @@ class KafkaSink final : public Sink {
   static void Settle(Batch *batch, size_t slot, DeliveryStatus status,
                      std::string &&error) noexcept;
   void Abandon(const char *reason) noexcept;
+  void GiveUp(Batch *batch) noexcept;
   static void FailAll(size_t n, Delivery *out, const char *reason) noexcept;
 
   const std::thread::id owner_;
@@ -190,7 +187,8 @@ class KafkaSink final : public Sink {
   std::vector<Header> header_list_;  // reused for each message's headers
   std::string header_scratch_;       // backs header values the format builds
   std::string value_scratch_;        // backs the value when the format rewrites the payload
-  int wait_limit_ms_ = 10000 + kSafetyMarginMs;
+  KafkaWaitLimits limits_;           // see kafka_sink.hpp
+  int wait_limit_ms_ = 10000 + KafkaWaitLimits{}.margin_ms;
 
   LogBuffer logs_{"librdkafka log line(s)"};
   // Lines librdkafka logged from one of its own threads (never expected with
@@ -217,7 +215,9 @@ KafkaSink::~KafkaSink() {
   rd_kafka_destroy(rk_);
 }
 
-bool KafkaSink::Init(const std::string &name, const SinkOptions &options, std::string *error) {
+bool KafkaSink::Init(const std::string &name, const SinkOptions &options, KafkaWaitLimits limits,
+                     std::string *error) {
+  limits_ = limits;
   struct ConfDeleter {
     void operator()(rd_kafka_conf_t *conf) const { rd_kafka_conf_destroy(conf); }
   };
@@ -247,7 +247,7 @@ bool KafkaSink::Init(const std::string &name, const SinkOptions &options, std::s
   rd_kafka_conf_set_error_cb(conf.get(), &KafkaSink::OnError);
   rd_kafka_conf_set_dr_msg_cb(conf.get(), &KafkaSink::OnDelivery);
   const int timeout_ms = MessageTimeoutMs(conf.get());
-  wait_limit_ms_ = (timeout_ms == 0 ? kUnlimitedTimeoutMs : timeout_ms) + kSafetyMarginMs;
+  wait_limit_ms_ = (timeout_ms == 0 ? limits_.unlimited_ms : timeout_ms) + limits_.margin_ms;
 
   errstr[0] = '\0';
   rk_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf.get(), errstr, sizeof errstr);
@@ -490,15 +490,20 @@ bool KafkaSink::Wait(uint64_t ticket, int64_t wait_ms, InterruptCheck interrupte
   const Clock::time_point wait_until =
       wait_ms < 0 ? batch->deadline : std::min(batch->deadline, Clock::now() + Millis(wait_ms));
   const char *reason = nullptr;
+  bool timed_out = false;
   bool first = true;
   while (batch->unsettled > 0) {
     const Clock::time_point now = Clock::now();
     if (now >= batch->deadline) {
       reason = "timed out";
+      timed_out = true;
       break;
     }
     const auto left = std::chrono::duration_cast<Millis>(wait_until - now).count();
-    if (left <= 0 && !first) return false;  // still open: the caller comes back
+    // Still open: the caller comes back. Never for Collect (wait_ms < 0),
+    // which waits until the deadline itself (left may round down to 0 in
+    // its last millisecond).
+    if (left <= 0 && !first && wait_ms >= 0) return false;
     first = false;
     const int slice = static_cast<int>(std::max<long long>(0, left));
     // A look without waiting (the idle publisher asking for late answers,
@@ -521,7 +526,11 @@ bool KafkaSink::Wait(uint64_t ticket, int64_t wait_ms, InterruptCheck interrupte
       break;
     }
   }
-  if (batch->unsettled > 0) Abandon(reason != nullptr ? reason : "timed out");
+  if (batch->unsettled > 0 && timed_out) {
+    GiveUp(batch);
+  } else if (batch->unsettled > 0) {
+    Abandon(reason != nullptr ? reason : "timed out");
+  }
   // Not when giving up (interrupted: shutting down, or no report coming).
   if (reason == nullptr) {
     ExplainTimeouts(batch);
@@ -665,6 +674,31 @@ void KafkaSink::Abandon(const char *reason) noexcept {
   purge_reason_ = nullptr;
 }
 
+// A batch past its deadline: librdkafka still holds some of its messages
+// (in flight to a broker that does not answer, with request.timeout.ms above
+// message.timeout.ms plus the margin, or message.timeout.ms=0). Only this
+// batch gives up: a purge would take every open batch with it, failing
+// messages that other brokers are answering right now (the next attempt
+// duplicates whatever of them was written) and making a working sink look
+// down. Its messages stay with librdkafka, ahead of any retry of theirs in
+// their partition's queue, so a retry never overtakes the original; their
+// reports, should they come, find no open batch and are ignored (at least
+// once, as the contract allows). The destructor purges what is left.
+void KafkaSink::GiveUp(Batch *batch) noexcept {
+  std::string text;
+  try {
+    text = "timed out: no delivery report within " + std::to_string(wait_limit_ms_) +
+           " ms (message.timeout.ms plus " + std::to_string(limits_.margin_ms) + " ms)";
+  } catch (...) {
+  }
+  for (size_t slot = 0; slot < batch->settled.size(); ++slot) {
+    if (batch->settled[slot] == 0) {
+      Settle(batch, slot, DeliveryStatus::kRetriable, text.empty() ? "timed out" : text.c_str());
+    }
+  }
+  batch->unsettled = 0;
+}
+
 void KafkaSink::AbandonAll(const char *reason) noexcept {
   if (open_.empty()) return;
   Abandon(reason);  // settles every open batch's missing outcomes
@@ -759,6 +793,12 @@ std::string KafkaErrorText(int err) {
 
 std::unique_ptr<Sink> MakeKafkaSink(const std::string &name, const SinkOptions &options,
                                     std::string *error, bool privileged) {
+  return MakeKafkaSinkWithLimits(name, options, error, privileged, KafkaWaitLimits{});
+}
+
+std::unique_ptr<Sink> MakeKafkaSinkWithLimits(const std::string &name, const SinkOptions &options,
+                                              std::string *error, bool privileged,
+                                              KafkaWaitLimits limits) {
   std::string ignored;
   if (error == nullptr) error = &ignored;
   try {
@@ -768,7 +808,7 @@ std::unique_ptr<Sink> MakeKafkaSink(const std::string &name, const SinkOptions &
       return nullptr;
     }
     auto sink = std::make_unique<KafkaSink>();
-    if (!sink->Init(name, options, error)) return nullptr;
+    if (!sink->Init(name, options, limits, error)) return nullptr;
     return sink;
   } catch (...) {
     DescribeCurrentException(error);

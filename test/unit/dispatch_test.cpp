@@ -2090,16 +2090,106 @@ TEST_F(SlowSinkTest, AReloadKeepsTheLateGroupsOfSinksThatStayTheSame) {
   const auto late = SettleLate(kNow + 2000);
   ASSERT_EQ(late.size(), 1u);
   EXPECT_TRUE(Is(late[0].outcome, Outcome::kPublished));
-  // Its route removed while the answer was awaited: routed afresh, no verdict.
+  // Its route removed while the answer was awaited: the broker took it, so
+  // it is published (sending it again would duplicate it)...
   Broker("kafka").slow = true;
   Dispatch({Ev(3, "orders.a", "j")}, kNow + 3000);
   Configure({{"orders.a", "kafka", std::nullopt}}, {SinkNamed("kafka")});
   Broker("kafka").slow = false;
   ASSERT_TRUE(dispatcher_.LateArrived());
-  const auto rerouted = SettleLate(kNow + 4000);
+  const auto taken = SettleLate(kNow + 4000);
+  ASSERT_EQ(taken.size(), 1u);
+  EXPECT_TRUE(Is(taken[0].outcome, Outcome::kPublished));
+  // ...and when it failed, it is routed afresh, due at once, no verdict.
+  Broker("kafka").slow = true;
+  Broker("kafka").script = [](const OutMessage &, int) {
+    return Delivery{DeliveryStatus::kRetriable, "broker: not enough replicas"};
+  };
+  Dispatch({Ev(4, "orders.a", "i")}, kNow + 5000);
+  Configure({{"orders.*", "kafka", std::nullopt}}, {SinkNamed("kafka")});
+  Broker("kafka").slow = false;
+  ASSERT_TRUE(dispatcher_.LateArrived());
+  const auto rerouted = SettleLate(kNow + 6000);
   ASSERT_EQ(rerouted.size(), 1u);
   EXPECT_TRUE(Is(rerouted[0].outcome, Outcome::kPark));
-  EXPECT_EQ(rerouted[0].outcome.next_attempt_us, kNow + 4000);
+  EXPECT_EQ(rerouted[0].outcome.next_attempt_us, kNow + 6000);
+}
+
+// A sink changed while an answer is late keeps its old producer for that
+// answer: the event the broker took is recorded published, not sent again
+// through the new producer; its key waits for it meanwhile; the new sink
+// under the name is neither held nor slow because of it; and the old
+// producer goes once its answers are in.
+TEST_F(SlowSinkTest, ASinkChangedWhileAnAnswerIsLateKeepsItsProducerForThatAnswer) {
+  Broker("kafka").slow = true;
+  Dispatch({Ev(1, "orders.a", "k")});
+  ASSERT_TRUE(dispatcher_.HasLate());
+  SinkDef changed = SinkNamed("kafka");
+  changed.options = {SinkOption{"bootstrap.servers", SinkOption::Kind::kString, "k2:9092"}};
+  Configure({{"orders.*", "kafka", std::nullopt}, {"mail.*", "redis", std::nullopt}},
+            {changed, SinkNamed("redis")});
+  EXPECT_TRUE(dispatcher_.HasLate());
+  EXPECT_EQ(Broker("kafka").abandoned, 0) << "nothing purged";
+  EXPECT_EQ(Broker("kafka").destroyed, 0) << "the old producer is kept";
+  EXPECT_EQ(dispatcher_.LateIds(), (std::vector<std::string>{Id(1)}));
+  const auto behind = Dispatch({Ev(2, "orders.a", "k")}, kNow + 1000);
+  EXPECT_TRUE(Is(behind[0], Outcome::kPark)) << "its key waits for the late answer";
+  Broker("kafka").slow = false;
+  const auto other = Dispatch({Ev(3, "orders.b", "j")}, kNow + 1500);
+  EXPECT_TRUE(Is(other[0], Outcome::kPublished)) << "the new producer is not held";
+  EXPECT_EQ(Broker("kafka").created, 2);
+  ASSERT_TRUE(dispatcher_.LateArrived());
+  const auto late = SettleLate(kNow + 2000);
+  ASSERT_EQ(late.size(), 1u);
+  EXPECT_EQ(std::string(late[0].id), Id(1));
+  EXPECT_TRUE(Is(late[0].outcome, Outcome::kPublished));
+  EXPECT_FALSE(dispatcher_.HasLate());
+  EXPECT_EQ(Broker("kafka").destroyed, 1) << "the old producer went with its last answer";
+  size_t sends_of_1 = 0;
+  for (const std::string &id : Broker("kafka").AllIds()) sends_of_1 += id == Id(1);
+  EXPECT_EQ(sends_of_1, 1u) << "sent once";
+}
+
+// A sink removed while an answer is late: the answer is still recorded, and
+// no sink of that name comes back from judging it.
+TEST_F(SlowSinkTest, ASinkRemovedWhileAnAnswerIsLateStillRecordsIt) {
+  Broker("kafka").slow = true;
+  Dispatch({Ev(1, "orders.a", "k")});
+  Configure({{"mail.*", "redis", std::nullopt}}, {SinkNamed("redis")});
+  EXPECT_TRUE(dispatcher_.HasLate());
+  EXPECT_EQ(Broker("kafka").destroyed, 0);
+  Broker("kafka").slow = false;
+  ASSERT_TRUE(dispatcher_.LateArrived());
+  const auto late = SettleLate(kNow + 2000);
+  ASSERT_EQ(late.size(), 1u);
+  EXPECT_TRUE(Is(late[0].outcome, Outcome::kPublished));
+  EXPECT_EQ(Broker("kafka").destroyed, 1);
+  const std::vector<std::string> patterns = dispatcher_.DeliverableLikePatterns();
+  EXPECT_EQ(patterns, (std::vector<std::string>{"mail.%"})) << "no sink \"kafka\" made up";
+  char states[256];
+  dispatcher_.SinkStates(states, sizeof states);
+  EXPECT_EQ(std::string(states).find("kafka"), std::string::npos) << states;
+}
+
+// A producer recreated after a fatal error while one of its groups awaits a
+// late answer: the group keeps the old producer (never a dangling pointer,
+// which the sanitizer build would catch) and its answer is recorded.
+TEST_F(SlowSinkTest, AProducerRecreatedAfterAFatalErrorKeepsItsLateGroup) {
+  Broker("kafka").stuck_topics = {"orders.a"};
+  const auto first = Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.b", "j")});
+  EXPECT_TRUE(Is(first[1], Outcome::kPublished));
+  ASSERT_TRUE(Is(first[0], Outcome::kPark));
+  Broker("kafka").needs_recreate = true;
+  const auto next = Dispatch({Ev(3, "orders.c", "i")}, kNow + 1000);
+  EXPECT_TRUE(Is(next[0], Outcome::kPublished));
+  EXPECT_EQ(Broker("kafka").created, 2);
+  EXPECT_EQ(Broker("kafka").destroyed, 0) << "kept for its late group";
+  Broker("kafka").stuck_topics.clear();
+  ASSERT_TRUE(dispatcher_.LateArrived());
+  const auto late = SettleLate(kNow + 2000);
+  ASSERT_EQ(late.size(), 1u);
+  EXPECT_TRUE(Is(late[0].outcome, Outcome::kPublished));
+  EXPECT_EQ(Broker("kafka").destroyed, 1);
 }
 
 TEST_F(SlowSinkTest, AbandoningDropsLateGroupsAndTheSinkForgetsThem) {
@@ -2109,13 +2199,17 @@ TEST_F(SlowSinkTest, AbandoningDropsLateGroupsAndTheSinkForgetsThem) {
   dispatcher_.AbandonAll();
   EXPECT_FALSE(dispatcher_.HasLate());
   EXPECT_EQ(Broker("kafka").abandoned, 1);
-  // A reload replaces the sink: nothing late may point at the old one.
+  // Abandoning also lets go of producers kept for late groups.
   Dispatch({Ev(2, "orders.a", "j")});
   SinkDef changed = SinkNamed("kafka");
   changed.options = {SinkOption{"bootstrap.servers", SinkOption::Kind::kString, "k2:9092"}};
   Configure({{"orders.*", "kafka", std::nullopt}}, {changed});
+  EXPECT_TRUE(dispatcher_.HasLate());
+  EXPECT_EQ(Broker("kafka").destroyed, 0);
+  dispatcher_.AbandonAll();
   EXPECT_FALSE(dispatcher_.HasLate());
   EXPECT_EQ(Broker("kafka").abandoned, 2);
+  EXPECT_EQ(Broker("kafka").destroyed, 1);
 }
 
 TEST_F(SlowSinkTest, WithoutAnAckWaitEveryAnswerIsWaitedFor) {
@@ -2209,6 +2303,24 @@ TEST_F(SlowSinkTest, ASuspectTopicDoesNotMakeTheOthersWaitForTheAckWait) {
   EXPECT_TRUE(Is(next[0], Outcome::kPublished));
   EXPECT_TRUE(Is(next[1], Outcome::kPark));
   EXPECT_LT(took, std::chrono::milliseconds(1000)) << "not the 3 s ack wait";
+}
+
+// A group holding only a suspect topic's events (retries of a partition
+// without a leader, on a sink with no other traffic just now) is given up at
+// once too: it does not hold the cycle for the ack wait, which would delay
+// every other sink's outcomes.
+TEST_F(SlowSinkTest, AGroupOfOnlyASuspectTopicDoesNotHoldTheCycle) {
+  ack_wait_ms_ = 400;
+  Broker("kafka").stuck_topics = {"orders.missing"};
+  Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.missing", "m")});
+  // Nothing answered by the sink within an ack wait before the next group.
+  std::this_thread::sleep_for(std::chrono::milliseconds(450));
+  const auto started = std::chrono::steady_clock::now();
+  const auto out = Dispatch({Ev(3, "orders.missing", "m3"), Ev(13, "mail.a", "x3")}, kNow + 3000);
+  const auto took = std::chrono::steady_clock::now() - started;
+  EXPECT_TRUE(Is(out[0], Outcome::kPark));
+  EXPECT_TRUE(Is(out[1], Outcome::kPublished)) << "the other sink's event";
+  EXPECT_LT(took, std::chrono::milliseconds(200)) << "not the ack wait";
 }
 
 // An event that goes unanswered beside answered ones is given a few times

@@ -86,6 +86,11 @@ class MockCluster {
   void SetRtt(int ms) {
     for (int32_t id = 1; id <= brokers_; ++id) rd_kafka_mock_broker_set_rtt(cluster_, id, ms);
   }
+  void SetRtt(int32_t broker, int ms) { rd_kafka_mock_broker_set_rtt(cluster_, broker, ms); }
+  void SetLeader(const std::string &topic, int32_t partition, int32_t broker) {
+    ASSERT_EQ(rd_kafka_mock_partition_set_leader(cluster_, topic.c_str(), partition, broker),
+              RD_KAFKA_RESP_ERR_NO_ERROR);
+  }
 
  private:
   int brokers_;
@@ -744,6 +749,52 @@ TEST(KafkaSink, CollectForLeavesASlowSendOpenAndFinishesItLater) {
   EXPECT_GE(SecondsSince(start), 0.5);
   EXPECT_GT(sink->SettleLimitMs(), 10000);  // message.timeout.ms plus a margin
   cluster.SetRtt(0);
+}
+
+// A batch whose broker holds its answer past the batch's deadline gives up
+// alone: a batch sent later to a broker that answers is not purged with it
+// (which would fail messages that were being written, duplicating them on
+// the next attempt, and make a working sink look down). Forced: broker 1
+// answers after 20 s, broker 2 after 0.8 s, and the second batch is sent
+// just before the first one's deadline, so it is in flight at that moment.
+TEST(KafkaSink, ABatchPastItsDeadlineGivesUpAloneAndLaterBatchesAreAnswered) {
+  MockCluster cluster;
+  cluster.CreateTopic("stalled", 1);
+  cluster.CreateTopic("answering", 1);
+  cluster.SetLeader("stalled", 0, 1);
+  cluster.SetLeader("answering", 0, 2);
+  // message.timeout.ms=0: librdkafka never times a message out itself, so
+  // only the sink's own deadline (shortened here to 3 s) ends the wait.
+  std::string error;
+  auto sink = MakeKafkaSinkWithLimits(
+      "test", {Opt("bootstrap.servers", cluster.Bootstraps()), Opt("message.timeout.ms", "0")},
+      &error, true, KafkaWaitLimits{1000, 2000});
+  ASSERT_NE(sink, nullptr) << error;
+  WarmUp(*sink, "stalled", std::string("s"), "w");
+  WarmUp(*sink, "answering", std::string("a"), "w");
+  const int64_t limit_ms = sink->SettleLimitMs();  // message.timeout.ms plus a margin
+
+  cluster.SetRtt(1, 20000);
+  cluster.SetRtt(2, 800);
+  Batch first;
+  first.Add("stalled", std::string("s"), "first");
+  const Clock::time_point start = Clock::now();
+  first.SendTo(*sink);
+  std::this_thread::sleep_until(start + std::chrono::milliseconds(limit_ms - 300));
+  Batch second;
+  second.Add("answering", std::string("a"), "second");
+  second.SendTo(*sink);
+
+  ExpectAll(first.CollectFrom(*sink), DeliveryStatus::kRetriable, "no delivery report within");
+  EXPECT_LT(SecondsSince(start), limit_ms / 1000.0 + 1.0);
+  ExpectAll(second.CollectFrom(*sink), DeliveryStatus::kDelivered);
+  EXPECT_FALSE(sink->NeedsRecreate());
+
+  cluster.SetRtt(0);
+  const auto got = Consume(cluster, "answering", 1, 2, 10000, 300);
+  std::vector<std::string> values;
+  for (const Received &r : got) values.push_back(r.value);
+  EXPECT_EQ(values, (std::vector<std::string>{"w", "second"}));
 }
 
 TEST(KafkaSink, InterruptStopsWaitingAndReportsRetriable) {

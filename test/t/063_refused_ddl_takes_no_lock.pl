@@ -1,0 +1,90 @@
+# A statement PostgreSQL refuses to the role running it gets no work done by
+# outbox's statement hooks: no lock, no drop, no move. The hook that lets a
+# restored partition take the place of an empty one of the same name used
+# to lock outbox.events in ACCESS EXCLUSIVE mode before it checked anything,
+# so any login role could freeze every emit() and the publisher: one session
+# holds an ordinary lock on outbox.events (a reader), another runs CREATE
+# TABLE outbox.events_p<an existing day>, whose lock request then waits
+# behind the reader, and every emit() queues behind that request.
+#
+# Proves, for a login role with no right on schema outbox and for one that
+# may create in it but owns nothing there: its CREATE TABLE of an existing
+# day's partition name, and its ATTACH PARTITION of a table onto
+# outbox.events, fail at once with PostgreSQL's own refusal (42501 or
+# 42P07), not after waiting for a lock; an emit() made meanwhile does not
+# wait; the partition is untouched.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::RealBin/../lib";
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use IPC::Run;
+use Time::HiRes qw(time usleep);
+use OutboxNode qw(outbox_node wait_until);
+use OutboxLifecycle;
+
+my $node = outbox_node('refused_ddl', '');
+$node->safe_psql('postgres', q{
+CREATE EXTENSION outbox;
+CREATE ROLE intruder LOGIN;
+CREATE ROLE creator LOGIN;
+GRANT CREATE ON SCHEMA outbox TO creator;
+CREATE ROLE app LOGIN;
+GRANT EXECUTE ON FUNCTION outbox.emit(text, jsonb, text, jsonb) TO app;
+CREATE TABLE public.intruders_table (LIKE outbox.events);
+ALTER TABLE public.intruders_table OWNER TO intruder;});
+my $today = $node->safe_psql('postgres',
+	q{SELECT 'events_p' || to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD')});
+my $oid_before = $node->safe_psql('postgres', "SELECT 'outbox.$today'::regclass::oid");
+
+# A reader holds an ordinary lock on outbox.events for the whole test.
+my $reader = OutboxLifecycle::session($node);
+ok(defined $reader->query('BEGIN; LOCK TABLE outbox.events IN ACCESS SHARE MODE; SELECT 1'),
+	'a reader holds ACCESS SHARE on outbox.events');
+
+# Runs $sql as $role in the background with a lock_timeout; returns a code
+# ref that waits for it and returns (seconds taken, stderr).
+sub start_as {
+	my ($role, $sql) = @_;
+	my ($out, $err) = ('', '');
+	my $t0 = time();
+	my $h = IPC::Run::start(
+		[ 'psql', '-X', '-A', '-t', '-v', 'ON_ERROR_STOP=1', '-U', $role,
+		  '-d', $node->connstr('postgres'), '-c', "SET lock_timeout = '10s'", '-c', $sql ],
+		'>', \$out, '2>', \$err);
+	return sub { $h->finish; return (time() - $t0, $err) };
+}
+
+my %statements = (
+	'CREATE TABLE of an existing day' => "CREATE TABLE outbox.$today (id int)",
+	'ATTACH PARTITION onto outbox.events' =>
+	  "ALTER TABLE ONLY outbox.events ATTACH PARTITION public.intruders_table"
+	  . " FOR VALUES FROM ('2099-01-01') TO ('2099-01-02')",
+);
+for my $role ('intruder', 'creator') {
+	for my $what (sort keys %statements) {
+		my $wait = start_as($role, $statements{$what});
+		usleep(300_000);  # its lock request, if it made one, is queued now
+		my $t0 = time();
+		my ($ret, $out, $err) = $node->psql('postgres',
+			q{SET statement_timeout = '5s'; SELECT outbox.emit('probe.e', '{}') IS NOT NULL},
+			extra_params => [ '-U', 'app' ]);
+		my $emit_took = time() - $t0;
+		is($ret, 0, "$role, $what: an emit() meanwhile succeeds") or diag $err;
+		cmp_ok($emit_took, '<', 3, "$role, $what: the emit() does not wait");
+		my ($took, $stderr) = $wait->();
+		like($stderr, qr/permission denied|must be owner|already exists/,
+			"$role, $what: PostgreSQL's own refusal") or diag $stderr;
+		unlike($stderr, qr/lock timeout/, "$role, $what: not a lock wait");
+		cmp_ok($took, '<', 5, "$role, $what: refused at once");
+	}
+}
+is($node->safe_psql('postgres', "SELECT 'outbox.$today'::regclass::oid"), $oid_before,
+	"today's partition is the same table");
+is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.events WHERE topic = 'probe.e'}), '4',
+	'every emit() is in outbox.events');
+$reader->close;
+$node->stop;
+done_testing();
