@@ -58,5 +58,7 @@ void Raise(const CaughtError &error) {
   pg_unreachable();
 }
 
+void HideStatement(void *) { errhidestmt(true); }
+
 }  // namespace bridge
 }  // namespace outbox

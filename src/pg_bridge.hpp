@@ -75,6 +75,10 @@ void Capture(CaughtError *out) noexcept;
 // Raise the captured error as ereport(ERROR). Never returns.
 [[noreturn]] void Raise(const CaughtError &error);
 
+// An error context callback that marks the error being reported as one whose
+// statement is not logged (see OUTBOX_SQL_FUNCTION_HIDING_STATEMENT).
+void HideStatement(void *arg);
+
 // Run f and report whether it returned normally; an exception it threw is
 // captured into *error (the catch block ends before this returns).
 template <typename F>
@@ -120,4 +124,30 @@ void CallCpp(F &&f) {
     }                                                \
     outbox::bridge::Raise(caught_error);             \
   }                                                  \
+  static Datum name##_body(FunctionCallInfo fcinfo)
+
+// The same, for a function whose arguments may hold a secret (a sink's
+// password): every error raised while it runs, its own and those of the
+// statements it runs, is logged without the statement (errhidestmt), so
+// log_min_error_statement never writes the call's arguments to the server
+// log. The callback lives in this frame, which outlives the body and Raise.
+#define OUTBOX_SQL_FUNCTION_HIDING_STATEMENT(name)                                             \
+  static Datum name##_body(FunctionCallInfo fcinfo);                                           \
+  extern "C" {                                                                                 \
+  PG_FUNCTION_INFO_V1(name);                                                                   \
+  }                                                                                            \
+  extern "C" Datum name(PG_FUNCTION_ARGS) {                                                    \
+    ErrorContextCallback hide_statement = {error_context_stack, outbox::bridge::HideStatement, \
+                                           nullptr};                                           \
+    error_context_stack = &hide_statement;                                                     \
+    outbox::bridge::CaughtError caught_error;                                                  \
+    try {                                                                                      \
+      const Datum result = name##_body(fcinfo);                                                \
+      error_context_stack = hide_statement.previous;                                           \
+      return result;                                                                           \
+    } catch (...) {                                                                            \
+      outbox::bridge::Capture(&caught_error);                                                  \
+    }                                                                                          \
+    outbox::bridge::Raise(caught_error);                                                       \
+  }                                                                                            \
   static Datum name##_body(FunctionCallInfo fcinfo)

@@ -30,6 +30,8 @@ extern "C" {
 #endif
 #include "catalog/pg_class.h"
 #include "catalog/pg_database.h"
+#include "catalog/pg_extension.h"
+#include "catalog/pg_namespace.h"
 #include "catalog/pg_tablespace.h"
 #include "miscadmin.h"
 #include "nodes/nodes.h"
@@ -86,6 +88,24 @@ inline bool CurrentUserMayCreateIn(Oid tablespace) {
   return object_aclcheck(TableSpaceRelationId, tablespace, GetUserId(), ACL_CREATE) == ACLCHECK_OK;
 #else
   return pg_tablespace_aclcheck(tablespace, GetUserId(), ACL_CREATE) == ACLCHECK_OK;
+#endif
+}
+
+// Whether the current user may create objects in the schema.
+inline bool CurrentUserMayCreateInSchema(Oid schema) {
+#if PG_VERSION_NUM >= 160000
+  return object_aclcheck(NamespaceRelationId, schema, GetUserId(), ACL_CREATE) == ACLCHECK_OK;
+#else
+  return pg_namespace_aclcheck(schema, GetUserId(), ACL_CREATE) == ACLCHECK_OK;
+#endif
+}
+
+// Whether the current user owns the extension (or is a superuser).
+inline bool CurrentUserOwnsExtension(Oid extension) {
+#if PG_VERSION_NUM >= 160000
+  return object_ownercheck(ExtensionRelationId, extension, GetUserId());
+#else
+  return pg_extension_ownercheck(extension, GetUserId());
 #endif
 }
 

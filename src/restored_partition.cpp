@@ -54,7 +54,7 @@ void MakeRoomForRestoredPartition(const CreateStmt *stmt) {
   // the schema and own both the partition and outbox.events (as DROP TABLE
   // and the dump's ATTACH PARTITION require). Checked on the catalog before
   // any lock; the checks are made again under the locks below.
-  if (pg_namespace_aclcheck(schema, GetUserId(), ACL_CREATE) != ACLCHECK_OK ||
+  if (!CurrentUserMayCreateInSchema(schema) ||
       !CurrentUserOwnsRelation(events) || !CurrentUserOwnsRelation(existing)) {
     return;
   }

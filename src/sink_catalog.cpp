@@ -188,7 +188,8 @@ OptionView *FlattenSinkOptions(Jsonb *options, int *count) {
 using namespace outbox;
 
 // outbox.create_sink(name text, kind text, options jsonb)
-OUTBOX_SQL_FUNCTION(outbox_create_sink) {
+// Its options may hold a password: its errors are logged without the call.
+OUTBOX_SQL_FUNCTION_HIDING_STATEMENT(outbox_create_sink) {
   text *name = RequireText(fcinfo, 0, "name");
   text *kind = RequireText(fcinfo, 1, "kind");
   CheckSinkName(name);
