@@ -110,28 +110,19 @@ void CallCpp(F &&f) {
 // Define an SQL-callable function `name` (declared in the SQL script as
 // LANGUAGE C with AS 'MODULE_PATHNAME', 'name'). The body follows the macro
 // and receives `fcinfo`, exactly like a PG_FUNCTION_ARGS function.
-#define OUTBOX_SQL_FUNCTION(name)                    \
-  static Datum name##_body(FunctionCallInfo fcinfo); \
-  extern "C" {                                       \
-  PG_FUNCTION_INFO_V1(name);                         \
-  }                                                  \
-  extern "C" Datum name(PG_FUNCTION_ARGS) {          \
-    outbox::bridge::CaughtError caught_error;        \
-    try {                                            \
-      return name##_body(fcinfo);                    \
-    } catch (...) {                                  \
-      outbox::bridge::Capture(&caught_error);        \
-    }                                                \
-    outbox::bridge::Raise(caught_error);             \
-  }                                                  \
-  static Datum name##_body(FunctionCallInfo fcinfo)
+#define OUTBOX_SQL_FUNCTION(name) OUTBOX_SQL_FUNCTION_IMPL(name, false)
 
 // The same, for a function whose arguments may hold a secret (a sink's
 // password): every error raised while it runs, its own and those of the
 // statements it runs, is logged without the statement (errhidestmt), so
 // log_min_error_statement never writes the call's arguments to the server
-// log. The callback lives in this frame, which outlives the body and Raise.
-#define OUTBOX_SQL_FUNCTION_HIDING_STATEMENT(name)                                             \
+// log.
+#define OUTBOX_SQL_FUNCTION_HIDING_STATEMENT(name) OUTBOX_SQL_FUNCTION_IMPL(name, true)
+
+// The callback lives in the outer frame, which outlives the body and Raise;
+// it is taken off the stack on a normal return (an ERROR's recovery resets
+// error_context_stack itself).
+#define OUTBOX_SQL_FUNCTION_IMPL(name, hide)                                                   \
   static Datum name##_body(FunctionCallInfo fcinfo);                                           \
   extern "C" {                                                                                 \
   PG_FUNCTION_INFO_V1(name);                                                                   \
@@ -139,11 +130,11 @@ void CallCpp(F &&f) {
   extern "C" Datum name(PG_FUNCTION_ARGS) {                                                    \
     ErrorContextCallback hide_statement = {error_context_stack, outbox::bridge::HideStatement, \
                                            nullptr};                                           \
-    error_context_stack = &hide_statement;                                                     \
+    if (hide) error_context_stack = &hide_statement;                                           \
     outbox::bridge::CaughtError caught_error;                                                  \
     try {                                                                                      \
       const Datum result = name##_body(fcinfo);                                                \
-      error_context_stack = hide_statement.previous;                                           \
+      if (hide) error_context_stack = hide_statement.previous;                                 \
       return result;                                                                           \
     } catch (...) {                                                                            \
       outbox::bridge::Capture(&caught_error);                                                  \

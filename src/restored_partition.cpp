@@ -54,8 +54,8 @@ void MakeRoomForRestoredPartition(const CreateStmt *stmt) {
   // the schema and own both the partition and outbox.events (as DROP TABLE
   // and the dump's ATTACH PARTITION require). Checked on the catalog before
   // any lock; the checks are made again under the locks below.
-  if (!CurrentUserMayCreateInSchema(schema) ||
-      !CurrentUserOwnsRelation(events) || !CurrentUserOwnsRelation(existing)) {
+  if (!CurrentUserMayCreateInSchema(schema) || !CurrentUserOwnsRelation(events) ||
+      !CurrentUserOwnsRelation(existing)) {
     return;
   }
   // As DROP TABLE would lock it: the parent first, then the partition.
