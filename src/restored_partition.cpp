@@ -89,8 +89,10 @@ void MoveDefaultRowsBeforeRestoredAttach(const AlterTableStmt *stmt) {
     return;
   }
   const RangeVar *part = castNode(PartitionCmd, cmd->def)->name;
-  if (part == nullptr || part->relname == nullptr ||
-      (part->schemaname != nullptr && strcmp(part->schemaname, "outbox") != 0)) {
+  // Only a name qualified as the dump writes it: an unqualified one is
+  // looked up along search_path, and may not be outbox's table.
+  if (part == nullptr || part->relname == nullptr || part->schemaname == nullptr ||
+      strcmp(part->schemaname, "outbox") != 0) {
     return;
   }
   const std::optional<int64_t> day = ParsePartitionName(part->relname);

@@ -166,8 +166,8 @@ bool Dispatcher::Configure(const RouteRow *routes, size_t nroutes, const SinkRow
                                        });
       if (changed) {
         if (it != sinks_.end()) {
+          DrainSinkLogs();                       // while its producer is still under its name
           RetireLateOf(name, &it->second.sink);  // before the sink they wait on goes
-          DrainSinkLogs();
         }
         SinkState fresh;
         fresh.kind = std::string(sinks[i].kind);
@@ -178,8 +178,8 @@ bool Dispatcher::Configure(const RouteRow *routes, size_t nroutes, const SinkRow
     }
     for (auto it = sinks_.begin(); it != sinks_.end();) {
       if (seen.count(it->first) == 0) {
-        RetireLateOf(it->first, &it->second.sink);
         DrainSinkLogs();
+        RetireLateOf(it->first, &it->second.sink);
         it = sinks_.erase(it);
       } else {
         ++it;
@@ -852,19 +852,13 @@ bool Dispatcher::NextLateOutcome(LateOutcome *out) noexcept {
 // The sink's late groups keep its producer (moved to retired_sinks_) and
 // go on waiting for their answers; they no longer count as the sink's (the
 // new one under its name is not held or slow because of them). May throw
-// bad_alloc (Configure's boundary catches it): then the producer stays with
-// the state Configure is about to replace, whose destruction purges it, and
-// its late groups, still pointing at it, are dropped first.
+// bad_alloc, only before it changes anything (the room is reserved first):
+// then the producer and its late groups stay as they were, and the caller's
+// boundary gives up (Configure routes nothing; SinkFor's batch fails).
 void Dispatcher::RetireLateOf(const std::string &sink, std::unique_ptr<Sink> *producer) {
   if (*producer == nullptr || !SinkHasLate(sink)) return;
-  try {
-    retired_sinks_.push_back(std::move(*producer));
-  } catch (...) {
-    for (auto it = late_.begin(); it != late_.end();) {
-      it = (!it->retired && it->sink_name == sink) ? late_.erase(it) : std::next(it);
-    }
-    throw;
-  }
+  retired_sinks_.reserve(retired_sinks_.size() + 1);
+  retired_sinks_.push_back(std::move(*producer));  // cannot throw now
   for (Late &late : late_) {
     if (!late.retired && late.sink_name == sink) late.retired = true;
   }

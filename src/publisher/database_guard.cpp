@@ -26,6 +26,7 @@
 #include "publisher/database_guard.hpp"
 
 #include "config_changes.hpp"
+#include "extension_drop.hpp"
 #include "restored_partition.hpp"
 
 #include "pg_bridge.hpp"
@@ -315,9 +316,13 @@ void GuardedProcessUtility(PlannedStmt *pstmt, const char *query_string, bool re
         break;
     }
   }
+  // DROP EXTENSION outbox: counted before, said after it ran.
+  const DroppedEvents dropped =
+      IsA(stmt, DropStmt) ? CountEventsDroppedWith(castNode(DropStmt, stmt)) : DroppedEvents{};
   DatabaseSlot *slot = PauseDatabase(paused);
   if (slot == nullptr) {
     RunUtility(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc);
+    WarnOfDroppedEvents(dropped);
   } else {
     RunPaused(slot, paused, pstmt, query_string, read_only_tree, context, params, query_env, dest,
               qc);

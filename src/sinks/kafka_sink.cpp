@@ -201,6 +201,9 @@ class KafkaSink final : public Sink {
   std::deque<Batch> open_;
   uint64_t generation_ = 0;             // the last batch's ticket
   const char *purge_reason_ = nullptr;  // while purging: what purged reports say
+  // A batch was given up (GiveUp) while librdkafka still held some of its
+  // messages: purged at the next Send that finds no batch open.
+  bool leftovers_ = false;
 };
 
 KafkaSink::~KafkaSink() {
@@ -391,6 +394,14 @@ uint64_t KafkaSink::Send(const OutMessage *messages, size_t n, Delivery *out,
   if (n > kMaxChunk) {  // more than a slot can number (32-bit pointers only)
     FailAll(n, out, "batch too large");
     return 0;
+  }
+  if (leftovers_ && open_.empty()) {
+    // Messages of batches given up at their deadline (GiveUp) that
+    // librdkafka still holds: with no batch open, purging them hurts none,
+    // and they must not pile up (with message.timeout.ms=0 they would stay,
+    // one more copy per retry). Their reports find no batch.
+    rd_kafka_purge(rk_, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    leftovers_ = false;
   }
   try {
     open_.emplace_back();
@@ -683,7 +694,8 @@ void KafkaSink::Abandon(const char *reason) noexcept {
 // down. Its messages stay with librdkafka, ahead of any retry of theirs in
 // their partition's queue, so a retry never overtakes the original; their
 // reports, should they come, find no open batch and are ignored (at least
-// once, as the contract allows). The destructor purges what is left.
+// once, as the contract allows). The next Send that finds no batch open
+// purges what is left (leftovers_), as does the destructor.
 void KafkaSink::GiveUp(Batch *batch) noexcept {
   std::string text;
   try {
@@ -697,6 +709,7 @@ void KafkaSink::GiveUp(Batch *batch) noexcept {
     }
   }
   batch->unsettled = 0;
+  leftovers_ = true;
 }
 
 void KafkaSink::AbandonAll(const char *reason) noexcept {

@@ -1,0 +1,65 @@
+#include "extension_drop.hpp"
+
+extern "C" {
+#include "catalog/namespace.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+}
+
+namespace outbox {
+
+DroppedEvents CountEventsDroppedWith(const DropStmt *stmt) {
+  DroppedEvents dropped;
+  if (stmt->removeType != OBJECT_EXTENSION) return dropped;
+  bool names_outbox = false;
+  ListCell *cell;
+  foreach (cell, stmt->objects) {
+    const Node *object = static_cast<const Node *>(lfirst(cell));
+    if (IsA(object, String) && strcmp(strVal(object), "outbox") == 0) names_outbox = true;
+  }
+  const Oid extension = get_extension_oid("outbox", true);
+  if (!names_outbox || !OidIsValid(extension) || !CurrentUserOwnsExtension(extension)) {
+    return dropped;
+  }
+  // Counting must never make the DROP fail: only a table that is there, and
+  // that the role may read.
+  const Oid schema = get_namespace_oid("outbox", true);
+  const Oid events = OidIsValid(schema) ? get_relname_relid("events", schema) : InvalidOid;
+  if (!OidIsValid(events) || pg_class_aclcheck(events, GetUserId(), ACL_SELECT) != ACLCHECK_OK) {
+    return dropped;
+  }
+  // The three partial indexes of unpublished events answer this without
+  // reading published ones (AccessShare on outbox.events, which the DROP
+  // takes in AccessExclusive mode next anyway).
+  if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "outbox: SPI_connect failed");
+  if (SPI_execute("SELECT (SELECT pg_catalog.count(*) FROM outbox.events WHERE status "
+                  "OPERATOR(pg_catalog.=) 'pending'::pg_catalog.text), "
+                  "(SELECT pg_catalog.count(*) FROM outbox.events WHERE status "
+                  "OPERATOR(pg_catalog.=) 'dead'::pg_catalog.text)",
+                  true, 1) == SPI_OK_SELECT &&
+      SPI_processed == 1) {
+    bool isnull = false;
+    dropped.pending =
+        DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+    dropped.dead =
+        DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+    dropped.counted = true;
+  }
+  SPI_finish();
+  return dropped;
+}
+
+void WarnOfDroppedEvents(const DroppedEvents &dropped) {
+  if (!dropped.counted || dropped.pending + dropped.dead == 0) return;
+  ereport(WARNING,
+          (errmsg("DROP EXTENSION outbox dropped %lld pending and %lld dead event(s), "
+                  "never delivered",
+                  static_cast<long long>(dropped.pending), static_cast<long long>(dropped.dead)),
+           errhint("Before dropping outbox, let the publisher deliver what is pending "
+                   "(outbox.stats) or pg_dump the database.")));
+}
+
+}  // namespace outbox
