@@ -1248,9 +1248,14 @@ bool Dispatcher::SinkHasLate(const std::string &sink) const {
 }
 
 bool Dispatcher::SinkHeld(const std::string &sink) const {
-  return std::count_if(late_.begin(), late_.end(), [&sink](const Late &l) {
-           return l.whole && !l.retired && l.sink_name == sink;
-         }) >= kHeldAfterWholeGroups;
+  long whole = 0;
+  size_t unanswered = 0;
+  for (const Late &l : late_) {
+    if (l.retired || l.sink_name != sink) continue;
+    if (l.whole) ++whole;
+    unanswered += l.rows.size();
+  }
+  return whole >= kHeldAfterWholeGroups || unanswered >= kHeldAfterLateEvents;
 }
 
 // The broker answered this sink's events: its groups that got no answer

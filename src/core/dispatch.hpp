@@ -222,6 +222,9 @@ class Dispatcher {
   // its topics' trouble (a topic the cluster lacks, seen first in a quiet
   // moment); if it does not either, the sink is held until answers come.
   static constexpr long kHeldAfterWholeGroups = 2;
+  // A sink with this many events awaiting late answers takes no new group
+  // either (SinkHeld): what its producer holds stays bounded.
+  static constexpr size_t kHeldAfterLateEvents = 1000;
 
   // Serve the sinks' background work while idle.
   void Poll() noexcept;
@@ -407,7 +410,11 @@ class Dispatcher {
   void RetireLateOf(const std::string &sink, std::unique_ptr<Sink> *producer);
   void FreeRetiredSinks() noexcept;
   bool SinkHasLate(const std::string &sink) const;
-  // kHeldAfterWholeGroups late groups without an answer (see "Slow sinks").
+  // kHeldAfterWholeGroups late groups without an answer (see "Slow sinks"),
+  // or kHeldAfterLateEvents events awaiting late answers: a sink that went
+  // down right after it answered would otherwise take a group per cycle,
+  // each given up early as its topics' trouble, their messages piling up in
+  // its producer (the publisher's memory) until the outage is found.
   bool SinkHeld(const std::string &sink) const;
   void SinkAnswers(SinkState *state, const std::string &sink);
   bool IsSuspect(std::string_view topic, int64_t now_ms) const;

@@ -112,7 +112,7 @@ failures_from_prove() {
   local -a files=()
   mapfile -t files < <(awk '
     /^Test Summary Report/ { report = 1; next }
-    report && /^[^ ]+\.pl \(/ { print $1 }' "$output")
+    report && /^[^ ]+\.pl +\(/ { print $1 }' "$output")
   if ! grep -qE '^Result: ' "$output"; then
     # Killed (a timeout): no report. A file's line is printed whole once it
     # ended: failed, when what follows its dots is not ok or skipped. prove

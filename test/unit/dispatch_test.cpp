@@ -2323,6 +2323,37 @@ TEST_F(SlowSinkTest, AGroupOfOnlyASuspectTopicDoesNotHoldTheCycle) {
   EXPECT_LT(took, std::chrono::milliseconds(200)) << "not the ack wait";
 }
 
+// A sink that stops answering right after it answered (a broker going
+// down) takes no more groups once kHeldAfterLateEvents events await its
+// answers, even though each group was given up early as its topics'
+// trouble: else it would take a group per cycle, their messages piling up
+// in the producer while the outage lasts.
+TEST_F(SlowSinkTest, ASinkThatStopsAnsweringIsHeldOnceManyEventsAwaitItsAnswers) {
+  ack_wait_ms_ = 2000;
+  Dispatch({Ev(1, "orders.a", "k1")});  // answered: the sink is alive
+  Broker("kafka").slow = true;          // and answers nothing from now on
+  const size_t half = Dispatcher::kHeldAfterLateEvents / 2;
+  int n = 10;
+  for (int g = 0; g < 2; ++g) {
+    std::vector<Event> events;
+    for (size_t i = 0; i < half; ++i, ++n)
+      events.push_back(Ev(n, "orders.a", "k" + std::to_string(n)));
+    const auto out = Dispatch(events, kNow + (g + 1) * 1000);
+    EXPECT_TRUE(Is(out[0], Outcome::kPark));
+  }
+  const size_t sends = Broker("kafka").calls.size();
+  const auto held = Dispatch({Ev(2, "orders.b", "j")}, kNow + 3000);
+  ASSERT_TRUE(Is(held[0], Outcome::kPark));
+  EXPECT_NE(std::string(held[0].error).find("to answer earlier events"), std::string::npos)
+      << held[0].error;
+  EXPECT_EQ(Broker("kafka").calls.size(), sends) << "nothing more sent to it";
+  Broker("kafka").slow = false;  // it answers again: no longer held
+  ASSERT_TRUE(dispatcher_.LateArrived());
+  SettleLate(kNow + 4000);
+  const auto after = Dispatch({Ev(3, "orders.b", "j3")}, kNow + 5000);
+  EXPECT_TRUE(Is(after[0], Outcome::kPublished));
+}
+
 // An event that goes unanswered beside answered ones is given a few times
 // its topic's usual answer time (the sink's, for a new topic), not the ack
 // wait; a topic that usually takes longer (a slower broker) is waited for.
