@@ -68,6 +68,8 @@ void BeforeCommitPrepared(const char *gid) {
   if (Shared() == nullptr || gid == nullptr || IsTransactionBlock()) return;
   const TransactionId xid = CommittableXid(gid);
   if (!TransactionIdIsValid(xid)) return;  // it will be refused
+  // Before its events are visible: publishers that passed it look back.
+  NoteCommittingPrepared(xid);
   uint32 flags = 0;
   if (!PreparedFlags(xid, &flags)) flags = kEverything;
   pending_flags = flags;

@@ -7,6 +7,16 @@
 // that write came after its reads, so after P, and the event's id T1 >= P.
 // The bound the publisher uses is min(P - margin, every time it saw): an id
 // below it was either seen or could not exist yet.
+//
+// Passing, the argument for a transaction left out of the bound: its entry
+// goes from `since` to `since | kPassed` only by a publisher's
+// compare-and-swap, and at commit the backend sets kCommitting with an
+// atomic OR, which returns whether kPassed was set before. Exactly one of
+// them comes first: either the publisher's swap fails (the transaction
+// counts in the bound, as any other) or the backend sees kPassed and
+// reports its first-emit time (under report_mutex) before its commit is
+// visible. A prepared transaction's entry does the same under
+// prepared_mutex, its committing flag set before COMMIT PREPARED runs.
 #include "emit_horizon.hpp"
 
 extern "C" {
@@ -25,9 +35,16 @@ extern "C" {
 namespace outbox {
 namespace {
 
-// One per PGPROC, written only by the backend using that PGPROC.
+// Flags beside the time in BackendEmit::since (a TimestampTz never reaches
+// bit 62 before the year 146,000).
+constexpr uint64 kPassed = uint64{1} << 63;      // a publisher left it out of the bound
+constexpr uint64 kCommitting = uint64{1} << 62;  // past PRE_COMMIT: no longer passed
+constexpr uint64 kTimeMask = kCommitting - 1;
+
+// One per PGPROC, written by the backend using that PGPROC, except that a
+// publisher may add kPassed (compare-and-swap).
 struct BackendEmit {
-  pg_atomic_uint64 since;  // TimestampTz of the transaction's first emit; 0: none
+  pg_atomic_uint64 since;  // TimestampTz of the transaction's first emit | flags; 0: none
   Oid dboid;               // the backend's database (written before `since`)
 };
 
@@ -37,14 +54,27 @@ struct PreparedEmit {
   Oid dboid;
   TimestampTz since;  // its first emit; 0: it emitted nothing
   uint32 flags;       // PreparedFlag bits its commit will need (shmem.cpp adds them)
+  bool passed;        // a publisher left it out of the bound
+  bool committing;    // COMMIT PREPARED is running: no longer passed
 };
+
+// The commit of a passed transaction: publishers look back to `since`.
+struct HolderReport {
+  uint64 number;  // 0: never written
+  Oid dboid;
+  TimestampTz since;
+};
+constexpr int kHolderReports = 64;
 
 struct HorizonState {
   int nbackends;
   int nprepared;
-  slock_t prepared_mutex;  // protects `prepared`
-  BackendEmit *backends;   // [nbackends]
-  PreparedEmit *prepared;  // [nprepared]
+  slock_t prepared_mutex;                // protects `prepared`
+  BackendEmit *backends;                 // [nbackends]
+  PreparedEmit *prepared;                // [nprepared]
+  slock_t report_mutex;                  // protects the two below
+  uint64 last_report;                    // number of the latest report; 0: none yet
+  HolderReport reports[kHolderReports];  // report n at n % kHolderReports
 };
 
 HorizonState *state = nullptr;
@@ -56,6 +86,25 @@ BackendEmit *Mine() {
   if (state == nullptr || MyProc == nullptr) return nullptr;
   const int procno = MyProcIndex();
   return procno >= 0 && procno < state->nbackends ? &state->backends[procno] : nullptr;
+}
+
+void Report(Oid dboid, TimestampTz since) {
+  SpinLockAcquire(&state->report_mutex);
+  const uint64 number = ++state->last_report;
+  state->reports[number % kHolderReports] = HolderReport{number, dboid, since};
+  SpinLockRelease(&state->report_mutex);
+}
+
+// XACT_EVENT_PRE_COMMIT (and PRE_PREPARE): from here on no publisher passes
+// this transaction; if one did, report it now, before the commit is visible.
+// Returns the entry's time and whether it had been passed.
+TimestampTz MarkCommitting(bool *passed) {
+  *passed = false;
+  BackendEmit *mine = Mine();
+  if (!emitting || mine == nullptr) return 0;
+  const uint64 old = pg_atomic_fetch_or_u64(&mine->since, kCommitting);
+  *passed = (old & kPassed) != 0;
+  return static_cast<TimestampTz>(old & kTimeMask);
 }
 
 void Clear() {
@@ -87,10 +136,15 @@ void ForgetEndedPrepared() {
 // Never raises: a full table only makes publishers more careful.
 void RecordPrepared() {
   const TransactionId xid = GetTopTransactionIdIfAny();
-  if (state == nullptr || state->nprepared == 0 || !TransactionIdIsValid(xid)) return;
-  BackendEmit *mine = Mine();
-  const TimestampTz since =
-      emitting && mine != nullptr ? static_cast<TimestampTz>(pg_atomic_read_u64(&mine->since)) : 0;
+  if (state == nullptr) return;
+  // No publisher passes the backend's entry from here on; the prepared
+  // entry carries what one did.
+  bool passed = false;
+  const TimestampTz since = MarkCommitting(&passed);
+  if (state->nprepared == 0 || !TransactionIdIsValid(xid)) {
+    if (passed) Report(MyDatabaseId, since);  // cannot prepare: look back anyway
+    return;
+  }
   for (int round = 0; round < 2; ++round) {
     SpinLockAcquire(&state->prepared_mutex);
     PreparedEmit *free_entry = nullptr;
@@ -102,15 +156,27 @@ void RecordPrepared() {
       free_entry->dboid = MyDatabaseId;
       free_entry->since = since;
       free_entry->flags = since != 0 ? kPreparedEmitted : 0;
+      free_entry->passed = passed;
+      free_entry->committing = false;
     }
     SpinLockRelease(&state->prepared_mutex);
     if (free_entry != nullptr) return;
     ForgetEndedPrepared();  // full of transactions that may have ended: make room
   }
+  // No entry: publishers treat the transaction as of unknown content (the
+  // claims start from the beginning while it exists); a passed one may
+  // already be below their floors.
+  if (passed) Report(MyDatabaseId, since);
 }
 
 void OnXactEvent(XactEvent event, void *arg) {
   switch (event) {
+    case XACT_EVENT_PRE_COMMIT: {
+      bool passed = false;
+      const TimestampTz since = MarkCommitting(&passed);
+      if (passed) Report(MyDatabaseId, since);
+      break;
+    }
     case XACT_EVENT_PRE_PREPARE:
       RecordPrepared();
       break;
@@ -144,6 +210,9 @@ void EmitHorizonShmemInit() {
   state->nbackends = BackendCount();
   state->nprepared = max_prepared_xacts;
   SpinLockInit(&state->prepared_mutex);
+  SpinLockInit(&state->report_mutex);
+  state->last_report = 0;
+  for (HolderReport &r : state->reports) r = HolderReport{0, InvalidOid, 0};
   state->backends = reinterpret_cast<BackendEmit *>(base + MAXALIGN(sizeof(HorizonState)));
   state->prepared =
       reinterpret_cast<PreparedEmit *>(base + MAXALIGN(sizeof(HorizonState)) +
@@ -153,7 +222,7 @@ void EmitHorizonShmemInit() {
     state->backends[i].dboid = InvalidOid;
   }
   for (int i = 0; i < state->nprepared; ++i)
-    state->prepared[i] = PreparedEmit{InvalidTransactionId, InvalidOid, 0, 0};
+    state->prepared[i] = PreparedEmit{InvalidTransactionId, InvalidOid, 0, 0, false, false};
 }
 
 void InstallEmitHorizon() {
@@ -197,17 +266,27 @@ bool PreparedFlags(TransactionId xid, uint32 *flags) {
   return known;
 }
 
-EmitHorizon ReadEmitHorizon(Oid dboid, const TransactionId *prepared_xids, int nprepared) {
+EmitHorizon ReadEmitHorizon(Oid dboid, const TransactionId *prepared_xids, int nprepared,
+                            TimestampTz pass_before) {
   EmitHorizon h{0, false};
   if (state == nullptr) return h;
   pg_memory_barrier();  // the caller's clock reading comes first
   for (int i = 0; i < state->nbackends; ++i) {
-    const uint64 since = pg_atomic_read_u64(&state->backends[i].since);
+    uint64 since = pg_atomic_read_u64(&state->backends[i].since);
     pg_read_barrier();
     if (since == 0 || state->backends[i].dboid != dboid) continue;
-    if (h.oldest == 0 || static_cast<TimestampTz>(since) < h.oldest) {
-      h.oldest = static_cast<TimestampTz>(since);
+    // A passed transaction that commits counts again until its entry is
+    // cleared, after its commit is visible: a publisher that took its report
+    // before that keeps its floor at or below the transaction's first emit.
+    if ((since & kPassed) != 0 && (since & kCommitting) == 0) continue;
+    const TimestampTz t = static_cast<TimestampTz>(since & kTimeMask);
+    // Fails when the transaction is committing or has ended since: it
+    // counts below as any other (an ended one only lowers the bound).
+    if ((since & kCommitting) == 0 && t < pass_before &&
+        pg_atomic_compare_exchange_u64(&state->backends[i].since, &since, since | kPassed)) {
+      continue;
     }
+    if (h.oldest == 0 || t < h.oldest) h.oldest = t;
   }
   // Entries of transactions that have ended since go first: they would hold
   // the bound at their first emit though their events are visible now (to
@@ -222,8 +301,13 @@ EmitHorizon ReadEmitHorizon(Oid dboid, const TransactionId *prepared_xids, int n
   // bound until ForgetEndedPrepared frees it.
   SpinLockAcquire(&state->prepared_mutex);
   for (int i = 0; i < state->nprepared; ++i) {
-    const PreparedEmit &e = state->prepared[i];
+    PreparedEmit &e = state->prepared[i];
     if (!TransactionIdIsValid(e.xid) || e.dboid != dboid || e.since == 0) continue;
+    if (e.passed && !e.committing) continue;  // committing: counts until it has ended
+    if (!e.committing && e.since < pass_before) {
+      e.passed = true;
+      continue;
+    }
     if (h.oldest == 0 || e.since < h.oldest) h.oldest = e.since;
   }
   SpinLockRelease(&state->prepared_mutex);
@@ -241,6 +325,45 @@ EmitHorizon ReadEmitHorizon(Oid dboid, const TransactionId *prepared_xids, int n
     if (!known && TransactionIdIsInProgress(prepared_xids[p])) h.unknown_prepared = true;
   }
   return h;
+}
+
+bool TakeHolderCommits(Oid dboid, uint64 *seen, TimestampTz *oldest) {
+  if (state == nullptr) return false;
+  bool any = false;
+  SpinLockAcquire(&state->report_mutex);
+  const uint64 last = state->last_report;
+  if (last - *seen > static_cast<uint64>(kHolderReports)) {
+    any = true;  // overwritten unread: look back to the beginning
+    *oldest = 0;
+  } else {
+    for (uint64 n = *seen + 1; n <= last; ++n) {
+      const HolderReport &r = state->reports[n % kHolderReports];
+      if (r.dboid != dboid) continue;
+      if (!any || r.since < *oldest) *oldest = r.since;
+      any = true;
+    }
+  }
+  SpinLockRelease(&state->report_mutex);
+  *seen = last;
+  return any;
+}
+
+void NoteCommittingPrepared(TransactionId xid) {
+  if (state == nullptr || !TransactionIdIsValid(xid)) return;
+  bool passed = false;
+  Oid dboid = InvalidOid;
+  TimestampTz since = 0;
+  SpinLockAcquire(&state->prepared_mutex);
+  for (int i = 0; i < state->nprepared; ++i) {
+    PreparedEmit &e = state->prepared[i];
+    if (!TransactionIdEquals(e.xid, xid)) continue;
+    e.committing = true;
+    passed = e.passed;
+    dboid = e.dboid;
+    since = e.since;
+  }
+  SpinLockRelease(&state->prepared_mutex);
+  if (passed) Report(dboid, since);
 }
 
 }  // namespace outbox

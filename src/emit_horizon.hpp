@@ -6,13 +6,13 @@
 // got when emit() ran, however long before. So every transaction that has
 // emitted and not ended publishes here, in shared memory, a time no later
 // than its first event's id; the bound is the oldest of them (and of the
-// prepared transactions that emitted) in the database.
+// prepared transactions that emitted) in the database, but for those a
+// publisher chose to pass (ReadEmitHorizon), which report their commit.
 //
-// Why not pg_stat_activity (what the publisher used before): an emit() that
-// waited for a lock took its id before its transaction had an xid, so it was
-// invisible there and the bound passed it; track_activities = off hid every
-// transaction; and any writing transaction, emitting or not, held the bound
-// back (issue 13, defect 9).
+// Why not pg_stat_activity: an emit() that waited for a lock took its id
+// before its transaction had an xid, so it was invisible there;
+// track_activities = off hides every transaction; and any writing
+// transaction, emitting or not, would hold the bound back.
 //
 // Exists only when outbox is preloaded; every function is a no-op (or
 // answers "no horizon") otherwise.
@@ -47,7 +47,31 @@ struct EmitHorizon {
 // when max_prepared_transactions is 0): those that prepared while outbox was
 // loaded are known, with their first-emit time if they emitted; others
 // (prepared before the server restarted) may have emitted anything.
-EmitHorizon ReadEmitHorizon(Oid dboid, const TransactionId *prepared_xids, int nprepared);
+//
+// Passing: an open transaction that first emitted before `pass_before` (0:
+// none) is marked passed and left out of `oldest`, unless it is already
+// committing. A passed transaction reports its first-emit time when it
+// commits (at PRE_COMMIT, or before COMMIT PREPARED runs), before its events
+// become visible: see TakeHolderCommits. Publishers of the database leave
+// every passed transaction out, whoever passed it, until it reports; from
+// then until it has ended (its commit is visible) it counts in `oldest`
+// again.
+EmitHorizon ReadEmitHorizon(Oid dboid, const TransactionId *prepared_xids, int nprepared,
+                            TimestampTz pass_before);
+
+// The commits of passed transactions of database `dboid` reported after
+// *seen (a report number; 0 before the first call): true if there is any,
+// with *oldest lowered to the earliest first-emit time among them (0 when
+// some were overwritten before they were read: anything may be below).
+// Moves *seen to the latest report. A report is made before the
+// transaction's events are visible, so a claim whose snapshot saw them is
+// followed by a call that finds the report.
+bool TakeHolderCommits(Oid dboid, uint64 *seen, TimestampTz *oldest);
+
+// COMMIT PREPARED of `xid` is about to run (commit_prepared.cpp, after
+// PostgreSQL's checks): no publisher passes it from now on, and if one did,
+// its commit is reported.
+void NoteCommittingPrepared(TransactionId xid);
 
 // What a prepared transaction's commit will need to do for outbox, recorded
 // when it prepares (the session that commits it later cannot know): flags

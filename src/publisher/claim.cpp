@@ -95,6 +95,18 @@ void PreparePlans() {
 //   the time its transaction published in the emit horizon before taking
 //   it (emit_horizon.hpp): the floor never exceeds the oldest such time in
 //   this database, nor now minus a second (a margin for clock steps);
+// - except for transactions that emitted more than kPassHoldersAfterUs ago
+//   and are still open (an emit role's idle or prepared transaction): the
+//   floor passes them, else every claim would walk every event published
+//   since they began, whose index entries their snapshot keeps. Each
+//   reports its commit before its events are visible; the claims then look
+//   back to its first emit once (TakeHolderCommits, at a cycle's start and
+//   after every ready claim, which is claimed again from there or, in a
+//   window's later batch, left for the next cycle). The floor a cycle that
+//   took a report leaves stays at or below that first emit, and so does the
+//   bound of every later cycle until the commit is visible (a committing
+//   transaction counts in the emit horizon again): the events cannot become
+//   visible below the floor after the report was taken;
 // - a claim covers everything visible from the floor up to its last row,
 //   except the events it leaves in place: those of topics no unpaused route
 //   takes, and those behind a sink that is down. They stay below the floor,
@@ -114,6 +126,12 @@ void PreparePlans() {
 // picks them up, less often when it walks so many events left in place that
 // it would take more than 1% of the publisher's time.
 constexpr int64 kFullScanIntervalUs = 10 * USECS_PER_SEC;
+constexpr int64 kPassHoldersAfterUs = USECS_PER_SEC;
+// The last report of a passed transaction's commit that the floor has
+// taken into account (TakeHolderCommits), and the lowest first emit of those
+// taken in this cycle (all 0xff: none), below which its floor stays.
+uint64 holder_reports_seen = 0;
+pg_uuid_t holder_cap;
 constexpr int64 kFullScanTimeShare = 100;  // interval >= 100 x the scan's duration
 pg_uuid_t ready_floor;                     // all zero: from the beginning
 // Where the floor goes once this cycle commits (CommitClaimFloor).
@@ -179,23 +197,44 @@ int PreparedXids(TransactionId **xids) {
   return n;
 }
 
+// The lowest id an event emitted at `t` or later can have (all zero for
+// times before 1970).
+pg_uuid_t IdFloorAt(TimestampTz t) {
+  pg_uuid_t id;
+  memset(&id, 0, sizeof id);
+  const int64 unix_ms = t / 1000 + kPgEpochUnixSeconds * 1000;
+  if (unix_ms <= 0) return id;
+  for (int i = 0; i < 6; ++i) id.data[i] = static_cast<uint8>(unix_ms >> (40 - 8 * i));
+  return id;
+}
+
 // The highest floor that is safe now (see above). `now` was read before.
 pg_uuid_t SafeBound(TimestampTz now) {
   pg_uuid_t bound;
   memset(&bound, 0, sizeof bound);
   TransactionId *prepared = nullptr;
   const int nprepared = PreparedXids(&prepared);
-  const EmitHorizon horizon = ReadEmitHorizon(MyDatabaseId, prepared, nprepared);
+  const EmitHorizon horizon =
+      ReadEmitHorizon(MyDatabaseId, prepared, nprepared, now - kPassHoldersAfterUs);
   if (horizon.unknown_prepared) return bound;
   TimestampTz t = now - USECS_PER_SEC;
   if (horizon.oldest != 0 && horizon.oldest < t) t = horizon.oldest;
-  const int64 unix_ms = t / 1000 + kPgEpochUnixSeconds * 1000;
-  if (unix_ms <= 0) return bound;
-  for (int i = 0; i < 6; ++i) bound.data[i] = static_cast<uint8>(unix_ms >> (40 - 8 * i));
-  return bound;
+  return IdFloorAt(t);
 }
 
 int CompareUuid(const pg_uuid_t &a, const pg_uuid_t &b) { return memcmp(a.data, b.data, UUID_LEN); }
+
+// Passed transactions that committed since the floor last looked (see
+// above): lowers *floor to the first emit of the earliest. Returns whether
+// there was any.
+bool LookBackForHolders(pg_uuid_t *floor) {
+  TimestampTz since = 0;
+  if (!TakeHolderCommits(MyDatabaseId, &holder_reports_seen, &since)) return false;
+  const pg_uuid_t back = IdFloorAt(since);
+  if (CompareUuid(back, *floor) < 0) *floor = back;
+  if (CompareUuid(back, holder_cap) < 0) holder_cap = back;
+  return true;
+}
 
 // Fill *event from a claimed row (all strings palloc'd).
 void ReadEvent(HeapTuple row, TupleDesc desc, EventRow *event, Claimed *claimed) {
@@ -617,6 +656,8 @@ int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted,
     memset(&ready_floor, 0, sizeof ready_floor);
     last_full_scan = now;
   }
+  memset(holder_cap.data, 0xff, UUID_LEN);
+  LookBackForHolders(&ready_floor);
   pg_uuid_t floor = ready_floor;
   // Retries are claimed only when one may be due (retry_known above).
   if (now - retry_read_at >= kRetryRecheckUs) retry_known = false;
@@ -660,17 +701,42 @@ int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted,
     const int ready_limit = ndeliverable > 0 ? batch - nretry : 0;
     if (w == 1) ceiling = bound;
     ClaimedRows ready;
-    if (ready_limit > 0) {
+    bool holder_committed = false;  // this batch's ready claim may miss a passed one's events
+    for (int again = 0; ready_limit > 0; ++again) {
       const bool full_scan = IsZero(floor);
       const TimestampTz started = full_scan ? GetCurrentTimestamp() : 0;
-      ready = RunClaim(claim_ready_plan, ready_limit, &ready_bytes, now, &floor, &ceiling);
+      int64 bytes = ready_bytes;
+      ready = RunClaim(claim_ready_plan, ready_limit, &bytes, now, &floor, &ceiling);
       if (full_scan) {
         // A full scan walks every event left in place (no route takes it):
         // it may take at most 1 / kFullScanTimeShare of the time.
         full_scan_interval_us =
             Max(kFullScanIntervalUs, (GetCurrentTimestamp() - started) * kFullScanTimeShare);
       }
+      // A passed transaction committed: if this claim's snapshot saw its
+      // events, those below `floor` were not claimed, while later ones of
+      // their keys may have been. The floor goes back to its first emit, for
+      // good (an abort keeps it; a commit, holder_cap) and for this claim: the first batch is
+      // claimed again from there (our own locks do not hide its rows), a
+      // later one is left for the next cycle, and so is the first after two
+      // tries (more commits may keep coming: the earlier batches go out).
+      pg_uuid_t back = floor;
+      if (!LookBackForHolders(&back)) break;
+      if (CompareUuid(back, ready_floor) < 0) ready_floor = back;
+      floor = back;
+      if (w > 0 || again == 2) {
+        elog(DEBUG1,
+             "outbox: a transaction open since before the claims' floor committed during"
+             " a claim: its batch waits for the next cycle");
+        holder_committed = true;
+        stats->more_waiting = true;
+        break;
+      }
+      elog(DEBUG1,
+           "outbox: a transaction open since before the claims' floor committed during"
+           " a claim: claiming again from its first emit");
     }
+    if (holder_committed) break;
     const int nready = ready.n;
     if (retry.cut || ready.cut) stats->more_waiting = true;
     if (nretry + nready > 0 && !config_current(nbatches == 0)) {
@@ -718,7 +784,7 @@ int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted,
   // The floor moves when this transaction has committed (CommitClaimFloor):
   // if it aborts, the rows claimed here are pending again below next_floor.
   if (ready_claimed) {
-    pending_floor = next_floor;
+    pending_floor = CompareUuid(holder_cap, next_floor) < 0 ? holder_cap : next_floor;
     floor_pending = true;
   }
 

@@ -1,8 +1,7 @@
 # The publisher's ready claim starts from a remembered floor (claim.cpp,
 # "The ready claim's starting point"), raised after each cycle up to a bound
 # below which no uncommitted event can still appear (emit_horizon.hpp). This
-# file proves what holds that floor back and what moves it (issue 13,
-# defect 9):
+# file proves what holds that floor back and what moves it:
 #  (d) a long transaction that writes but never emits (an xid held 15-20 s)
 #      does not hold the floor back: the old build's bound was the oldest
 #      writing transaction, so one such transaction kept every claim starting
@@ -18,17 +17,18 @@
 #      not move the floor past the events it claimed: they are claimed again
 #      right after the error, not by the full scan every 10 s. (Only the
 #      fault injection build has these points: the old build cannot run it.)
-# A slow claim is no wrong result, so (d) and (e) read the floor through a
+#  (g) a transaction that emitted and stays open holds the floor back for a
+#      second only; when it commits, the claims look back to its emit.
+# A slow claim is no wrong result, so (d), (e) and (g) read the floor through a
 # probe: a pending row INSERTed without emit() (so no emit horizon covers
 # it) whose id is the time T. The claims a commit wakes reach it only if the
 # floor is at or below T; otherwise only the next full scan finds it. Each
 # probe goes in right after a full scan, so the next one is ~10 s away: a
 # probe published within 2.5 s of its commit means the floor was at or below
-# T, one published after more than 3 s that it was above. With a
-# transaction that emitted open (control), the probe just after its emit is
-# claimed at once; with the transaction that only writes, or the prepared
-# one that did not emit, a probe one second after it began waits for the
-# full scan: the floor went past them.
+# T, one published after more than 3 s that it was above. With the
+# transaction that only writes, or the prepared one that did not emit, a
+# probe one second after it began waits for the full scan: the floor went
+# past them.
 # The poll is 1 hour; the publisher's cycles are run by other sessions
 # emitting (20 and 10 a second: outbox.wakeup() would reset the floor), and
 # latencies run from pg_xact_commit_timestamp to published_at (after Redis
@@ -167,20 +167,37 @@ ok(defined wait_until(sub {
 	sql(q{SELECT count(*) FROM outbox.events WHERE topic = 'fl.flow' AND status = 'published'}) >= 20
 }), 'warm-up: events flow');
 
-# Control: a transaction that emitted and is still open holds the floor at
-# its emit, so a probe just after it is claimed at once.
+# (g) A transaction that emitted and stays open holds the floor back only
+# for its first second: then the floor passes it (else every claim would
+# walk every event published since; 057 measures that), so a probe half a
+# second after its emit, committed once it has been open 2.5 s, waits for
+# the full scan. When it commits, it reports before its events are visible,
+# and the claims look back to its emit: the probe and its own event are
+# claimed at once.
 {
 	my $s = $node->background_psql('postgres');
 	$s->query_safe('BEGIN');
-	$s->query_safe(q{SELECT outbox.emit('fl.open', '{}')});
+	my $held_id = $s->query_safe(q{SELECT outbox.emit('fl.open', '{}')});
 	my $since = $s->query_safe('SELECT extract(epoch FROM clock_timestamp())');
-	my $took = probe_at($since + 0.5);
-	note('control: probe ' . fmt_s($took));
-	ok(defined $took && $took < $LIMIT,
-		'control: with a transaction that emitted open, a probe just after its emit is claimed '
-		  . 'at once (' . fmt_s($took) . ')');
+	my $held_xid = $s->query_safe('SELECT pg_current_xact_id()::xid');
+	after_full_scan();
+	after_full_scan() if time() < $since + 2.5;
+	my ($id, $xid) = insert_probe($since + 0.5, 'fl.probe');
+	sleep 1.5;
+	is(sql("SELECT status FROM outbox.events WHERE id = '$id'"), 'pending',
+		'g: a transaction open more than a second after its emit is passed: a probe half a '
+		  . 'second after its emit waits');
 	$s->query_safe('COMMIT');
 	$s->quit;
+	ok(defined wait_until(sub {
+		sql("SELECT count(*) FROM outbox.events WHERE id IN ('$id', '$held_id') AND status = 'published'") eq '2'
+	}, 20), 'g: both are published');
+	my $took = sql(qq{SELECT round(extract(epoch FROM max(published_at)
+		- pg_xact_commit_timestamp('$held_xid'::xid)), 3) FROM outbox.events WHERE id IN ('$id', '$held_id')});
+	note("g: published $took s after the holder's commit");
+	ok($took ne '' && $took < $LIMIT,
+		"g: its commit brings the claims back to its emit: the probe and its event are published "
+		  . "within $LIMIT s ($took s)");
 }
 
 # (d) A transaction that writes (an xid, a row) and never emits, open while
