@@ -8,7 +8,11 @@
 
 EXTENSION = outbox
 MODULE_big = outbox
-DATA = $(wildcard sql/outbox--*.sql) outbox--0.1.0.control
+# outbox--0.1.0--0.2.0.sql, as released, stays in the tree but is not
+# installed: 0.1.0 updates straight to the current version
+# (outbox--0.1.0--0.3.0.sql), whose check keeps planted code from running as
+# the superuser who updates.
+DATA = $(filter-out sql/outbox--0.1.0--0.2.0.sql,$(wildcard sql/outbox--*.sql)) outbox--0.1.0.control
 
 # One source list, derived from the folders (src/README.md): src/ and
 # src/publisher/ use PostgreSQL; src/core/ and src/sinks/ never include a

@@ -4,9 +4,12 @@
 SELECT extversion FROM pg_extension WHERE extname = 'outbox';
 SELECT default_version FROM pg_available_extensions WHERE name = 'outbox';
 SELECT version FROM pg_available_extension_versions WHERE name = 'outbox' ORDER BY version;
--- Every update path between shipped versions is complete.
+-- Every earlier version updates to the current one, 0.1.0 in one step
+-- (outbox--0.1.0--0.2.0.sql, as released, is not installed: its UPDATE of
+-- outbox.routes had no check for planted code).
 SELECT source, target, path FROM pg_extension_update_paths('outbox')
- WHERE path IS NULL AND source < target;
+ WHERE target = (SELECT default_version FROM pg_available_extensions WHERE name = 'outbox')
+   AND source < target ORDER BY source;
 
 -- Every function pins search_path, but emit(), which pins it itself where
 -- it could resolve a name (src/event_insert.hpp: the server's pin costs
@@ -190,4 +193,67 @@ ALTER EXTENSION outbox UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'outbox';
 DROP EXTENSION outbox;
 DROP ROLE regress_outbox_squatter;
+
+-- No update runs code that someone other than a superuser planted on
+-- outbox's tables. The extension's owner, a superuser when it installed
+-- outbox and not any more, plants code an UPDATE of outbox.routes would run:
+-- a statement trigger, a rule, a CHECK constraint and an index expression,
+-- each saying who ran it (a NOTICE; the rule a row). Planting them runs the
+-- CHECK and the index expression once each, as the owner. From 0.1.0 (whose
+-- update rewrites routes of format debezium) the update refuses, naming
+-- them all; with them gone it runs. From 0.2.0 (DDL only) it runs, and none
+-- of them does.
+CREATE ROLE regress_outbox_owner SUPERUSER;
+CREATE SCHEMA regress_planted AUTHORIZATION regress_outbox_owner;
+CREATE TABLE regress_planted.ran (who text);
+ALTER TABLE regress_planted.ran OWNER TO regress_outbox_owner;
+CREATE FUNCTION pg_temp.install(version text) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    ALTER ROLE regress_outbox_owner SUPERUSER;
+    SET LOCAL ROLE regress_outbox_owner;
+    EXECUTE pg_catalog.format('CREATE EXTENSION outbox VERSION %L', version);
+    PERFORM outbox.create_sink('r', 'redis', '{"port": 6379}');
+    PERFORM outbox.add_route('a.*', 'r', 'a', format => 'debezium');
+    RESET ROLE;
+    ALTER ROLE regress_outbox_owner NOSUPERUSER;
+    SET LOCAL ROLE regress_outbox_owner;
+    CREATE OR REPLACE FUNCTION regress_planted.note() RETURNS trigger LANGUAGE plpgsql AS
+        'BEGIN RAISE NOTICE ''planted trigger ran as %'', current_user; RETURN NULL; END';
+    CREATE OR REPLACE FUNCTION regress_planted.noted(text) RETURNS boolean LANGUAGE plpgsql IMMUTABLE AS
+        'BEGIN RAISE NOTICE ''planted function ran as %'', current_user; RETURN true; END';
+    CREATE TRIGGER planted_trigger AFTER UPDATE ON outbox.routes
+        FOR EACH STATEMENT EXECUTE FUNCTION regress_planted.note();
+    CREATE RULE planted_rule AS ON UPDATE TO outbox.routes
+        DO ALSO INSERT INTO regress_planted.ran VALUES (current_user);
+    ALTER TABLE outbox.routes ADD CONSTRAINT planted_check CHECK (regress_planted.noted(format));
+    CREATE INDEX planted_index ON outbox.routes (regress_planted.noted(target));
+    RESET ROLE;
+END $$;
+SELECT pg_temp.install('0.1.0');
+SELECT error_of('ALTER EXTENSION outbox UPDATE');
+DO $$
+DECLARE
+    detail text;
+    hint text;
+BEGIN
+    ALTER EXTENSION outbox UPDATE;
+EXCEPTION WHEN insufficient_privilege THEN
+    GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+    RAISE NOTICE '% / %', detail, hint;
+END $$;
+SELECT count(*) AS planted_code_ran FROM regress_planted.ran;
+DROP TRIGGER planted_trigger ON outbox.routes;
+DROP RULE planted_rule ON outbox.routes;
+ALTER TABLE outbox.routes DROP CONSTRAINT planted_check;
+DROP INDEX outbox.planted_index;
+ALTER EXTENSION outbox UPDATE;
+SELECT extversion, (SELECT format FROM outbox.routes) AS format FROM pg_extension WHERE extname = 'outbox';
+DROP EXTENSION outbox;
+SELECT pg_temp.install('0.2.0');
+ALTER EXTENSION outbox UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'outbox';
+SELECT count(*) AS planted_code_ran FROM regress_planted.ran;
+DROP EXTENSION outbox;
+DROP SCHEMA regress_planted CASCADE;
+DROP ROLE regress_outbox_owner;
 CREATE EXTENSION outbox;

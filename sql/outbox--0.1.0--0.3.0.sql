@@ -1,0 +1,279 @@
+-- outbox 0.1.0 -> 0.3.0, in one step: PostgreSQL takes it over the two
+-- steps through 0.2.0 (the shortest path), and outbox--0.1.0--0.2.0.sql is
+-- no longer installed. Never edit it once released. Brings a 0.1.0
+-- installation to what outbox--0.3.0.sql installs (the regression test
+-- "extension" compares the two): 0.1.0 -> 0.2.0's statements, with a check
+-- that no code anyone planted on outbox.routes runs as the superuser who
+-- updates, then 0.2.0 -> 0.3.0's.
+
+\echo Use "ALTER EXTENSION outbox UPDATE" to load this file. \quit
+
+-- 0.1.0's CREATE EXTENSION took over a schema outbox that existed before it,
+-- and whoever owned it, or owned something in it, could plant functions and
+-- operators the statements below (and the publisher) might run, or drop
+-- partitions that hold pending events. 0.2.0 refuses such a schema at
+-- CREATE EXTENSION, and this update, which makes the schema the
+-- extension's, refuses it too: the schema and everything in it must belong
+-- to the extension's owner (or a superuser, who could do anything anyway).
+DO $$
+DECLARE
+    ext_owner oid := (SELECT extowner FROM pg_catalog.pg_extension
+                       WHERE extname OPERATOR(pg_catalog.=) 'outbox');
+    schema_oid oid := (SELECT oid FROM pg_catalog.pg_namespace
+                        WHERE nspname OPERATOR(pg_catalog.=) 'outbox');
+    foreign_objects text;
+BEGIN
+    IF NOT (SELECT nspowner OPERATOR(pg_catalog.=) ext_owner OR r.rolsuper
+              FROM pg_catalog.pg_namespace n JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) n.nspowner
+             WHERE n.oid OPERATOR(pg_catalog.=) schema_oid) THEN
+        RAISE EXCEPTION 'schema outbox is owned by %, not by the owner of extension outbox (%)',
+            (SELECT nspowner::pg_catalog.regrole FROM pg_catalog.pg_namespace
+              WHERE oid OPERATOR(pg_catalog.=) schema_oid), ext_owner::pg_catalog.regrole
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Someone may have created the schema before CREATE EXTENSION. Check what '
+                         'it holds, then ALTER SCHEMA outbox OWNER TO the extension''s owner and '
+                         'update again.';
+    END IF;
+    SELECT pg_catalog.string_agg(o.what, ', ' ORDER BY o.what) INTO foreign_objects
+      FROM (SELECT pg_catalog.format('relation outbox.%I (owner %s)', relname, relowner::pg_catalog.regrole) AS what
+              FROM pg_catalog.pg_class
+             WHERE relnamespace OPERATOR(pg_catalog.=) schema_oid
+               AND relowner OPERATOR(pg_catalog.<>) ext_owner
+               AND NOT (SELECT rolsuper FROM pg_catalog.pg_roles WHERE oid OPERATOR(pg_catalog.=) relowner)
+            UNION ALL
+            SELECT pg_catalog.format('function %s (owner %s)', oid::pg_catalog.regprocedure, proowner::pg_catalog.regrole)
+              FROM pg_catalog.pg_proc
+             WHERE pronamespace OPERATOR(pg_catalog.=) schema_oid
+               AND proowner OPERATOR(pg_catalog.<>) ext_owner
+               AND NOT (SELECT rolsuper FROM pg_catalog.pg_roles WHERE oid OPERATOR(pg_catalog.=) proowner)
+            UNION ALL
+            SELECT pg_catalog.format('operator %s (owner %s)', oid::pg_catalog.regoperator, oprowner::pg_catalog.regrole)
+              FROM pg_catalog.pg_operator
+             WHERE oprnamespace OPERATOR(pg_catalog.=) schema_oid
+               AND oprowner OPERATOR(pg_catalog.<>) ext_owner
+               AND NOT (SELECT rolsuper FROM pg_catalog.pg_roles WHERE oid OPERATOR(pg_catalog.=) oprowner)
+            UNION ALL
+            SELECT pg_catalog.format('type %s (owner %s)', oid::pg_catalog.regtype, typowner::pg_catalog.regrole)
+              FROM pg_catalog.pg_type
+             WHERE typnamespace OPERATOR(pg_catalog.=) schema_oid
+               AND typowner OPERATOR(pg_catalog.<>) ext_owner
+               AND NOT (SELECT rolsuper FROM pg_catalog.pg_roles WHERE oid OPERATOR(pg_catalog.=) typowner)) o;
+    IF foreign_objects IS NOT NULL THEN
+        RAISE EXCEPTION 'schema outbox holds objects the owner of extension outbox does not own'
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = foreign_objects,
+                  HINT = 'They could run as whoever uses outbox. Drop them or move them to '
+                         'another schema, then update again.';
+    END IF;
+END
+$$;
+
+-- The UPDATE of outbox.routes below runs as the superuser who updates. The
+-- owner of the extension or of the table (who need not be a superuser) may
+-- have put code on the table that an UPDATE runs: a trigger, a rule, a CHECK
+-- constraint, a generated column or a column of a domain type calling
+-- functions or operators of their own, an index with an expression or an
+-- operator class of their own. Such code would run with the updater's
+-- rights: the update refuses, naming each object. (Built-in code, and
+-- 0.1.0's own constraints and indexes, pass.)
+DO $$
+DECLARE
+    routes oid := 'outbox.routes'::pg_catalog.regclass;
+    planted text;
+BEGIN
+    SELECT pg_catalog.string_agg(p.what, ', ' ORDER BY p.what) INTO planted
+      FROM (SELECT pg_catalog.format('trigger %I', tgname) AS what
+              FROM pg_catalog.pg_trigger
+             WHERE tgrelid OPERATOR(pg_catalog.=) routes AND NOT tgisinternal
+            UNION ALL
+            SELECT pg_catalog.format('rule %I', rulename)
+              FROM pg_catalog.pg_rewrite
+             WHERE ev_class OPERATOR(pg_catalog.=) routes
+            UNION ALL
+            -- Constraints whose expression or operators use anything outside
+            -- pg_catalog, and foreign keys but 0.1.0's own.
+            SELECT pg_catalog.format('constraint %I', c.conname)
+              FROM pg_catalog.pg_constraint c
+             WHERE c.conrelid OPERATOR(pg_catalog.=) routes
+               AND ((c.contype OPERATOR(pg_catalog.=) 'f'
+                     AND NOT (c.conname OPERATOR(pg_catalog.=) 'routes_sink_fkey'
+                              AND c.confrelid OPERATOR(pg_catalog.=) 'outbox.sinks'::pg_catalog.regclass))
+                    OR EXISTS (
+                       SELECT FROM pg_catalog.pg_depend d
+                        WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_constraint'::pg_catalog.regclass
+                          AND d.objid OPERATOR(pg_catalog.=) c.oid
+                          AND d.refclassid OPERATOR(pg_catalog.<>) 'pg_catalog.pg_class'::pg_catalog.regclass
+                          AND d.refclassid OPERATOR(pg_catalog.<>) 'pg_catalog.pg_constraint'::pg_catalog.regclass
+                          AND d.refobjid OPERATOR(pg_catalog.<>) ALL (
+                              SELECT oid FROM pg_catalog.pg_proc
+                               WHERE pronamespace OPERATOR(pg_catalog.=) 'pg_catalog'::pg_catalog.regnamespace
+                              UNION ALL
+                              SELECT oid FROM pg_catalog.pg_operator
+                               WHERE oprnamespace OPERATOR(pg_catalog.=) 'pg_catalog'::pg_catalog.regnamespace
+                              UNION ALL
+                              SELECT oid FROM pg_catalog.pg_type
+                               WHERE typnamespace OPERATOR(pg_catalog.=) 'pg_catalog'::pg_catalog.regnamespace
+                              UNION ALL
+                              SELECT oid FROM pg_catalog.pg_collation
+                               WHERE collnamespace OPERATOR(pg_catalog.=) 'pg_catalog'::pg_catalog.regnamespace)))
+            UNION ALL
+            SELECT pg_catalog.format('index %I', ic.relname)
+              FROM pg_catalog.pg_index i
+              JOIN pg_catalog.pg_class ic ON ic.oid OPERATOR(pg_catalog.=) i.indexrelid
+             WHERE i.indrelid OPERATOR(pg_catalog.=) routes
+               AND (i.indexprs IS NOT NULL OR i.indpred IS NOT NULL
+                    OR EXISTS (SELECT FROM pg_catalog.pg_opclass o
+                                WHERE o.oid OPERATOR(pg_catalog.=) ANY (i.indclass)
+                                  AND o.opcnamespace OPERATOR(pg_catalog.<>) 'pg_catalog'::pg_catalog.regnamespace)
+                    OR EXISTS (SELECT FROM pg_catalog.pg_collation co
+                                WHERE co.oid OPERATOR(pg_catalog.=) ANY (i.indcollation)
+                                  AND co.collnamespace OPERATOR(pg_catalog.<>) 'pg_catalog'::pg_catalog.regnamespace))
+            UNION ALL
+            SELECT pg_catalog.format('column %I', a.attname)
+              FROM pg_catalog.pg_attribute a
+              JOIN pg_catalog.pg_type t ON t.oid OPERATOR(pg_catalog.=) a.atttypid
+             WHERE a.attrelid OPERATOR(pg_catalog.=) routes AND a.attnum OPERATOR(pg_catalog.>) 0
+               AND NOT a.attisdropped
+               AND (a.attgenerated OPERATOR(pg_catalog.<>) ''
+                    OR t.typnamespace OPERATOR(pg_catalog.<>) 'pg_catalog'::pg_catalog.regnamespace)) p;
+    IF planted IS NOT NULL THEN
+        RAISE EXCEPTION 'outbox.routes has code on it that outbox did not put there: %', planted
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'The update changes rows of outbox.routes; this code would run as the '
+                           'superuser who updates.',
+                  HINT = 'Drop those objects (or check who made them), then update again.';
+    END IF;
+END
+$$;
+
+-- The statements a publisher claims events with, as it prepares them: to
+-- EXPLAIN them, and for the isolation tests, which run them from concurrent
+-- sessions.
+CREATE FUNCTION outbox.publisher_statements(OUT name text, OUT statement text)
+RETURNS SETOF record
+LANGUAGE c STABLE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'outbox_publisher_statements';
+COMMENT ON FUNCTION outbox.publisher_statements() IS
+    'The SQL of the publisher''s claim statements (parameters: see src/publisher/claim.cpp)';
+REVOKE ALL ON FUNCTION outbox.publisher_statements() FROM PUBLIC;
+
+-- pg_dump leaves out a member table's rows unless it is marked: the events
+-- the default partition holds must be dumped.
+SELECT pg_catalog.pg_extension_config_dump('outbox.events_default', '');
+
+-- 0.3.0: outbox.routes.sink no longer references outbox.sinks (pg_restore -j
+-- loads the rows of both tables in parallel, in either order). Dropped
+-- before the UPDATE below, so that no foreign key trigger fires for it.
+ALTER TABLE outbox.routes DROP CONSTRAINT routes_sink_fkey;
+
+-- Routes may name the format debezium-expanded (Debezium's outbox event
+-- router with table.expand.json.payload=true). The constraint keeps the
+-- name a fresh install gives it.
+ALTER TABLE outbox.routes DROP CONSTRAINT routes_format_check,
+    ADD CONSTRAINT routes_format_check
+        CHECK (format IN ('raw', 'cloudevents', 'debezium', 'debezium-expanded'));
+
+-- In 0.1.0, format debezium sent the payload as JSON: what 0.2.0 calls
+-- debezium-expanded (0.2.0's debezium follows the EventRouter's defaults, the
+-- payload as a JSON string). Routes made under 0.1.0 keep the shape their
+-- consumers read.
+UPDATE outbox.routes SET format = 'debezium-expanded' WHERE format = 'debezium';
+
+-- emit() writes its row as its owner and pins search_path itself (see the
+-- install script): declared as a plain function, it no longer pays for the
+-- server doing both around every call.
+ALTER FUNCTION outbox.emit(text, jsonb, text, jsonb) SECURITY INVOKER RESET search_path;
+
+-- outbox.key_slot() calls the one definition of the key-slot hash
+-- (src/key_slot.cpp), which emit() and the claims use too.
+CREATE OR REPLACE FUNCTION outbox.key_slot(key text) RETURNS int
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'outbox_key_slot';
+
+-- The pattern among `patterns` whose route events of `topic` take: an exact
+-- pattern beats any wildcard, a longer wildcard a shorter one, then byte
+-- order; NULL when none matches. The publisher's own precedence (the one
+-- definition, src/core/route_match.cpp), for outbox.route_lag and for
+-- anyone's queries: it reads no table, so every role may call it.
+CREATE FUNCTION outbox.best_pattern(topic text, patterns text[]) RETURNS text
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'outbox_best_pattern';
+COMMENT ON FUNCTION outbox.best_pattern(text, text[]) IS
+    'The pattern a route for this topic takes among the given ones (route precedence); NULL if none matches';
+-- As a fresh install grants it (the same ACL: revoked, then granted).
+REVOKE ALL ON FUNCTION outbox.best_pattern(text, text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION outbox.best_pattern(text, text[]) TO PUBLIC;
+
+-- Per route: the lag (age of its oldest pending event) and backlog, from
+-- outbox.stats. Each topic goes to the route the publisher picks
+-- (outbox.best_pattern). Topics no route matches are summed in one row with
+-- pattern NULL.
+CREATE OR REPLACE VIEW outbox.route_lag AS
+WITH patterns AS (
+    SELECT pg_catalog.array_agg(pattern) AS patterns FROM outbox.routes),
+topic_route AS (
+    SELECT s.topic, s.pending, s.dead, s.oldest_pending_age,
+           outbox.best_pattern(s.topic, p.patterns) AS pattern
+      FROM outbox.stats s, patterns p)
+SELECT r.pattern, r.sink, r.target, r.format, r.paused,
+       pg_catalog.count(t.topic) AS topics,
+       coalesce(pg_catalog.sum(t.pending), 0)::bigint AS pending,
+       coalesce(pg_catalog.sum(t.dead), 0)::bigint AS dead,
+       pg_catalog.max(t.oldest_pending_age) AS oldest_pending_age
+  FROM outbox.routes r
+  LEFT JOIN topic_route t ON t.pattern OPERATOR(pg_catalog.=) r.pattern
+ GROUP BY r.pattern, r.sink, r.target, r.format, r.paused
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, pg_catalog.count(*), pg_catalog.sum(pending)::bigint,
+       pg_catalog.sum(dead)::bigint, pg_catalog.max(oldest_pending_age)
+  FROM topic_route
+ WHERE pattern IS NULL
+HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 0;
+COMMENT ON VIEW outbox.route_lag IS
+    'Per route: topics, pending and dead events, and the age of its oldest pending event (lag)';
+
+-- outbox.count_changes() in C (src/event_counts.cpp): the same counts, at a
+-- fraction of the PL/pgSQL version's cost per statement.
+CREATE OR REPLACE FUNCTION outbox.count_changes()
+RETURNS trigger
+LANGUAGE c
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'outbox_count_changes';
+
+-- 0.1.0's control file had CREATE EXTENSION make schema outbox and record
+-- the extension in it; 0.2.0 records the extension in pg_catalog and its
+-- install script creates the schema, which so is a member. An updated
+-- installation is made the same: pg_dump then writes what it writes for a
+-- fresh one (CREATE EXTENSION outbox, no CREATE SCHEMA), which restores; as
+-- it was, the restore refused "WITH SCHEMA outbox" against the control
+-- file's pg_catalog. The extension must leave the schema before the schema
+-- can join it, and no ALTER EXTENSION moves a non-relocatable extension:
+-- its catalog row and its dependency on the schema are changed here (an
+-- update of an untrusted extension runs as a superuser).
+UPDATE pg_catalog.pg_extension
+   SET extnamespace = 'pg_catalog'::pg_catalog.regnamespace
+ WHERE extname OPERATOR(pg_catalog.=) 'outbox';
+DELETE FROM pg_catalog.pg_depend
+ WHERE classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+   AND objid OPERATOR(pg_catalog.=) (SELECT oid FROM pg_catalog.pg_extension
+                                      WHERE extname OPERATOR(pg_catalog.=) 'outbox')
+   AND refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_namespace'::pg_catalog.regclass
+   AND refobjid OPERATOR(pg_catalog.=) 'outbox'::pg_catalog.regnamespace
+   AND deptype OPERATOR(pg_catalog.=) 'n';
+ALTER EXTENSION outbox ADD SCHEMA outbox;
+-- ADD SCHEMA records the schema's privileges as they are now as its initial
+-- ones, which pg_dump writes only the difference from; a restore's CREATE
+-- EXTENSION starts from a fresh install's (USAGE for PUBLIC). Recorded as a
+-- fresh install records them, so that grants and revokes made since dump
+-- and restore (and no role dropped since lingers there).
+UPDATE pg_catalog.pg_init_privs i
+   SET initprivs = pg_catalog.array_append(pg_catalog.acldefault('n', n.nspowner),
+                                           pg_catalog.makeaclitem(0, n.nspowner, 'USAGE', false))
+  FROM pg_catalog.pg_namespace n
+ WHERE n.nspname OPERATOR(pg_catalog.=) 'outbox'
+   AND i.objoid OPERATOR(pg_catalog.=) n.oid
+   AND i.classoid OPERATOR(pg_catalog.=) 'pg_catalog.pg_namespace'::pg_catalog.regclass
+   AND i.objsubid OPERATOR(pg_catalog.=) 0;
