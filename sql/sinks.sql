@@ -27,6 +27,15 @@ SET ROLE regress_outbox_sinkadmin;
 SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"bootstrap.servers": "h:1", "ssl.ca.location": "/etc/passwd"}')$$);
 SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"bootstrap.servers": "h:1", "security.protocol": "sasl_plaintext", "sasl.mechanisms": "GSSAPI", "sasl.kerberos.principal": "$(touch /tmp/outbox-pwned)"}')$$);
 SELECT error_of($$SELECT outbox.create_sink('k-admin', 'kafka', '{"bootstrap.servers": "h:1", "sasl.username": "u", "sasl.password": "p"}')$$);
+-- Nor values from the server's environment: one error whether the variable
+-- exists (OUTBOX_REGRESS_SET does, test/lib/private_server.sh), is missing,
+-- or may not be read at all, so its errors tell such a role nothing about
+-- the server's environment.
+SELECT error_of($$SELECT outbox.create_sink('k2', 'kafka', '{"bootstrap.servers": "h:1", "sasl.password": {"env": "OUTBOX_REGRESS_SET"}}')$$);
+SELECT error_of($$SELECT outbox.create_sink('k2', 'kafka', '{"bootstrap.servers": "h:1", "sasl.password": {"env": "OUTBOX_REGRESS_UNSET"}}')$$);
+SELECT error_of($$SELECT outbox.create_sink('k2', 'kafka', '{"bootstrap.servers": "h:1", "sasl.password": {"env": "PATH"}}')$$);
+SELECT error_of($$SELECT outbox.create_sink('r2', 'redis', '{"password": {"env": "OUTBOX_REGRESS_SET"}}')$$);
+SELECT error_of($$SELECT outbox.create_sink('r2', 'redis', '{"password": {"env": "OUTBOX_REGRESS_UNSET"}}')$$);
 RESET ROLE;
 SELECT error_of($$SELECT outbox.create_sink('k-file', 'kafka', '{"bootstrap.servers": "h:1", "ssl.ca.location": "/etc/ssl/certs"}')$$);
 SELECT outbox.drop_sink('k-file');

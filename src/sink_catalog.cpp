@@ -125,7 +125,10 @@ namespace {
 // environment (sink_options.hpp: IsSecretVariableName) and return true.
 // Never reveals a value in its reasons; the variable is read again every
 // time the options are (create_sink validates, publishers build sinks).
-bool ReadSecretReference(const JsonbValue &v, OptionView *out) {
+// Without `may_read` the environment is not looked at: every reference gets
+// the same reason, so that whoever may not use one cannot learn from the
+// errors which variables exist.
+bool ReadSecretReference(const JsonbValue &v, bool may_read, OptionView *out) {
   if (v.type != jbvBinary || !JsonContainerIsObject(v.val.binary.data) ||
       JsonContainerSize(v.val.binary.data) != 1) {
     return false;
@@ -135,6 +138,10 @@ bool ReadSecretReference(const JsonbValue &v, OptionView *out) {
   if (name.type != jbvString) return false;
   const std::string_view var(name.val.string.val, name.val.string.len);
   out->kind = SinkOption::Kind::kUnresolved;
+  if (!may_read) {
+    out->text = "names an environment variable: only a superuser may give values that way";
+    return true;
+  }
   if (!IsSecretVariableName(var)) {
     out->text = "names an environment variable outbox may not read (only OUTBOX_[A-Z0-9_]+)";
     return true;
@@ -154,7 +161,7 @@ bool ReadSecretReference(const JsonbValue &v, OptionView *out) {
 
 }  // namespace
 
-OptionView *FlattenSinkOptions(Jsonb *options, int *count) {
+OptionView *FlattenSinkOptions(Jsonb *options, int *count, bool may_read_environment) {
   if (!JB_ROOT_IS_OBJECT(options) || JB_ROOT_IS_SCALAR(options)) {
     ereport(ERROR,
             (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("options must be a JSON object")));
@@ -173,7 +180,7 @@ OptionView *FlattenSinkOptions(Jsonb *options, int *count) {
       raw[i].kind = SinkOption::Kind::kNumber;
       raw[i].text =
           DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(v.val.numeric)));
-    } else if (!ReadSecretReference(v, &raw[i])) {
+    } else if (!ReadSecretReference(v, may_read_environment, &raw[i])) {
       raw[i].kind = SinkOption::Kind::kOther;
       raw[i].text = "";
     }
@@ -210,10 +217,11 @@ OUTBOX_SQL_FUNCTION_HIDING_STATEMENT(outbox_create_sink) {
   // {"env": ...} values.
   ConnectAsSinkAdmin("create sinks");
   int n = 0;
-  OptionView *raw = FlattenSinkOptions(options, &n);
+  const bool privileged = superuser();
+  OptionView *raw = FlattenSinkOptions(options, &n, privileged);
   char err[1024];
   // Options that open files, fetch URLs or run Kerberos: a superuser's.
-  const Validation result = ValidateOptions(kafka, raw, n, superuser(), err, sizeof err);
+  const Validation result = ValidateOptions(kafka, raw, n, privileged, err, sizeof err);
   // The validators quote keys and values into fixed buffers cut at a byte
   // count, possibly inside a character: end the message on a whole
   // character (and keep it short), or the client could not even decode it.

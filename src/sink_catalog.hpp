@@ -13,7 +13,10 @@ namespace outbox {
 
 // The options object of a sink as views into palloc'd copies, in jsonb key
 // order; numbers keep their text. ERROR 22023 unless `options` is an object.
-OptionView *FlattenSinkOptions(Jsonb *options, int *count);
+// {"env": ...} values are read from the server's environment only when
+// `may_read_environment` (a superuser's options); otherwise each is left
+// unresolved with one reason, whatever it names.
+OptionView *FlattenSinkOptions(Jsonb *options, int *count, bool may_read_environment);
 
 // For the SQL functions that manage sinks and routes (sink_catalog.cpp,
 // route_control.cpp):

@@ -67,7 +67,7 @@ void LoadConfiguration(Dispatcher *dispatcher) {
     sinks[i].kind = View(TextColumn(row, sink_rows->tupdesc, 2, &isnull));
     Jsonb *options = DatumGetJsonbP(SPI_getbinval(row, sink_rows->tupdesc, 3, &isnull));
     int count = 0;
-    sinks[i].options = FlattenSinkOptions(options, &count);
+    sinks[i].options = FlattenSinkOptions(options, &count, privileged);
     sinks[i].option_count = static_cast<size_t>(count);
     sinks[i].privileged = privileged;
   }
