@@ -256,4 +256,22 @@ SELECT count(*) AS planted_code_ran FROM regress_planted.ran;
 DROP EXTENSION outbox;
 DROP SCHEMA regress_planted CASCADE;
 DROP ROLE regress_outbox_owner;
+
+-- CREATE EXTENSION where a schema outbox exists already says what to do.
+CREATE SCHEMA outbox;
+CREATE TABLE outbox.leftover (x int);
+DO $$
+DECLARE
+    state text;
+    message text;
+    detail text;
+    hint text;
+BEGIN
+    CREATE EXTENSION outbox;
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
+        detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+    RAISE NOTICE '%: % / % / %', state, message, detail, hint;
+END $$;
+DROP SCHEMA outbox CASCADE;
 CREATE EXTENSION outbox;

@@ -1,15 +1,38 @@
 -- outbox 0.3.0: the transactional outbox inside PostgreSQL.
 -- Install script. Never edit it once released: ship outbox--0.3.0--X.Y.Z.sql.
 -- outbox--0.2.0--0.3.0.sql brings a 0.2.0 installation to the same state
--- (and outbox--0.1.0--0.2.0.sql a 0.1.0 one to 0.2.0).
+-- (and outbox--0.1.0--0.3.0.sql a 0.1.0 one).
 
 \echo Use "CREATE EXTENSION outbox" to load this file. \quit
 
 -- The schema is created here, never taken over: a schema outbox that exists
 -- already (made by someone who could then plant functions, operators or
 -- triggers in it, or drop partitions holding pending events) makes CREATE
--- EXTENSION fail, and this one belongs to the extension (DROP EXTENSION
--- drops it; pg_dump leaves it to CREATE EXTENSION).
+-- EXTENSION fail, saying what to do, and this one belongs to the extension
+-- (DROP EXTENSION drops it; pg_dump leaves it to CREATE EXTENSION).
+DO $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname OPERATOR(pg_catalog.=) 'outbox') THEN
+        RAISE EXCEPTION 'schema "outbox" already exists'
+            USING ERRCODE = 'duplicate_schema',
+                  DETAIL = pg_catalog.format('CREATE EXTENSION outbox creates schema outbox itself; '
+                      'this one is owned by %s (relations and functions in it: %s).',
+                      (SELECT nspowner::pg_catalog.regrole FROM pg_catalog.pg_namespace
+                        WHERE nspname OPERATOR(pg_catalog.=) 'outbox'),
+                      (SELECT pg_catalog.count(*) FROM pg_catalog.pg_class c
+                        JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+                       WHERE n.nspname OPERATOR(pg_catalog.=) 'outbox')
+                      OPERATOR(pg_catalog.+)
+                      (SELECT pg_catalog.count(*) FROM pg_catalog.pg_proc p
+                        JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) p.pronamespace
+                       WHERE n.nspname OPERATOR(pg_catalog.=) 'outbox')),
+                  HINT = 'If it is left from an earlier outbox, or empty, drop it (DROP SCHEMA outbox, '
+                         'after checking what it holds) or rename it, then create the extension. '
+                         'Outbox never takes over a schema someone else made: its owner could plant '
+                         'code there that outbox would run.';
+    END IF;
+END
+$$;
 CREATE SCHEMA outbox;
 
 -- ---------------------------------------------------------------------------

@@ -26,6 +26,7 @@
 #include "publisher/database_guard.hpp"
 
 #include "config_changes.hpp"
+#include "extension_create.hpp"
 #include "extension_drop.hpp"
 #include "restored_partition.hpp"
 
@@ -273,6 +274,7 @@ void GuardedProcessUtility(PlannedStmt *pstmt, const char *query_string, bool re
     if (qc != nullptr) SetQueryCompletion(qc, CMDTAG_CREATE_INDEX, 0);
     return;
   }
+  if (IsA(stmt, CreateExtensionStmt)) CheckCreateExtension(castNode(CreateExtensionStmt, stmt));
   // Sinks and routes changed by COPY, TRUNCATE or an update script.
   NoteConfigChangingUtility(stmt);
   Oid paused = InvalidOid;
