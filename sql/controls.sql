@@ -28,3 +28,17 @@ SELECT outbox.replay(now() - interval '1 hour') AS all_topics;
 SELECT count(*) FILTER (WHERE status = 'pending') AS pending FROM outbox.events
  WHERE id IN (SELECT id FROM replayed);
 SELECT error_of($$SELECT outbox.replay(NULL)$$);
+
+-- The database outbox publishes from is this one: publish_here() has
+-- nothing to do (a copy made with CREATE DATABASE ... TEMPLATE names its
+-- template, and publishes nothing until publish_here(): TAP 067). Only
+-- superusers and the extension owner may call it.
+SELECT database = (SELECT oid FROM pg_database WHERE datname = current_database()) AS home_is_here
+  FROM outbox.home;
+SELECT outbox.publish_here();
+CREATE ROLE regress_outbox_stranger;
+SET ROLE regress_outbox_stranger;
+SELECT error_of($$SELECT outbox.publish_here()$$);
+SELECT error_of($$SELECT * FROM outbox.home$$);
+RESET ROLE;
+DROP ROLE regress_outbox_stranger;

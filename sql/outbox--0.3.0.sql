@@ -255,6 +255,23 @@ SELECT pg_catalog.pg_extension_config_dump('outbox.routes', '');
 -- dumped with their rows like any table.
 SELECT pg_catalog.pg_extension_config_dump('outbox.events_default', '');
 
+-- Which database these tables belong to (src/database_home.hpp). CREATE
+-- DATABASE ... TEMPLATE copies them, pending events included; a copy's
+-- publisher finds another database's OID here and publishes nothing (the
+-- template's publishers deliver those events) until outbox.publish_here()
+-- is called in it. Not dumped: a restore runs CREATE EXTENSION, which
+-- writes the database it restores into.
+CREATE TABLE outbox.home (
+    database oid         NOT NULL,
+    since    timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE outbox.home IS
+    'The database outbox publishes these events from (a copy publishes nothing until publish_here())';
+INSERT INTO outbox.home (database)
+SELECT oid FROM pg_catalog.pg_database
+ WHERE datname OPERATOR(pg_catalog.=) pg_catalog.current_database();
+REVOKE ALL ON outbox.home FROM PUBLIC;
+
 -- ---------------------------------------------------------------------------
 -- Functions. Every one pins search_path.
 -- ---------------------------------------------------------------------------
@@ -382,6 +399,15 @@ SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'outbox_wakeup';
 COMMENT ON FUNCTION outbox.wakeup() IS
     'Wake this database''s publishers when the current transaction commits';
+
+CREATE FUNCTION outbox.publish_here()
+RETURNS void
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'outbox_publish_here';
+COMMENT ON FUNCTION outbox.publish_here() IS
+    'In a copy of another database (CREATE DATABASE ... TEMPLATE): publish its events from here';
+REVOKE ALL ON FUNCTION outbox.publish_here() FROM PUBLIC;
 
 -- The statements a publisher claims events with, as it prepares them: to
 -- EXPLAIN them, and for the isolation tests, which run them from concurrent

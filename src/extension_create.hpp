@@ -13,8 +13,8 @@ extern "C" {
 namespace outbox {
 
 // Called for every CREATE EXTENSION before it runs: ERROR 0A000 when it is
-// outbox's with a schema given. Nothing otherwise (PostgreSQL's own checks,
-// privileges included, come after).
+// outbox's with a schema given other than pg_catalog (which pg_dump writes). Nothing otherwise
+// (PostgreSQL's own checks, privileges included, come after).
 void CheckCreateExtension(const CreateExtensionStmt *stmt);
 
 }  // namespace outbox

@@ -31,6 +31,7 @@ int backoff_max_ms = 60000;
 int poll_interval_ms = 1000;
 int wake_interval_ms = 5;
 int workers = 1;
+int max_databases = 0;
 int max_payload_bytes = 1024 * 1024;
 int maintenance_lock_timeout_ms = 100;
 bool emit_direct_insert = true;
@@ -183,6 +184,15 @@ void Define() {
                             "Valid range is 1 .. 64. Takes effect at server start.", &workers, 1, 1,
                             64, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
   }
+
+  // PGC_SIGHUP: the launcher, which applies it, reads the configuration
+  // file only; a DBA's cluster-wide choice, never a database's.
+  DefineCustomIntVariable(
+      "outbox.max_databases", "Most databases that have publishers at once.",
+      "0 (the default) means no limit. Beyond it, databases with the extension get no "
+      "publisher, with a WARNING, and their events wait; those that have one keep it. "
+      "Bounds the background workers outbox takes: max_databases * outbox.workers + 1.",
+      &max_databases, 0, 0, 10000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
 
   DefineCustomIntVariable("outbox.max_payload_bytes",
                           "Largest payload outbox.emit() accepts, measured as JSON text.",

@@ -1,9 +1,11 @@
 // outbox.worker_stats(), behind the outbox.workers view: one row per running
 // publisher of the current database, from what each reports in shared memory
-// (shmem.hpp). Copies each publisher's record under its spinlock, then builds
+// (shmem.hpp), or, in a copy of another database, one row saying why none
+// runs (database_home.hpp). Copies each publisher's record under its spinlock, then builds
 // the row outside it.
 #include "pg_bridge.hpp"
 
+#include "database_home.hpp"
 #include "shmem.hpp"
 
 extern "C" {
@@ -19,6 +21,22 @@ OUTBOX_SQL_FUNCTION(outbox_worker_stats) {
   using namespace outbox;
   InitMaterializedSRF(fcinfo, 0);
   ReturnSetInfo *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
+  // A copy of another database has no publisher: one row that says why.
+  Oid copied_from = InvalidOid;
+  if (HomeOfOutbox(&copied_from) == Home::kCopy) {
+    const char *datname = get_database_name(MyDatabaseId);
+    Datum values[12];
+    bool nulls[12] = {false};
+    for (bool &n : nulls) n = true;
+    values[0] = datname != nullptr ? CStringGetTextDatum(datname) : (Datum)0;
+    nulls[0] = datname == nullptr;
+    values[2] = CStringGetTextDatum(
+        "paused: this database is a copy of another one (CREATE DATABASE ... TEMPLATE); "
+        "SELECT outbox.publish_here() publishes its events from here");
+    nulls[2] = false;
+    tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+    return (Datum)0;
+  }
   SharedState *shared = Shared();
   if (shared == nullptr) return (Datum)0;  // not preloaded: no publishers
 

@@ -287,6 +287,17 @@ void WarnCannotStart(Oid dboid, const char *datname, TimestampTz now, const char
                    max_worker_processes, guc::workers)));
 }
 
+void WarnOverLimit(Oid dboid, const char *datname, TimestampTz now) {
+  if (!ShouldWarn(dboid, now)) return;
+  ereport(WARNING,
+          (errmsg("outbox: no publisher for database \"%s\": outbox.max_databases (%d) "
+                  "databases have publishers already",
+                  datname, guc::max_databases),
+           errdetail("Its events wait as pending; publishing starts once another database's "
+                     "publishers stop (DROP EXTENSION, DROP DATABASE) or the limit is raised."),
+           errhint("Raise outbox.max_databases in postgresql.conf and reload.")));
+}
+
 // A publisher that was started here and is gone: note why.
 void NoteExit(Publisher *p, int w, const char *datname, uint64 word, bool paused, TimestampTz now) {
   pfree(p->handle);  // allocated by RegisterDynamicBackgroundWorker in TopMemoryContext
@@ -368,6 +379,18 @@ long Reconcile(MemoryContext scratch) {
     if (Holds(slot, 0) || (r != nullptr && IsAlive(r->publishers[0]))) ++probes;
   }
 
+  // Databases with a publisher now, for outbox.max_databases: a database
+  // that has none gets one only below the limit (probes included: a probe
+  // that finds the extension stays as its publisher).
+  int publishing = 0;
+  for (int i = 0; i < shared->nslots; ++i) {
+    DatabaseSlot *slot = &shared->slots[i];
+    if (!OidIsValid(slot->dboid)) continue;
+    const Running *r = FindRunning(slot->dboid);
+    if ((r != nullptr && AnyAlive(*r)) || AnyPublisher(slot)) ++publishing;
+  }
+  const bool limited = guc::max_databases > 0;
+
   bool workers_left = true;
   int unprobed = 0;
   for (int j = 0; j < dbs.count && workers_left; ++j) {
@@ -376,6 +399,7 @@ long Reconcile(MemoryContext scratch) {
     DatabaseSlot *slot = FindSlot(dboid);
     if (slot == nullptr) {
       if (Contains(absent, dboid) || probes >= kMaxProbes) continue;
+      if (limited && publishing >= guc::max_databases) continue;  // not even probed
       slot = SlotFor(dboid);  // a fresh slot: state unknown, to be probed
       if (slot == nullptr) {
         ++unprobed;  // we do not know whether it has the extension
@@ -412,6 +436,10 @@ long Reconcile(MemoryContext scratch) {
       continue;
     }
     Remove(&absent, dboid);
+    if (limited && publishing >= guc::max_databases && !AnyAlive(*r) && !AnyPublisher(slot)) {
+      WarnOverLimit(dboid, datname, now);
+      continue;
+    }
     for (int w = 0; w < guc::workers; ++w) {
       Publisher *p = &r->publishers[w];
       // Alive if we started it and it runs, or if any publisher holds its
@@ -425,11 +453,13 @@ long Reconcile(MemoryContext scratch) {
         ++probes;
       }
       p->started_generation = GenerationOf(word);
+      const bool first = !AnyAlive(*r) && !AnyPublisher(slot);
       if (!StartPublisher(dboid, w, p, datname)) {
         WarnCannotStart(dboid, datname, now, "no background worker slot is free");
         workers_left = false;  // none for the databases after it either
         break;
       }
+      if (first) ++publishing;
     }
   }
 

@@ -36,6 +36,7 @@
 
 #include "publisher/claim.hpp"
 #include "publisher/configuration.hpp"
+#include "database_home.hpp"
 #include "fault_injection.hpp"
 #include "guc.hpp"
 #include "publisher/key_ownership.hpp"
@@ -85,7 +86,8 @@ DatabaseSlot *slot = nullptr;
 int worker_index = 0;
 uint64 loaded_config_version = 0;
 bool config_loaded = false;
-bool announced = false;  // the "publishing from" line is logged once per process
+bool announced = false;     // the "publishing from" line is logged once per process
+bool home_checked = false;  // outbox.home named this database (database_home.hpp)
 TimestampTz last_maintenance = 0;
 TimestampTz last_overdue_check = 0;
 TimestampTz last_cycle_start = 0;  // of the last publish cycle a commit asked for
@@ -252,6 +254,29 @@ int RunCycle() {
     // Not marked when something was announced since we looked: look again.
     return MarkExtensionAbsent(slot, seen_extension) ? -1 : 0;
   }
+  // A copy of another database (CREATE DATABASE ... TEMPLATE) publishes
+  // nothing until outbox.publish_here(): to the launcher it is a database
+  // without the extension, looked at again when that is called (or every
+  // 10 minutes, which repeats the WARNING).
+  // Checked until found home: a process's database stays what it is.
+  Oid copied_from = InvalidOid;
+  if (!home_checked && HomeOfOutbox(&copied_from) == Home::kCopy) {
+    SPI_finish();
+    PopActiveSnapshot();
+    CommitTransactionCommand();
+    ereport(WARNING,
+            (errmsg("outbox: database \"%s\" is a copy of another database: publishing is "
+                    "paused here",
+                    database_name),
+             errdetail("Its outbox tables were made for database OID %u; CREATE DATABASE ... "
+                       "TEMPLATE copied them with their pending events, which that database "
+                       "publishes.",
+                       copied_from),
+             errhint("To publish this database's events from here, run SELECT "
+                     "outbox.publish_here(); in it.")));
+    return MarkExtensionAbsent(slot, seen_extension) ? -1 : 0;
+  }
+  home_checked = true;
   // The launcher starts the other publishers once it knows: tell it now.
   if (MarkExtensionPresent(slot)) WakeLauncher();
 
