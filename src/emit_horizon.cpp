@@ -14,10 +14,13 @@
 // atomic OR, which returns whether kPassed was set before. Exactly one of
 // them comes first: either the publisher's swap fails (the transaction
 // counts in the bound, as any other) or the backend sees kPassed and
-// reports its first-emit time (under report_mutex) before its commit is
+// reports its first-emit time (to the mailboxes of the database's
+// publishers, shmem.hpp) before its commit is
 // visible. A prepared transaction's entry does the same under
 // prepared_mutex, its committing flag set before COMMIT PREPARED runs.
 #include "emit_horizon.hpp"
+
+#include "shmem.hpp"
 
 extern "C" {
 #include "access/twophase.h"
@@ -58,23 +61,12 @@ struct PreparedEmit {
   bool committing;    // COMMIT PREPARED is running: no longer passed
 };
 
-// The commit of a passed transaction: publishers look back to `since`.
-struct HolderReport {
-  uint64 number;  // 0: never written
-  Oid dboid;
-  TimestampTz since;
-};
-constexpr int kHolderReports = 64;
-
 struct HorizonState {
   int nbackends;
   int nprepared;
-  slock_t prepared_mutex;                // protects `prepared`
-  BackendEmit *backends;                 // [nbackends]
-  PreparedEmit *prepared;                // [nprepared]
-  slock_t report_mutex;                  // protects the two below
-  uint64 last_report;                    // number of the latest report; 0: none yet
-  HolderReport reports[kHolderReports];  // report n at n % kHolderReports
+  slock_t prepared_mutex;  // protects `prepared`
+  BackendEmit *backends;   // [nbackends]
+  PreparedEmit *prepared;  // [nprepared]
 };
 
 HorizonState *state = nullptr;
@@ -88,12 +80,8 @@ BackendEmit *Mine() {
   return procno >= 0 && procno < state->nbackends ? &state->backends[procno] : nullptr;
 }
 
-void Report(Oid dboid, TimestampTz since) {
-  SpinLockAcquire(&state->report_mutex);
-  const uint64 number = ++state->last_report;
-  state->reports[number % kHolderReports] = HolderReport{number, dboid, since};
-  SpinLockRelease(&state->report_mutex);
-}
+// Every publisher of the database looks back to `since` (shmem.hpp).
+void Report(Oid dboid, TimestampTz since) { ReportHolderCommit(dboid, since); }
 
 // XACT_EVENT_PRE_COMMIT (and PRE_PREPARE): from here on no publisher passes
 // this transaction; if one did, report it now, before the commit is visible.
@@ -210,9 +198,6 @@ void EmitHorizonShmemInit() {
   state->nbackends = BackendCount();
   state->nprepared = max_prepared_xacts;
   SpinLockInit(&state->prepared_mutex);
-  SpinLockInit(&state->report_mutex);
-  state->last_report = 0;
-  for (HolderReport &r : state->reports) r = HolderReport{0, InvalidOid, 0};
   state->backends = reinterpret_cast<BackendEmit *>(base + MAXALIGN(sizeof(HorizonState)));
   state->prepared =
       reinterpret_cast<PreparedEmit *>(base + MAXALIGN(sizeof(HorizonState)) +
@@ -325,27 +310,6 @@ EmitHorizon ReadEmitHorizon(Oid dboid, const TransactionId *prepared_xids, int n
     if (!known && TransactionIdIsInProgress(prepared_xids[p])) h.unknown_prepared = true;
   }
   return h;
-}
-
-bool TakeHolderCommits(Oid dboid, uint64 *seen, TimestampTz *oldest) {
-  if (state == nullptr) return false;
-  bool any = false;
-  SpinLockAcquire(&state->report_mutex);
-  const uint64 last = state->last_report;
-  if (last - *seen > static_cast<uint64>(kHolderReports)) {
-    any = true;  // overwritten unread: look back to the beginning
-    *oldest = 0;
-  } else {
-    for (uint64 n = *seen + 1; n <= last; ++n) {
-      const HolderReport &r = state->reports[n % kHolderReports];
-      if (r.dboid != dboid) continue;
-      if (!any || r.since < *oldest) *oldest = r.since;
-      any = true;
-    }
-  }
-  SpinLockRelease(&state->report_mutex);
-  *seen = last;
-  return any;
 }
 
 void NoteCommittingPrepared(TransactionId xid) {

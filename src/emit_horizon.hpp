@@ -52,21 +52,14 @@ struct EmitHorizon {
 // none) is marked passed and left out of `oldest`, unless it is already
 // committing. A passed transaction reports its first-emit time when it
 // commits (at PRE_COMMIT, or before COMMIT PREPARED runs), before its events
-// become visible: see TakeHolderCommits. Publishers of the database leave
+// become visible, to every publisher of the database (shmem.hpp:
+// ReportHolderCommit), so a claim whose snapshot saw its events is followed
+// by a look at the mailbox that finds it. Publishers of the database leave
 // every passed transaction out, whoever passed it, until it reports; from
 // then until it has ended (its commit is visible) it counts in `oldest`
 // again.
 EmitHorizon ReadEmitHorizon(Oid dboid, const TransactionId *prepared_xids, int nprepared,
                             TimestampTz pass_before);
-
-// The commits of passed transactions of database `dboid` reported after
-// *seen (a report number; 0 before the first call): true if there is any,
-// with *oldest lowered to the earliest first-emit time among them (0 when
-// some were overwritten before they were read: anything may be below).
-// Moves *seen to the latest report. A report is made before the
-// transaction's events are visible, so a claim whose snapshot saw them is
-// followed by a call that finds the report.
-bool TakeHolderCommits(Oid dboid, uint64 *seen, TimestampTz *oldest);
 
 // COMMIT PREPARED of `xid` is about to run (commit_prepared.cpp, after
 // PostgreSQL's checks): no publisher passes it from now on, and if one did,

@@ -49,6 +49,9 @@ void InitSlot(DatabaseSlot *slot) {
   pg_atomic_init_u32(&slot->membership, 0);
   pg_atomic_init_u64(&slot->floor_resets, 0);
   for (int i = 0; i < kKeySlots; ++i) pg_atomic_init_u32(&slot->key_slot_owner[i], kNoOwner);
+  SpinLockAcquire(&slot->holder_mutex);
+  for (TimestampTz &since : slot->holder_since) since = DT_NOEND;
+  SpinLockRelease(&slot->holder_mutex);
   for (int i = 0; i < kMaxWorkersPerDatabase; ++i) {
     PublisherStats *st = &slot->stats[i];
     memset(st, 0, sizeof *st);
@@ -66,7 +69,10 @@ void ShmemStartup() {
     pg_atomic_init_u32(&shared->launcher_procno, kNoProc);
     pg_atomic_init_u32(&shared->unslotted_announcements, 0);
     shared->nslots = SlotCount();
-    for (int i = 0; i < shared->nslots; ++i) InitSlot(&shared->slots[i]);
+    for (int i = 0; i < shared->nslots; ++i) {
+      SpinLockInit(&shared->slots[i].holder_mutex);
+      InitSlot(&shared->slots[i]);
+    }
   }
   EmitHorizonShmemInit();
   LWLockRelease(AddinShmemInitLock);
@@ -122,6 +128,27 @@ void AnnounceExtension(Oid dboid) {
     pg_atomic_fetch_add_u32(&shared->unslotted_announcements, 1);
   }
   SpinLockRelease(&shared->mutex);
+}
+
+void ReportHolderCommit(Oid dboid, TimestampTz since) {
+  DatabaseSlot *slot = FindSlot(dboid);
+  if (slot == nullptr) return;
+  SpinLockAcquire(&slot->holder_mutex);
+  if (slot->dboid == dboid) {  // not freed and taken by another database since
+    for (TimestampTz &mine : slot->holder_since) {
+      if (since < mine) mine = since;
+    }
+  }
+  SpinLockRelease(&slot->holder_mutex);
+}
+
+bool TakeHolderCommits(DatabaseSlot *slot, int index, TimestampTz *since) {
+  if (slot == nullptr || index < 0 || index >= kMaxWorkersPerDatabase) return false;
+  SpinLockAcquire(&slot->holder_mutex);
+  *since = slot->holder_since[index];
+  slot->holder_since[index] = DT_NOEND;
+  SpinLockRelease(&slot->holder_mutex);
+  return *since != DT_NOEND;
 }
 
 DatabaseSlot *FindSlot(Oid dboid) {

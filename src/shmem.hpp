@@ -95,6 +95,14 @@ struct DatabaseSlot {
   // moving rows out of the default partition): publishers seeing a new value
   // start their next claim from the beginning.
   pg_atomic_uint64 floor_resets;
+  // Per publisher: the earliest first emit of the passed transactions
+  // (emit_horizon.hpp) that committed since it last looked; DT_NOEND: none.
+  // A mailbox rather than a log: it cannot overflow, and a report reaches
+  // only the publishers of its own database. Under holder_mutex, which is
+  // initialised once with the shared memory (a committing backend may look
+  // at a slot as it is freed and taken again).
+  slock_t holder_mutex;
+  TimestampTz holder_since[kMaxWorkersPerDatabase];
   // Owner (publisher index) of each key slot, or kNoOwner. A publisher
   // writes only its own index into a free slot (compare-and-swap) and frees
   // only slots it owns, always between its transactions (key_ownership.hpp).
@@ -155,6 +163,14 @@ bool MarkExtensionPresent(DatabaseSlot *slot);
 // A publisher found it missing, in a snapshot taken after it read `seen`:
 // kAbsent unless something was announced since. Returns whether it was set.
 bool MarkExtensionAbsent(DatabaseSlot *slot, uint64 seen);
+
+// A passed transaction of database `dboid` is committing (before its events
+// are visible): every publisher of the database looks back to `since`. No
+// slot: no publisher, and one that starts later claims from the beginning.
+void ReportHolderCommit(Oid dboid, TimestampTz since);
+// Publisher `index` of the slot: the earliest first emit reported since its
+// last call (false: none), emptying its mailbox.
+bool TakeHolderCommits(DatabaseSlot *slot, int index, TimestampTz *since);
 
 // Set the latch of the process with this pgprocno (kNoProc: nobody).
 void SetProcLatch(uint32 procno);

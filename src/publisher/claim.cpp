@@ -127,10 +127,8 @@ void PreparePlans() {
 // it would take more than 1% of the publisher's time.
 constexpr int64 kFullScanIntervalUs = 10 * USECS_PER_SEC;
 constexpr int64 kPassHoldersAfterUs = USECS_PER_SEC;
-// The last report of a passed transaction's commit that the floor has
-// taken into account (TakeHolderCommits), and the lowest first emit of those
-// taken in this cycle (all 0xff: none), below which its floor stays.
-uint64 holder_reports_seen = 0;
+// The lowest first emit of the passed transactions' commits taken in this
+// cycle (all 0xff: none), below which its floor stays.
 pg_uuid_t holder_cap;
 constexpr int64 kFullScanTimeShare = 100;  // interval >= 100 x the scan's duration
 pg_uuid_t ready_floor;                     // all zero: from the beginning
@@ -226,13 +224,15 @@ int CompareUuid(const pg_uuid_t &a, const pg_uuid_t &b) { return memcmp(a.data, 
 
 // Passed transactions that committed since the floor last looked (see
 // above): lowers *floor to the first emit of the earliest. Returns whether
-// there was any.
+// it lowered it: a transaction that first emitted at or above the floor has
+// all its events in the range a claim from there covers, in id order.
 bool LookBackForHolders(pg_uuid_t *floor) {
   TimestampTz since = 0;
-  if (!TakeHolderCommits(MyDatabaseId, &holder_reports_seen, &since)) return false;
+  if (!TakeHolderCommitsForClaims(&since)) return false;
   const pg_uuid_t back = IdFloorAt(since);
-  if (CompareUuid(back, *floor) < 0) *floor = back;
   if (CompareUuid(back, holder_cap) < 0) holder_cap = back;
+  if (CompareUuid(back, *floor) >= 0) return false;
+  *floor = back;
   return true;
 }
 

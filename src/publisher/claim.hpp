@@ -66,6 +66,10 @@ TimestampTz LastClaimsAt();
 // How many times this database's claim floors were reset (shmem.hpp's
 // DatabaseSlot::floor_resets); provided by the publisher.
 uint64 ClaimFloorResets();
+// The earliest first emit of the passed transactions that committed since
+// the last call (shmem.hpp: TakeHolderCommits for this publisher); false:
+// none. Provided by the publisher.
+bool TakeHolderCommitsForClaims(TimestampTz *since);
 
 // The SQL text of a statement the publisher runs ("claim_retry",
 // "claim_ready"), for outbox.publisher_statements(); nullptr if unknown.

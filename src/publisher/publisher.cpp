@@ -625,6 +625,10 @@ bool InPublisher() { return in_publisher; }
 
 uint64 ClaimFloorResets() { return slot != nullptr ? pg_atomic_read_u64(&slot->floor_resets) : 0; }
 
+bool TakeHolderCommitsForClaims(TimestampTz *since) {
+  return TakeHolderCommits(slot, worker_index, since);
+}
+
 }  // namespace outbox
 
 // The publisher's entry: one exception boundary around everything (every
