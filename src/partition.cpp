@@ -61,7 +61,7 @@ struct PartitionSet {
 using StepFn = bool (*)(void *arg);
 
 // Every statement here runs with a snapshot taken when it starts, whatever
-// the caller's isolation level (issue 13, defect 3): under REPEATABLE READ a
+// the caller's isolation level: under REPEATABLE READ a
 // plain SPI statement would reuse the transaction's snapshot, taken before
 // the locks below, and the re-count after LOCK TABLE would miss events that
 // turned pending meanwhile (replay(), retry_dead()), and drop them with

@@ -30,7 +30,7 @@ enum class ExtensionState : uint32 {
 // (AnnounceExtension); a publisher that found the extension missing may set
 // kAbsent only with a compare-and-swap from the word it read before taking
 // its snapshot, so an announcement that came after that snapshot is never
-// overwritten (issue 13, defect 8).
+// overwritten.
 inline ExtensionState StateOf(uint64 word) { return static_cast<ExtensionState>(word & 3); }
 inline uint64 GenerationOf(uint64 word) { return word >> 2; }
 

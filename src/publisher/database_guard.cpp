@@ -10,7 +10,7 @@
 //
 // Only a statement that will pass PostgreSQL's own checks pauses anything:
 // the hook runs before them, and a refused DROP DATABASE by any login role
-// must not stop publishing (issue 14). The checks repeated here are those
+// must not stop publishing. The checks repeated here are those
 // that do not depend on the publishers being gone (WillAct): where it runs
 // from (not a transaction block or a function), the database exists and is
 // not the caller's own, the caller owns it (or may copy the template) and

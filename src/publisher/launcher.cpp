@@ -7,8 +7,8 @@
 // by starting its publisher 0, which reports present (and stays) or absent
 // (and exits). A database found without the extension gives its shared slot
 // back and is remembered here as such, so it is probed once per launcher
-// lifetime and holds no shared slot (issue 13, defect 7: slots went to every
-// connectable database). CREATE EXTENSION takes a slot and bumps its
+// lifetime and holds no shared slot (else every connectable database would
+// take one). CREATE EXTENSION takes a slot and bumps its
 // generation at commit and wakes the launcher (shmem.hpp), so publishing
 // starts within a second; a database created from a template that has the
 // extension is a new OID, probed like any new database. Publishers 1 ..
@@ -20,7 +20,7 @@
 // a hot standby runs no launcher and publishes nothing; after promotion the
 // launcher starts and the new primary publishes what is pending.
 //
-// Failures and restarts (issue 13, defects 5 and 6):
+// Failures and restarts:
 // - What runs where lives in shared memory: a publisher holds its place
 //   (database, index) there from start to exit, so a launcher that restarts
 //   knows the publishers its predecessor started, and two publishers with

@@ -12,7 +12,7 @@
 // is logged once, and the loop backs off and carries on: it never exits for
 // a broker or SQL error, so it never crash-loops the server.
 //
-// Errors (issue 13, defects 1 and 2): the transaction's memory holds the
+// Errors: the transaction's memory holds the
 // claimed rows and the outcome arrays the dispatcher's batches in flight
 // point into. The error path abandons every batch in flight (their events
 // stay pending; what a broker already got may arrive again, at least once)

@@ -32,7 +32,7 @@ void PinWorkerSettings();
 // The second part alone (PinWorkerSettings calls it).
 void DiscardDatabaseSettings();
 
-// Who the workers' SQL runs as (issue 14, finding 3). The workers connect as
+// Who the workers' SQL runs as. The workers connect as
 // the bootstrap superuser, but every statement that can reach code someone
 // else wrote (the claims and outcome updates fire triggers and evaluate
 // constraints, defaults and index expressions on outbox.events; maintenance

@@ -12,7 +12,7 @@ namespace outbox {
 
 namespace {
 
-// The producer properties a sink may set (issue 14, finding 4): an
+// The producer properties a sink may set: an
 // allowlist, because librdkafka has properties that make the process run
 // programs or read files, and more arrive with every release. Three kinds:
 // - kAnyone: what a producer needs to reach and feed a cluster: the sink's

@@ -21,7 +21,7 @@ struct SinkOption {
   bool from_environment = false;  // text was read from {"env": ...}
 };
 
-// Secrets without SQL text (issue 14, finding 9): an option's value may be
+// Secrets without SQL text: an option's value may be
 // {"env": "NAME"}, the value of environment variable NAME of the server's
 // processes (set where the server is started: the service unit, pg_ctl's
 // environment). Only names OUTBOX_[A-Z0-9_]{1,64} may be read, so that a
