@@ -32,7 +32,8 @@ set -euo pipefail
 #   namespace (ip link).
 #
 # `install_deps.sh demo` installs only what test/demo.sh needs: the build, the
-# server, the Kafka and Redis client libraries and redis-server.
+# server, the Kafka and Redis client libraries, redis-server and procps (a
+# minimal Debian has no pgrep).
 # shellcheck source=lib/pg_major.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/pg_major.sh"
 MAJOR=$(outbox_default_major)
@@ -47,7 +48,7 @@ if [[ ${1:-} == demo ]]; then
   PACKAGES=(
     build-essential g++ pkg-config make
     "postgresql-$MAJOR" "postgresql-server-dev-$MAJOR"
-    librdkafka-dev libhiredis-dev redis-server
+    librdkafka-dev libhiredis-dev redis-server procps
   )
 else
   PACKAGES=(
