@@ -14,10 +14,9 @@
 // atomic OR, which returns whether kPassed was set before. Exactly one of
 // them comes first: either the publisher's swap fails (the transaction
 // counts in the bound, as any other) or the backend sees kPassed and
-// reports its first-emit time (to the mailboxes of the database's
-// publishers, shmem.hpp) before its commit is
-// visible. A prepared transaction's entry does the same under
-// prepared_mutex, its committing flag set before COMMIT PREPARED runs.
+// reports its first-emit time to the database's publishers
+// (ReportHolderCommit) before its commit is visible. A prepared transaction's entry does the same
+// under prepared_mutex, its committing flag set before COMMIT PREPARED runs.
 #include "emit_horizon.hpp"
 
 #include "shmem.hpp"
@@ -80,9 +79,6 @@ BackendEmit *Mine() {
   return procno >= 0 && procno < state->nbackends ? &state->backends[procno] : nullptr;
 }
 
-// Every publisher of the database looks back to `since` (shmem.hpp).
-void Report(Oid dboid, TimestampTz since) { ReportHolderCommit(dboid, since); }
-
 // XACT_EVENT_PRE_COMMIT (and PRE_PREPARE): from here on no publisher passes
 // this transaction; if one did, report it now, before the commit is visible.
 // Returns the entry's time and whether it had been passed.
@@ -130,7 +126,7 @@ void RecordPrepared() {
   bool passed = false;
   const TimestampTz since = MarkCommitting(&passed);
   if (state->nprepared == 0 || !TransactionIdIsValid(xid)) {
-    if (passed) Report(MyDatabaseId, since);  // cannot prepare: look back anyway
+    if (passed) ReportHolderCommit(MyDatabaseId, since);  // cannot prepare: look back anyway
     return;
   }
   for (int round = 0; round < 2; ++round) {
@@ -154,7 +150,7 @@ void RecordPrepared() {
   // No entry: publishers treat the transaction as of unknown content (the
   // claims start from the beginning while it exists); a passed one may
   // already be below their floors.
-  if (passed) Report(MyDatabaseId, since);
+  if (passed) ReportHolderCommit(MyDatabaseId, since);
 }
 
 void OnXactEvent(XactEvent event, void *arg) {
@@ -162,7 +158,7 @@ void OnXactEvent(XactEvent event, void *arg) {
     case XACT_EVENT_PRE_COMMIT: {
       bool passed = false;
       const TimestampTz since = MarkCommitting(&passed);
-      if (passed) Report(MyDatabaseId, since);
+      if (passed) ReportHolderCommit(MyDatabaseId, since);
       break;
     }
     case XACT_EVENT_PRE_PREPARE:
@@ -327,7 +323,7 @@ void NoteCommittingPrepared(TransactionId xid) {
     since = e.since;
   }
   SpinLockRelease(&state->prepared_mutex);
-  if (passed) Report(dboid, since);
+  if (passed) ReportHolderCommit(dboid, since);
 }
 
 }  // namespace outbox

@@ -126,12 +126,12 @@ void PreparePlans() {
 // picks them up, less often when it walks so many events left in place that
 // it would take more than 1% of the publisher's time.
 constexpr int64 kFullScanIntervalUs = 10 * USECS_PER_SEC;
+constexpr int64 kFullScanTimeShare = 100;  // interval >= 100 x the scan's duration
 constexpr int64 kPassHoldersAfterUs = USECS_PER_SEC;
 // The lowest first emit of the passed transactions' commits taken in this
 // cycle (all 0xff: none), below which its floor stays.
 pg_uuid_t holder_cap;
-constexpr int64 kFullScanTimeShare = 100;  // interval >= 100 x the scan's duration
-pg_uuid_t ready_floor;                     // all zero: from the beginning
+pg_uuid_t ready_floor;  // all zero: from the beginning
 // Where the floor goes once this cycle commits (CommitClaimFloor).
 pg_uuid_t pending_floor;
 bool floor_pending = false;
