@@ -93,7 +93,9 @@ RESET client_min_messages;
 SELECT count(*) AS events FROM outbox.events WHERE topic = 'direct.column';
 SELECT public.indexes_complete();
 
--- A row trigger on outbox.events fires for emit() as for an INSERT.
+-- A row trigger on outbox.events makes emit() refuse, writing nothing
+-- (emit_runs_only_built_in_code tests every such object); dropped, emit()
+-- writes again.
 CREATE FUNCTION public.note_event() RETURNS trigger LANGUAGE plpgsql
     SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -103,7 +105,7 @@ END
 $$;
 CREATE TRIGGER note_event BEFORE INSERT ON outbox.events
     FOR EACH ROW EXECUTE FUNCTION public.note_event();
-SELECT outbox.emit('direct.trigger', '{}') IS NOT NULL AS emitted;
+SELECT public.error_of($$SELECT outbox.emit('direct.trigger', '{}')$$);
 DROP TRIGGER note_event ON outbox.events;
 SELECT outbox.emit('direct.trigger', '{}') IS NOT NULL AS emitted;
 SELECT count(*) AS events FROM outbox.events WHERE topic = 'direct.trigger';
@@ -289,13 +291,12 @@ SELECT * FROM public.emit_both_ways('default.partition');
 RESET client_min_messages;
 ROLLBACK;
 
--- last_error of a domain type with a default: the INSERT writes the
--- domain's default, and so does emit().
+-- A default that is built-in code but not a constant: the INSERT evaluates
+-- it, and so does emit(), through the INSERT.
 BEGIN;
-CREATE DOMAIN public.error_text AS text DEFAULT 'from the domain';
-ALTER TABLE outbox.events ALTER COLUMN last_error TYPE public.error_text;
+ALTER TABLE outbox.events ALTER COLUMN last_error SET DEFAULT lower('FROM THE DEFAULT') || '';
 SET client_min_messages = debug1;
-SELECT * FROM public.emit_both_ways('default.domain');
+SELECT * FROM public.emit_both_ways('default.expression');
 RESET client_min_messages;
 ROLLBACK;
 
@@ -423,31 +424,11 @@ SELECT * FROM public.emit_errors('check.unplannable', 'k');
 RESET client_min_messages;
 ROLLBACK;
 
--- A CHECK calling a function of the user's, a volatile one, or one that
--- sends a notice (to_tsquery() of stop words only) runs once for each row,
--- as in the INSERT: once for each emit(), also when it refuses the row.
-CREATE FUNCTION public.topic_ok(topic text) RETURNS boolean
-LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    RAISE NOTICE 'checking topic %', topic;
-    RETURN topic <> 'forbidden';
-END
-$$;
-BEGIN;
-ALTER TABLE outbox.events ADD CONSTRAINT topic_ok CHECK (public.topic_ok(topic)) NOT VALID;
-SET client_min_messages = debug1;
-SELECT * FROM public.emit_errors('forbidden');
-RESET client_min_messages;
-ROLLBACK;
-CREATE SEQUENCE public.check_calls;
-BEGIN;
-ALTER TABLE outbox.events ADD CONSTRAINT counted
-    CHECK (nextval('public.check_calls') < 0) NOT VALID;
-SET client_min_messages = debug1;
-SELECT * FROM public.emit_errors('check.volatile');
-RESET client_min_messages;
-ROLLBACK;
-SELECT last_value AS check_calls FROM public.check_calls;
+-- A CHECK of built-in code that sends a notice (to_tsquery() of stop
+-- words only) runs once for each row, as in the INSERT: once for each
+-- emit(), also when it refuses the row. (A CHECK calling a function of the
+-- user's, or one that is not immutable, makes emit() refuse:
+-- emit_runs_only_built_in_code.)
 BEGIN;
 ALTER TABLE outbox.events ADD CONSTRAINT has_lexemes
     CHECK (numnode(to_tsquery('english', topic)) > 0) NOT VALID;
@@ -477,5 +458,3 @@ DROP FUNCTION public.indexes_complete();
 DROP FUNCTION public.note_event();
 DROP FUNCTION public.emit_both_ways(text, text);
 DROP FUNCTION public.emit_errors(text, text);
-DROP FUNCTION public.topic_ok(text);
-DROP SEQUENCE public.check_calls;

@@ -24,15 +24,15 @@
 //   partition's own are never used). A constant default is the very Const
 //   the INSERT's plan writes, so the cache holds its value; any other default
 //   (now(), nextval(), an identity column, any expression) is left to the
-//   INSERT. A domain's default comes with a column of another type: SPI too.
+//   INSERT. (writer_code_rule.hpp refuses defaults and columns that would
+//   run code that is not built in, domains included.)
 // - NOT NULL, then the CHECK constraints, in the partition's order, as
 //   ExecConstraints does after routing. A NULL for a NOT NULL column and a
 //   CHECK that refuses the row both take the SPI INSERT, which raises
 //   PostgreSQL's own error (and SQLSTATE, and DETAIL). A CHECK that refuses is
-//   thus evaluated twice, here and in the INSERT: only constraints for which
-//   that cannot be seen are evaluated here (built-in functions that are not
-//   volatile, no domain or other code of the user's; see
-//   UnsafeToEvaluateTwice), any other one takes the SPI INSERT for every row.
+//   thus evaluated twice, here and in the INSERT, which cannot be seen: the
+//   rule (writer_code_rule.hpp) lets a CHECK call only immutable built-in
+//   functions.
 //   Planning a CHECK can fail (1/0, folded): like ExecRelCheck, the direct
 //   write compiles them when the first row gets past NOT NULL, not when the
 //   cache is built, so that error comes where the INSERT raises it.
@@ -47,7 +47,7 @@
 #include "event_insert.hpp"
 
 #include "guc.hpp"
-#include "writer_code_check.hpp"
+#include "writer_code_rule.hpp"
 
 extern "C" {
 #include "access/genam.h"
@@ -145,15 +145,6 @@ struct IndexPlan {
   bool unique;
 };
 
-// A catalog row by syscache and hash value, as syscache callbacks name it.
-struct WatchedRow {
-  int cacheid;
-  uint32 hash;
-  bool operator==(const WatchedRow &other) const {
-    return cacheid == other.cacheid && hash == other.hash;
-  }
-};
-
 // What a cache built by Prepare depends on beyond its own relations, to be
 // matched by invalidation callbacks, which cannot look anything up: up to
 // kMaxWatched entries in cache.context, beyond that everything matches.
@@ -210,13 +201,11 @@ struct InsertCache {
   bool checks_compiling = false;  // true and not compiled: compiling them failed
   int nindexes = 0;
   IndexPlan indexes[kMaxIndexes];
-  // Every index RefuseCodeTheCallerCouldBind looked at, which includes every
-  // index in `indexes` (Inspect may stop before it reaches them all): a
+  // Every index RefuseCodeNotBuiltIn looked at, which includes every index
+  // in `indexes` (Inspect may stop before it reaches them all), and every
+  // partition below outbox.events it looked at when the INSERT routes: a
   // change to one must make it look again.
-  WatchList<Oid> watched_indexes;
-  // The catalog rows (PROCOID and TYPEOID) of the functions and domains
-  // RefuseCodeTheCallerCouldBind allowed.
-  WatchList<WatchedRow> watched_rows;
+  WatchList<Oid> watched_relations;
 };
 
 InsertCache cache;
@@ -231,51 +220,13 @@ SPIPlanPtr insert_plan = nullptr;  // the fallback, prepared once per backend
 void OnRelcacheInvalidation(Datum, Oid relid) {
   if (!cache.built && cache.parent == InvalidOid) return;
   if (relid == InvalidOid || relid == cache.parent || relid == cache.partition ||
-      cache.watched_indexes.Matches(relid)) {
+      cache.watched_relations.Matches(relid)) {
     ++inval_generation;
   }
 }
 
-// A change to the pg_proc or pg_type row of a function or domain
-// RefuseCodeTheCallerCouldBind allowed (altered, given away, replaced, a
-// domain constraint added; hash 0: every row): it must look again. Other
-// rows' changes (any role can create functions and types, temporary tables
-// make types) cost nothing.
-void OnCatalogRowInvalidation(Datum, int cacheid, uint32 hash) {
-  if (hash == 0 || cache.watched_rows.Matches({cacheid, hash})) ++inval_generation;
-}
-
-void OnAnyInvalidation(Datum, int, uint32) { ++inval_generation; }
-
-// RefuseCodeTheCallerCouldBind's `watch_row` and `watch_index`.
-void WatchRow(int cacheid, uint32 hash) { cache.watched_rows.Add(cache.context, {cacheid, hash}); }
-void WatchIndex(Oid relid) { cache.watched_indexes.Add(cache.context, relid); }
-
-// True while a Prepare builds the cache: an emit() that code run meanwhile
-// calls (an immutable index function folded on constants while the index
-// is loaded) must not reset the cache under it.
-bool preparing = false;
-
-bool HasRowInsertTriggers(Relation rel) {
-  const TriggerDesc *t = rel->trigdesc;
-  return t != nullptr &&
-         (t->trig_insert_before_row || t->trig_insert_after_row || t->trig_insert_instead_row);
-}
-
-bool HasAnyInsertTriggers(Relation rel) {
-  const TriggerDesc *t = rel->trigdesc;
-  return t != nullptr && (HasRowInsertTriggers(rel) || t->trig_insert_before_statement ||
-                          t->trig_insert_after_statement || t->trig_insert_new_table);
-}
-
-// Why the direct write must not write into outbox.events whatever the
-// partition (nullptr: it may): rules, row security or INSERT triggers.
-const char *ParentWhyNot(Relation parent) {
-  if (parent->rd_rules != nullptr) return "it has rules";
-  if (parent->rd_rel->relrowsecurity) return "it has row security";
-  if (HasAnyInsertTriggers(parent)) return "it has INSERT triggers";
-  return nullptr;
-}
+// RefuseCodeNotBuiltIn's `watch`, and the partitions it looked at.
+void WatchRelation(Oid relid) { cache.watched_relations.Add(cache.context, relid); }
 
 // Which partition of outbox.events takes `at`, and the range of times that go
 // to the same place. Requires RowExclusiveLock on `parent`. Returns why not
@@ -321,59 +272,6 @@ const char *Route(Relation parent, TimestampTz at) {
   cache.lo = below >= 0 ? DatumGetTimestampTz(bounds->datums[below][0]) : PG_INT64_MIN;
   cache.hi = above < bounds->ndatums ? DatumGetTimestampTz(bounds->datums[above][0]) : PG_INT64_MAX;
   return nullptr;
-}
-
-// Whether a function call in a CHECK constraint could be told apart when the
-// constraint is evaluated twice (check_functions_in_node's callback: true
-// stops the walk). A function of the user's can do anything whatever
-// volatility it declares; a volatile built-in one can have effects that
-// outlive the transaction (nextval()) or results that differ (random()).
-// The built-in ones that make a tsquery (to_tsquery() and the like, a cast
-// to tsquery) send a NOTICE for a query of stop words only: the client would
-// get it once more than from the INSERT.
-bool NotBuiltInOrVolatile(Oid function, void *) {
-  return function >= FirstNormalObjectId || func_volatile(function) == PROVOLATILE_VOLATILE ||
-         get_func_rettype(function) == TSQUERYOID;
-}
-
-// Whether evaluating the CHECK expression `node` here, and once more in the
-// INSERT when it refuses the row, cannot be told from the INSERT evaluating
-// it once: only the node types listed, which run no code but the functions
-// check_functions_in_node names (no domain constraint, no subscripting or
-// comparison support of a user's type), and only built-in functions that
-// are not volatile. expression_tree_walker's callback: true means unsafe.
-bool UnsafeToEvaluateTwice(Node *node, void *context) {
-  if (node == nullptr) return false;
-  switch (nodeTag(node)) {
-    case T_Var:
-    case T_Const:
-    case T_List:
-    case T_BoolExpr:
-    case T_NullTest:
-    case T_BooleanTest:
-    case T_CaseExpr:
-    case T_CaseWhen:
-    case T_CaseTestExpr:
-    case T_CoalesceExpr:
-    case T_RelabelType:
-    case T_CollateExpr:
-    case T_ArrayExpr:
-    case T_SQLValueFunction:
-    case T_FuncExpr:
-    case T_OpExpr:
-    case T_DistinctExpr:
-    case T_NullIfExpr:
-    case T_ScalarArrayOpExpr:
-    case T_CoerceViaIO:
-      break;
-    default:
-      return true;
-  }
-  if (check_functions_in_node(node, NotBuiltInOrVolatile, nullptr)) return true;
-  // PostgreSQL 15 declares the walker as `bool (*)()` (C's unprototyped
-  // function) and calls it with (Node *, void *), our signature; the cast
-  // through void (*)() says so to the compiler (-Wcast-function-type).
-  return expression_tree_walker(node, TreeWalker(UnsafeToEvaluateTwice), context);
 }
 
 // search_path as SECURITY DEFINER ... SET search_path = pg_catalog, pg_temp
@@ -433,6 +331,19 @@ const char *Defaults(Relation parent, TupleDesc part_desc) {
   return nullptr;
 }
 
+// check_functions_in_node's callback: whether a function of a CHECK (all
+// immutable and built in, writer_code_rule.hpp) can send a notice, which
+// evaluating the constraint here and again in the INSERT when it refuses the
+// row would show twice: those that make a tsquery (to_tsquery() and the
+// like) do for a query of stop words only.
+bool MakesTsquery(Oid function, void *) { return get_func_rettype(function) == TSQUERYOID; }
+
+bool SendsNotice(Node *node, void *context) {
+  if (node == nullptr) return false;
+  if (check_functions_in_node(node, MakesTsquery, context)) return true;
+  return expression_tree_walker(node, TreeWalker(SendsNotice), context);
+}
+
 // Read the partition's CHECK constraints into cache.checks, or say why the
 // direct write must not evaluate one (nullptr: read). They are compiled
 // later, by CompileChecks. Requires cache.attnum; allocates in cache.context.
@@ -441,11 +352,9 @@ const char *PlanChecks(const TupleConstr *constr) {
   cache.checks = static_cast<CheckPlan *>(palloc(constr->num_check * sizeof(CheckPlan)));
   for (int i = 0; i < constr->num_check; ++i) {
     Expr *expr = static_cast<Expr *>(stringToNode(constr->check[i].ccbin));
-    if (UnsafeToEvaluateTwice(reinterpret_cast<Node *>(expr), nullptr)) {
-      return psprintf(
-          "CHECK constraint %s must run once per row (it calls a function of the user's, a "
-          "volatile one or one that can send a notice)",
-          constr->check[i].ccname);
+    if (SendsNotice(reinterpret_cast<Node *>(expr), nullptr)) {
+      return psprintf("CHECK constraint %s can send a notice: it must run once per row",
+                      constr->check[i].ccname);
     }
     // Constant: immutable, and every column it reads (pull_varattnos'
     // numbers are offset by FirstLowInvalidHeapAttributeNumber; a whole-row
@@ -477,7 +386,6 @@ const char *PlanChecks(const TupleConstr *constr) {
 const char *Inspect(Relation parent, Relation part) {
   if (part->rd_rel->relkind != RELKIND_RELATION) return "its partition is not a table";
   if (part->rd_rel->relam != HEAP_TABLE_AM_OID) return "its partition is not a heap table";
-  if (HasRowInsertTriggers(part)) return "its partition has row INSERT triggers";
   TupleDesc desc = RelationGetDescr(part);
   if (desc->natts > kMaxAttributes) return "its partition has too many columns";
   if (desc->constr != nullptr && desc->constr->has_generated_stored) {
@@ -516,7 +424,7 @@ const char *Inspect(Relation parent, Relation part) {
   foreach (cell, index_oids) {
     IndexPlan &plan = cache.indexes[cache.nindexes];
     plan.oid = lfirst_oid(cell);
-    ++cache.nindexes;  // (its invalidations count already: watched_indexes)
+    ++cache.nindexes;  // (its invalidations count already: watched_relations)
     Relation index = index_open(plan.oid, RowExclusiveLock);
     plan.info = BuildIndexInfo(index);
     plan.unique = index->rd_index->indisunique;
@@ -527,15 +435,6 @@ const char *Inspect(Relation parent, Relation part) {
         plan.info->ii_ExclusionOps == nullptr && (!plan.unique || index->rd_index->indimmediate);
     index_close(index, NoLock);
     if (!plain) return "its partition has an index other than an immediate btree or hash";
-    // Code of the user's (a PL/pgSQL function can look names up when it
-    // runs) is run only by the SPI INSERT, with search_path pinned; the
-    // direct write evaluates built-in, non-volatile code only, which looks
-    // nothing up and cannot call emit() again under it.
-    if (UnsafeToEvaluateTwice(reinterpret_cast<Node *>(plan.info->ii_Expressions), nullptr) ||
-        UnsafeToEvaluateTwice(reinterpret_cast<Node *>(plan.info->ii_Predicate), nullptr)) {
-      return "its partition has an index whose expressions or predicate call a function of the "
-             "user's or a volatile one";
-    }
     plan.predicate = plan.info->ii_Predicate != NIL
                          ? ExecPrepareQual(plan.info->ii_Predicate, cache.estate)
                          : nullptr;
@@ -547,23 +446,10 @@ const char *Inspect(Relation parent, Relation part) {
 
 // Make the cache describe the partition taking `at`, with the locks an INSERT
 // takes held. Returns whether the direct path may be used.
-bool Prepare(TimestampTz at, Oid writer) {
+bool Prepare(TimestampTz at) {
   if (!callback_registered) {
     CacheRegisterRelcacheCallback(OnRelcacheInvalidation, (Datum)0);
-    CacheRegisterSyscacheCallback(PROCOID, OnCatalogRowInvalidation, (Datum)0);
-    CacheRegisterSyscacheCallback(TYPEOID, OnCatalogRowInvalidation, (Datum)0);
-    // Who is a superuser, and who owns the schemas a function's search_path
-    // names, decide what RefuseCodeTheCallerCouldBind allows; both change
-    // rarely.
-    CacheRegisterSyscacheCallback(AUTHOID, OnAnyInvalidation, (Datum)0);
-    CacheRegisterSyscacheCallback(NAMESPACEOID, OnAnyInvalidation, (Datum)0);
     callback_registered = true;
-  }
-  if (preparing) {
-    ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-                    errmsg("outbox: emit() cannot be called while emit() loads the indexes of "
-                           "outbox.events"),
-                    errdetail("An index expression or predicate of outbox.events calls emit().")));
   }
   if (cache.context == nullptr) {
     cache.context =
@@ -586,8 +472,7 @@ bool Prepare(TimestampTz at, Oid writer) {
     cache.checks_compiled = false;
     cache.checks_compiling = false;
     cache.nindexes = 0;
-    cache.watched_indexes.Reset();
-    cache.watched_rows.Reset();
+    cache.watched_relations.Reset();
     cache.partition = InvalidOid;
     MemoryContextReset(cache.context);
     const uint64 generation = inval_generation;
@@ -595,56 +480,44 @@ bool Prepare(TimestampTz at, Oid writer) {
     cache.parent = OidIsValid(schema) ? get_relname_relid("events", schema) : InvalidOid;
     if (!OidIsValid(cache.parent)) return false;
 
-    // Loading the relcache's index expressions and predicates inlines SQL
-    // functions and resolves their names: with search_path pinned, as the
-    // INSERT would; in the caller's memory context, which code run by the
-    // loading (constant folding) cannot reset, unlike cache.context.
+    // Nothing of the user's runs below: the rule is checked on each relation
+    // before its index expressions, predicates or partition key are loaded
+    // (which folds and inlines them), and those are then built-in code.
+    // search_path pinned all the same, as the INSERT would have it.
     const int level = PinSearchPath();
-    const char *volatile unrouted = nullptr;
-    const char *volatile indirect = nullptr;
-    preparing = true;
-    PG_TRY();
-    {
-      LockRelationOid(cache.parent, RowExclusiveLock);
-      Relation parent = table_open(cache.parent, NoLock);
-      unrouted = Route(parent, at);
-      Relation part = nullptr;
-      if (unrouted == nullptr) {
-        LockRelationOid(cache.partition, RowExclusiveLock);
-        part = table_open(cache.partition, NoLock);
+    const char *unrouted = nullptr;
+    const char *indirect = nullptr;
+    LockRelationOid(cache.parent, RowExclusiveLock);
+    Relation parent = table_open(cache.parent, NoLock);
+    // outbox.events first: routing loads its partition key.
+    RefuseCodeNotBuiltIn(parent, WatchRelation);
+    unrouted = Route(parent, at);
+    Relation part = nullptr;
+    if (unrouted == nullptr) {
+      LockRelationOid(cache.partition, RowExclusiveLock);
+      part = table_open(cache.partition, NoLock);
+      RefuseCodeNotBuiltIn(part, WatchRelation);
+    } else {
+      // A layout the direct write does not route (a day partitioned again,
+      // unbounded ranges): the INSERT may reach any partition.
+      List *all = find_all_inheritors(cache.parent, RowExclusiveLock, nullptr);
+      ListCell *cell;
+      foreach (cell, all) {
+        if (lfirst_oid(cell) == cache.parent) continue;
+        WatchRelation(lfirst_oid(cell));
+        Relation member = table_open(lfirst_oid(cell), NoLock);
+        RefuseCodeNotBuiltIn(member, WatchRelation);
+        table_close(member, NoLock);
       }
-      if (part != nullptr) {
-        RefuseCodeTheCallerCouldBind(parent, part, writer, WatchIndex, WatchRow);
-      } else {
-        // A layout the direct write does not route (a day partitioned
-        // again, unbounded ranges): the INSERT may reach any partition.
-        List *all = find_all_inheritors(cache.parent, RowExclusiveLock, nullptr);
-        ListCell *cell;
-        foreach (cell, all) {
-          if (lfirst_oid(cell) == cache.parent) continue;
-          Relation member = table_open(lfirst_oid(cell), NoLock);
-          RefuseCodeTheCallerCouldBind(parent, member, writer, WatchIndex, WatchRow);
-          table_close(member, NoLock);
-        }
-        if (list_length(all) <= 1) {
-          RefuseCodeTheCallerCouldBind(parent, nullptr, writer, WatchIndex, WatchRow);
-        }
-      }
-      indirect = unrouted;
-      if (part != nullptr) {
-        indirect = ParentWhyNot(parent);
-        if (indirect == nullptr) {
-          MemoryContext caller = MemoryContextSwitchTo(cache.context);
-          indirect = Inspect(parent, part);
-          MemoryContextSwitchTo(caller);
-        }
-        table_close(part, NoLock);
-      }
-      table_close(parent, NoLock);
     }
-    PG_FINALLY();
-    { preparing = false; }
-    PG_END_TRY();
+    indirect = unrouted;
+    if (part != nullptr) {
+      MemoryContext caller = MemoryContextSwitchTo(cache.context);
+      indirect = Inspect(parent, part);
+      MemoryContextSwitchTo(caller);
+      table_close(part, NoLock);
+    }
+    table_close(parent, NoLock);
     UnpinSearchPath(level);
     // Once per rebuild, for whoever wonders why emit() costs what it does.
     if (indirect == nullptr) {
@@ -799,18 +672,19 @@ bool InsertEvent(const Datum *values, const bool *isnull, Oid writer) {
   PreventCommandIfReadOnly("INSERT");
   PreventCommandIfParallelMode("INSERT");
   // As the writer from here on (see the header), in a security-restricted
-  // operation as REFRESH MATERIALIZED VIEW runs its owner's code: whatever
-  // the writer's triggers or index functions do cannot outlive the call to
-  // run as the caller (no temporary objects, no deferred triggers, no SET
-  // ROLE). An ERROR below leaves it to the abort to switch back.
+  // operation as REFRESH MATERIALIZED VIEW runs its owner's code: nothing
+  // the INSERT runs can outlive the call to run as the caller (no temporary
+  // objects, no deferred triggers, no SET ROLE). An ERROR below leaves it to
+  // the abort to switch back.
   Oid caller = InvalidOid;
   int caller_context = 0;
   GetUserIdAndSecContext(&caller, &caller_context);
   SetUserIdAndSecContext(
       writer, caller_context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
   const TimestampTz at = DatumGetTimestampTz(values[kColCreatedAt]);
-  // Prepared on both paths: it refuses indexes that would run others' code.
-  const bool prepared = Prepare(at, writer);
+  // Prepared on both paths: it refuses to write while outbox.events or the
+  // partition would run code that is not built in (writer_code_rule.hpp).
+  const bool prepared = Prepare(at);
   bool direct = guc::emit_direct_insert && prepared &&
                 pg_class_aclcheck(cache.parent, writer, ACL_INSERT) == ACLCHECK_OK;
   // A NULL in a NOT NULL column: the INSERT reports it (ExecConstraints

@@ -12,9 +12,9 @@
 //
 // The direct path is taken only when it writes exactly what the INSERT would:
 // - the table is the extension's own layout (no extra columns, no columns of
-//   another type, no generated columns, no row triggers, rules or row
-//   security), and every index is an immediate btree or hash index whose
-//   expressions and predicate call only built-in, non-volatile functions;
+//   another type, no generated columns), and every index is an immediate
+//   btree or hash index (the rule of writer_code_rule.hpp, which both paths
+//   keep, leaves only built-in immutable functions in their expressions);
 // - each column emit() does not supply (status, attempts, published_at,
 //   last_error, next_attempt_at) has, on outbox.events (whose defaults the
 //   INSERT takes, not the partition's), no default or a constant one, which
@@ -65,10 +65,9 @@ enum EventColumn {
 // VIEW runs its owner's code); search_path is pinned only where a name could
 // be resolved: around the SPI INSERT, around loading the partition's indexes
 // and constraints into the cache, and around CHECK constraints not yet known
-// to hold (a text-to-regclass cast in one would look the name up). Index
-// expressions and predicates that call anything but built-in, non-volatile
-// functions take the SPI INSERT; code the caller could have bound to objects
-// of its own is refused (42501): see writer_code_check.hpp.
+// to hold. On both paths, emit() refuses (42501) to write while outbox.events
+// or a partition the row can reach would run code that is not built in or
+// outbox's own: see writer_code_rule.hpp.
 bool InsertEvent(const Datum *values, const bool *isnull, Oid writer);
 
 }  // namespace outbox
