@@ -23,11 +23,14 @@ SELECT p.oid::regprocedure AS unpinned
 SELECT p.oid::regprocedure AS security_definer
   FROM pg_proc p WHERE p.pronamespace = 'outbox'::regnamespace AND p.prosecdef;
 -- No function is executable by PUBLIC but best_pattern(), which reads no
--- table (outbox.route_lag calls it): emit() is granted to roles explicitly.
+-- table (outbox.route_lag calls it), and those that check their caller
+-- themselves (sinks, routes and their controls: superusers and the
+-- extension owner only): emit() is granted to roles explicitly.
 SELECT p.oid::regprocedure AS public_executable
   FROM pg_proc p
  WHERE p.pronamespace = 'outbox'::regnamespace
-   AND has_function_privilege('public', p.oid, 'EXECUTE');
+   AND has_function_privilege('public', p.oid, 'EXECUTE')
+ ORDER BY p.oid::regprocedure::text;
 
 -- The objects the extension owns (partitions are data, not members). From 17
 -- on, the row and array types a table brings are listed as members too: they
@@ -201,8 +204,9 @@ DROP ROLE regress_outbox_squatter;
 -- each saying who ran it (a NOTICE; the rule a row). Planting them runs the
 -- CHECK and the index expression once each, as the owner. From 0.1.0 (whose
 -- update rewrites routes of format debezium) the update refuses, naming
--- them all; with them gone it runs. From 0.2.0 (DDL only) it runs, and none
--- of them does.
+-- them all; with them gone it runs. From 0.2.0 (DDL only, but giving the
+-- tables to outbox_writer, which would run them from then on) it refuses,
+-- naming one at a time; with them gone it runs, and none of them ran.
 CREATE ROLE regress_outbox_owner SUPERUSER;
 CREATE SCHEMA regress_planted AUTHORIZATION regress_outbox_owner;
 CREATE TABLE regress_planted.ran (who text);
@@ -250,8 +254,50 @@ ALTER EXTENSION outbox UPDATE;
 SELECT extversion, (SELECT format FROM outbox.routes) AS format FROM pg_extension WHERE extname = 'outbox';
 DROP EXTENSION outbox;
 SELECT pg_temp.install('0.2.0');
+-- And what else such an owner could leave behind: a table inheriting from
+-- outbox.routes with a trigger, a function of its own made a member of the
+-- extension, a column of its own domain on outbox.counts (each refused);
+-- outbox's own PL/pgSQL function and view replaced by ones that call its
+-- code, and its tables granted to PUBLIC (each undone by the update).
+SET ROLE regress_outbox_owner;
+CREATE TABLE regress_planted.routes_child () INHERITS (outbox.routes);
+CREATE TRIGGER planted_child_trigger BEFORE UPDATE ON regress_planted.routes_child
+    FOR EACH ROW EXECUTE FUNCTION regress_planted.note();
+CREATE FUNCTION outbox.backdoor() RETURNS void LANGUAGE sql AS 'SELECT';
+ALTER EXTENSION outbox ADD FUNCTION outbox.backdoor();
+CREATE DOMAIN regress_planted.checked_shard AS smallint CHECK (regress_planted.noted(VALUE::text));
+ALTER TABLE outbox.counts ALTER COLUMN shard TYPE regress_planted.checked_shard;
+CREATE OR REPLACE FUNCTION outbox.recount() RETURNS void LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp AS 'BEGIN PERFORM regress_planted.noted(''recount''); END';
+CREATE OR REPLACE VIEW outbox.partitions AS
+    SELECT name, range_start, range_end, unpublished FROM (SELECT c.relname::text AS name,
+        NULL::timestamptz AS range_start, NULL::timestamptz AS range_end, 0::bigint AS unpublished
+        FROM pg_class c WHERE regress_planted.noted(c.relname::text)) p;
+GRANT ALL ON outbox.sinks, outbox.events TO PUBLIC;
+RESET ROLE;
+SELECT error_of('ALTER EXTENSION outbox UPDATE');
+ALTER TABLE outbox.counts ALTER COLUMN shard TYPE smallint;
+SELECT error_of('ALTER EXTENSION outbox UPDATE');
+ALTER TABLE outbox.routes DROP CONSTRAINT planted_check;
+SELECT error_of('ALTER EXTENSION outbox UPDATE');
+DROP INDEX outbox.planted_index;
+SELECT error_of('ALTER EXTENSION outbox UPDATE');
+DROP RULE planted_rule ON outbox.routes;
+SELECT error_of('ALTER EXTENSION outbox UPDATE');
+DROP TABLE regress_planted.routes_child;
+SELECT error_of('ALTER EXTENSION outbox UPDATE');
+DROP TRIGGER planted_trigger ON outbox.routes;
+SELECT error_of('ALTER EXTENSION outbox UPDATE');
+ALTER EXTENSION outbox DROP FUNCTION outbox.backdoor();
+DROP FUNCTION outbox.backdoor();
 ALTER EXTENSION outbox UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'outbox';
+SELECT position('regress_planted' IN prosrc) = 0 AS recount_is_outboxs
+  FROM pg_proc WHERE oid = 'outbox.recount()'::regprocedure;
+SELECT position('regress_planted' IN pg_get_viewdef('outbox.partitions'::regclass)) = 0
+       AS partitions_view_is_outboxs;
+SELECT has_table_privilege('public', 'outbox.sinks', 'SELECT') AS public_reads_sinks,
+       has_table_privilege('public', 'outbox.events', 'INSERT') AS public_writes_events;
 SELECT count(*) AS planted_code_ran FROM regress_planted.ran;
 DROP EXTENSION outbox;
 DROP SCHEMA regress_planted CASCADE;

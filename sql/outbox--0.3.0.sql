@@ -228,7 +228,7 @@ CREATE TABLE outbox.sinks (
     created_at timestamptz NOT NULL DEFAULT now()
 );
 COMMENT ON TABLE outbox.sinks IS
-    'Brokers events are delivered to. options may hold secrets: owner-only.';
+    'Brokers events are delivered to. options may hold secrets: superusers only.';
 
 CREATE TABLE outbox.routes (
     pattern    text        PRIMARY KEY,
@@ -561,8 +561,9 @@ COMMENT ON VIEW outbox.partitions IS
     'One row per partition of outbox.events, with its unpublished (pending + dead) count';
 
 -- ---------------------------------------------------------------------------
--- Privileges: everything owner-only except emit(), which is granted by the
--- owner to application roles (GRANT EXECUTE ON FUNCTION outbox.emit TO app).
+-- Privileges: everything for the owner (outbox_writer, below) and superusers
+-- only, except emit(), which a superuser grants to application roles (GRANT
+-- EXECUTE ON FUNCTION outbox.emit TO app), and the functions granted here.
 -- ---------------------------------------------------------------------------
 
 GRANT USAGE ON SCHEMA outbox TO PUBLIC;
@@ -571,12 +572,34 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM PUBLIC;
 -- Reads no table and shows nothing: outbox.route_lag calls it for whoever
 -- may read that view.
 GRANT EXECUTE ON FUNCTION outbox.best_pattern(text, text[]) TO PUBLIC;
+-- Sinks, routes and their controls check their caller themselves (superusers
+-- and the extension owner: src/sink_catalog.hpp) and then act as
+-- outbox_writer, which owns them: anyone may call them, only those pass.
+GRANT EXECUTE ON FUNCTION outbox.create_sink(text, text, jsonb), outbox.drop_sink(text),
+    outbox.add_route(text, text, text, text), outbox.remove_route(text), outbox.pause(text),
+    outbox.resume(text), outbox.replay(timestamptz, text), outbox.publish_here() TO PUBLIC;
 
 -- ---------------------------------------------------------------------------
 -- First partitions, and a word if the publisher cannot run here.
 -- ---------------------------------------------------------------------------
 
 SELECT outbox.maintain();
+-- ---------------------------------------------------------------------------
+-- The owner of all of the above: role outbox_writer (src/writer_role.cpp),
+-- made here when it is missing, refused when it is more than outbox makes
+-- (a login, a superuser, members, memberships, anything it owns or holds
+-- here). emit() writes and the publishers run as it, never as a superuser.
+-- Refused too while a trigger, rule or policy outbox did not make is on
+-- its tables. The role is shared by every database and stays after DROP
+-- EXTENSION (docs/security.md says how to drop it).
+-- ---------------------------------------------------------------------------
+CREATE FUNCTION outbox.hand_to_writer() RETURNS void
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'outbox_hand_to_writer';
+SELECT outbox.hand_to_writer();
+DROP FUNCTION outbox.hand_to_writer();
+
 -- Publishing starts as soon as CREATE EXTENSION commits.
 SELECT outbox.wakeup();
 

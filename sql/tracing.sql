@@ -30,3 +30,13 @@ SELECT error_of($$SET outbox.traceparent = '00-4BF92F3577B34DA6A3CE929D0E0E4736-
 SELECT error_of($$SET outbox.traceparent = '00-00000000000000000000000000000000-00f067aa0ba902b7-01'$$);
 SELECT left(error_of(format('SET outbox.tracestate = %L', repeat('x', 513))), 64) AS error_of;
 SELECT error_of($$SET outbox.traceparent = ''$$);
+
+-- Only from the session: a database owner's ALTER DATABASE ... SET (or a
+-- role setting) would put one trace context into every session's events,
+-- other roles' included.
+SELECT error_of(format($$ALTER DATABASE %I SET outbox.traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01'$$,
+                       current_database()));
+SELECT error_of(format($$ALTER DATABASE %I SET outbox.tracestate = 'vendor=forged'$$, current_database()));
+CREATE ROLE regress_trace_role;
+SELECT error_of($$ALTER ROLE regress_trace_role SET outbox.traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01'$$);
+DROP ROLE regress_trace_role;

@@ -51,10 +51,11 @@ using namespace outbox;
 // (a copy made with CREATE DATABASE ... TEMPLATE starts without a
 // publisher). For superusers and the extension owner.
 OUTBOX_SQL_FUNCTION(outbox_publish_here) {
-  ConnectAsSinkAdmin("publish from this database");
+  AdminScope admin;
+  ConnectAsSinkAdmin(fcinfo, "publish from this database", &admin);
   Oid from = InvalidOid;
   if (HomeOfOutbox(&from) != Home::kCopy) {
-    SPI_finish();
+    FinishAsSinkAdmin(admin);
     ereport(NOTICE, (errmsg("outbox already publishes from database \"%s\"",
                             get_database_name(MyDatabaseId))));
     PG_RETURN_VOID();
@@ -64,7 +65,7 @@ OUTBOX_SQL_FUNCTION(outbox_publish_here) {
   RunCatalogStatement("DELETE FROM outbox.home", 0, nullptr, nullptr, nullptr, false);
   RunCatalogStatement("INSERT INTO outbox.home (database) VALUES ($1)", 1, types, values, nullptr,
                       false);
-  SPI_finish();
+  FinishAsSinkAdmin(admin);
   // The launcher looks at the database again once this commits, and the
   // publisher it starts finds the database home.
   AnnounceExtensionAtCommit();

@@ -2,6 +2,7 @@
 #include "extension_create.hpp"
 
 extern "C" {
+#include "catalog/namespace.h"
 #include "commands/defrem.h"
 #include "nodes/pg_list.h"
 }
@@ -13,6 +14,18 @@ void CheckCreateExtension(const CreateExtensionStmt *stmt) {
   ListCell *cell;
   foreach (cell, stmt->options) {
     const DefElem *option = lfirst_node(DefElem, cell);
+    // An earlier version's install script (VERSION '0.1.0') takes over a
+    // schema outbox that someone made, whose owner could then plant code in
+    // it that the script and the views run; the current one refuses such a
+    // schema itself.
+    if (strcmp(option->defname, "new_version") == 0 &&
+        OidIsValid(get_namespace_oid("outbox", true))) {
+      ereport(ERROR, (errcode(ERRCODE_DUPLICATE_SCHEMA), errmsg("schema \"outbox\" already exists"),
+                      errdetail("CREATE EXTENSION outbox creates schema outbox itself, whatever "
+                                "version it installs."),
+                      errhint("Drop or rename that schema (after checking what it holds), then "
+                              "create the extension.")));
+    }
     // pg_dump writes WITH SCHEMA pg_catalog, where the control file records
     // the extension: that one is fine.
     if (strcmp(option->defname, "schema") != 0 ||

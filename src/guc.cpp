@@ -87,7 +87,28 @@ void AssignRetention(const char *newval, void *extra) {
   if (extra != nullptr) std::memcpy(&retention_value, extra, sizeof retention_value);
 }
 
+// Whether a trace context may come from `source`: only from the session
+// itself (SET, SET LOCAL, the client's connection options). A value in the
+// server's files or set for a database or role (ALTER DATABASE ... SET, which
+// a database owner may run; validated as PGC_S_TEST) would go into the
+// events of every session there, other roles' included, as their own.
+bool SessionSource(GucSource source) {
+  return source == PGC_S_DEFAULT || source == PGC_S_DYNAMIC_DEFAULT || source == PGC_S_CLIENT ||
+         source == PGC_S_SESSION || source == PGC_S_OVERRIDE || source == PGC_S_INTERACTIVE;
+}
+
+bool RefuseSharedTraceContext(const char *name) {
+  GUC_check_errdetail(
+      "%s is taken from the session only (SET or SET LOCAL): set for a database "
+      "or role it would go into every session's events there.",
+      name);
+  return false;
+}
+
 bool CheckTraceparent(char **newval, void **extra, GucSource source) {
+  if (*newval != nullptr && **newval != '\0' && !SessionSource(source)) {
+    return RefuseSharedTraceContext("outbox.traceparent");
+  }
   if (*newval == nullptr || **newval == '\0' || IsValidTraceparent(*newval)) return true;
   GUC_check_errdetail(
       "A traceparent is \"00-<32 hex trace-id>-<16 hex parent-id>-<2 hex flags>\" "
@@ -97,6 +118,9 @@ bool CheckTraceparent(char **newval, void **extra, GucSource source) {
 }
 
 bool CheckTracestate(char **newval, void **extra, GucSource source) {
+  if (*newval != nullptr && **newval != '\0' && !SessionSource(source)) {
+    return RefuseSharedTraceContext("outbox.tracestate");
+  }
   if (*newval == nullptr || IsValidTracestate(*newval)) return true;
   GUC_check_errdetail("A tracestate is at most 512 characters of printable ASCII.");
   return false;

@@ -299,7 +299,8 @@ bool DropStep(void *p) {
   char day[kPartitionNameBufSize];
   FormatDayStartLiteral(arg->day, day);
   Exec(psprintf(
-      "DELETE FROM outbox.counts WHERE day OPERATOR(pg_catalog.=) '%.10s'::pg_catalog.date", day));
+      "DELETE FROM ONLY outbox.counts WHERE day OPERATOR(pg_catalog.=) '%.10s'::pg_catalog.date",
+      day));
   ereport(LOG, (errmsg("outbox: dropped partition outbox.%s past outbox.retention", arg->name)));
   return true;
 }

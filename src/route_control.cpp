@@ -17,17 +17,18 @@ using namespace outbox;
 // flag. Publishers reload routes at commit: a paused route's events wait
 // (next_attempt_at = 'infinity') and flow again, in order, on resume.
 static Datum SetRoutePaused(FunctionCallInfo fcinfo, bool paused) {
+  AdminScope admin;
+  ConnectAsSinkAdmin(fcinfo, paused ? "pause routes" : "resume routes", &admin);
   text *pattern = RequireText(fcinfo, 0, "pattern");
-  ConnectAsSinkAdmin(paused ? "pause routes" : "resume routes");
   Oid types[2] = {TEXTOID, BOOLOID};
   Datum values[2] = {PointerGetDatum(pattern), BoolGetDatum(paused)};
-  if (RunCatalogStatement("UPDATE outbox.routes SET paused = $2 WHERE pattern = $1", 2, types,
+  if (RunCatalogStatement("UPDATE ONLY outbox.routes SET paused = $2 WHERE pattern = $1", 2, types,
                           values, nullptr, false) == 0) {
     ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
                     errmsg("no route for pattern %s", QuoteText(pattern))));
   }
   ReloadConfigAtCommit();
-  SPI_finish();
+  FinishAsSinkAdmin(admin);
   PG_RETURN_VOID();
 }
 
@@ -40,10 +41,11 @@ OUTBOX_SQL_FUNCTION(outbox_resume) { return SetRoutePaused(fcinfo, false); }
 // to pending (due now, through the retry index) and are delivered again with
 // their own ids.
 OUTBOX_SQL_FUNCTION(outbox_replay) {
+  AdminScope admin;
+  ConnectAsSinkAdmin(fcinfo, "replay events", &admin);
   if (PG_ARGISNULL(0)) {
     ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("since must not be NULL")));
   }
-  ConnectAsSinkAdmin("replay events");
   Oid types[2] = {TIMESTAMPTZOID, TEXTOID};
   Datum values[2] = {PG_GETARG_DATUM(0), PG_ARGISNULL(1) ? (Datum)0 : PG_GETARG_DATUM(1)};
   const char nulls[2] = {' ', PG_ARGISNULL(1) ? 'n' : ' '};
@@ -53,6 +55,6 @@ OUTBOX_SQL_FUNCTION(outbox_replay) {
       " AND ($2::text IS NULL OR topic = $2)",
       2, types, values, nulls, false);
   if (n > 0) WakePublishersAtCommit();
-  SPI_finish();
+  FinishAsSinkAdmin(admin);
   PG_RETURN_INT64(static_cast<int64>(n));
 }

@@ -22,6 +22,8 @@
 #include "sinks/sink_options.hpp"
 
 extern "C" {
+#include "access/htup_details.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "funcapi.h"
@@ -31,6 +33,7 @@ extern "C" {
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/syscache.h"
 #include "utils/tuplestore.h"
 }
 
@@ -68,24 +71,44 @@ Validation ValidateOptions(bool kafka, const OptionView *raw, int n, bool privil
 
 }  // namespace
 
-// Connect to SPI (the caller calls SPI_finish) and refuse anyone but
-// superusers and the extension owner.
-void ConnectAsSinkAdmin(const char *action) {
+// The owner of the SQL function being called.
+static Oid FunctionOwner(FunctionCallInfo fcinfo) {
+  HeapTuple proc = SearchSysCache1(PROCOID, ObjectIdGetDatum(fcinfo->flinfo->fn_oid));
+  if (!HeapTupleIsValid(proc)) {
+    elog(ERROR, "cache lookup failed for function %u", fcinfo->flinfo->fn_oid);
+  }
+  const Oid owner = reinterpret_cast<Form_pg_proc>(GETSTRUCT(proc))->proowner;
+  ReleaseSysCache(proc);
+  return owner;
+}
+
+void ConnectAsSinkAdmin(FunctionCallInfo fcinfo, const char *action, AdminScope *scope) {
   if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "outbox: SPI_connect failed");
-  if (superuser()) return;
-  bool isnull = true;
-  Datum owner = (Datum)0;
-  if (SPI_execute("SELECT extowner FROM pg_catalog.pg_extension WHERE extname = 'outbox'", true,
-                  1) == SPI_OK_SELECT &&
-      SPI_processed == 1) {
-    owner = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+  scope->superuser = superuser();
+  if (!scope->superuser) {
+    bool isnull = true;
+    Datum owner = (Datum)0;
+    if (SPI_execute("SELECT extowner FROM pg_catalog.pg_extension WHERE extname = 'outbox'", true,
+                    1) == SPI_OK_SELECT &&
+        SPI_processed == 1) {
+      owner = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+    }
+    if (isnull || !has_privs_of_role(GetUserId(), DatumGetObjectId(owner))) {
+      ereport(ERROR,
+              (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE), errmsg("permission denied to %s", action),
+               errdetail("Only superusers and the owner of extension outbox manage sinks "
+                         "and routes.")));
+    }
   }
-  if (isnull || !has_privs_of_role(GetUserId(), DatumGetObjectId(owner))) {
-    ereport(ERROR,
-            (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE), errmsg("permission denied to %s", action),
-             errdetail("Only superusers and the owner of extension outbox manage sinks "
-                       "and routes.")));
-  }
+  GetUserIdAndSecContext(&scope->caller, &scope->caller_context);
+  SetUserIdAndSecContext(FunctionOwner(fcinfo), scope->caller_context |
+                                                    SECURITY_LOCAL_USERID_CHANGE |
+                                                    SECURITY_RESTRICTED_OPERATION);
+}
+
+void FinishAsSinkAdmin(const AdminScope &scope) {
+  SPI_finish();
+  SetUserIdAndSecContext(scope.caller, scope.caller_context);
 }
 
 text *RequireText(FunctionCallInfo fcinfo, int argno, const char *argname) {
@@ -197,6 +220,10 @@ using namespace outbox;
 // outbox.create_sink(name text, kind text, options jsonb)
 // Its options may hold a password: its errors are logged without the call.
 OUTBOX_SQL_FUNCTION_HIDING_STATEMENT(outbox_create_sink) {
+  // Who may create sinks first, before any argument is looked at (and the
+  // environment read for {"env": ...} values).
+  AdminScope admin;
+  ConnectAsSinkAdmin(fcinfo, "create sinks", &admin);
   text *name = RequireText(fcinfo, 0, "name");
   text *kind = RequireText(fcinfo, 1, "kind");
   CheckSinkName(name);
@@ -213,11 +240,8 @@ OUTBOX_SQL_FUNCTION_HIDING_STATEMENT(outbox_create_sink) {
   }
   Jsonb *options = PG_GETARG_JSONB_P(2);
 
-  // Who may create sinks first: validation reads the environment for
-  // {"env": ...} values.
-  ConnectAsSinkAdmin("create sinks");
   int n = 0;
-  const bool privileged = superuser();
+  const bool privileged = admin.superuser;
   OptionView *raw = FlattenSinkOptions(options, &n, privileged);
   char err[1024];
   // Options that open files, fetch URLs or run Kerberos: a superuser's.
@@ -242,23 +266,24 @@ OUTBOX_SQL_FUNCTION_HIDING_STATEMENT(outbox_create_sink) {
                     errmsg("sink \"%s\" already exists", text_to_cstring(name))));
   }
   ReloadConfigAtCommit();  // publishers pick the change up when it commits
-  SPI_finish();
+  FinishAsSinkAdmin(admin);
   PG_RETURN_VOID();
 }
 
 // outbox.drop_sink(name text)
 OUTBOX_SQL_FUNCTION(outbox_drop_sink) {
+  AdminScope admin;
+  ConnectAsSinkAdmin(fcinfo, "drop sinks", &admin);
   text *name = RequireText(fcinfo, 0, "name");
-  ConnectAsSinkAdmin("drop sinks");
   Oid types[1] = {TEXTOID};
   Datum values[1] = {PointerGetDatum(name)};
   // Lock the sink row first so no route can be added to it meanwhile.
-  if (RunCatalogStatement("SELECT 1 FROM outbox.sinks WHERE name = $1 FOR UPDATE", 1, types, values,
-                          nullptr, false) == 0) {
+  if (RunCatalogStatement("SELECT 1 FROM ONLY outbox.sinks WHERE name = $1 FOR UPDATE", 1, types,
+                          values, nullptr, false) == 0) {
     ereport(ERROR,
             (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("sink %s does not exist", QuoteText(name))));
   }
-  RunCatalogStatement("SELECT count(*) FROM outbox.routes WHERE sink = $1", 1, types, values,
+  RunCatalogStatement("SELECT count(*) FROM ONLY outbox.routes WHERE sink = $1", 1, types, values,
                       nullptr, true);
   bool isnull = false;
   const int64 routes =
@@ -269,14 +294,17 @@ OUTBOX_SQL_FUNCTION(outbox_drop_sink) {
                            text_to_cstring(name), static_cast<long long>(routes)),
                     errhint("Remove them first with outbox.remove_route().")));
   }
-  RunCatalogStatement("DELETE FROM outbox.sinks WHERE name = $1", 1, types, values, nullptr, false);
+  RunCatalogStatement("DELETE FROM ONLY outbox.sinks WHERE name = $1", 1, types, values, nullptr,
+                      false);
   ReloadConfigAtCommit();  // publishers pick the change up when it commits
-  SPI_finish();
+  FinishAsSinkAdmin(admin);
   PG_RETURN_VOID();
 }
 
 // outbox.add_route(pattern text, sink text, target text DEFAULT NULL)
 OUTBOX_SQL_FUNCTION(outbox_add_route) {
+  AdminScope admin;
+  ConnectAsSinkAdmin(fcinfo, "add routes", &admin);
   text *pattern = RequireText(fcinfo, 0, "pattern");
   text *sink = RequireText(fcinfo, 1, "sink");
   if (!IsValidPattern(View(pattern))) {
@@ -295,12 +323,11 @@ OUTBOX_SQL_FUNCTION(outbox_add_route) {
                               "debezium-expanded.")));
   }
 
-  ConnectAsSinkAdmin("add routes");
   Oid types[1] = {TEXTOID};
   Datum values[1] = {PointerGetDatum(sink)};
   // KEY SHARE keeps the sink from being dropped before we insert.
-  if (RunCatalogStatement("SELECT kind FROM outbox.sinks WHERE name = $1 FOR KEY SHARE", 1, types,
-                          values, nullptr, false) == 0) {
+  if (RunCatalogStatement("SELECT kind FROM ONLY outbox.sinks WHERE name = $1 FOR KEY SHARE", 1,
+                          types, values, nullptr, false) == 0) {
     ereport(ERROR,
             (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("sink %s does not exist", QuoteText(sink))));
   }
@@ -330,23 +357,24 @@ OUTBOX_SQL_FUNCTION(outbox_add_route) {
                     errhint("Remove it first with outbox.remove_route().")));
   }
   ReloadConfigAtCommit();  // publishers pick the change up when it commits
-  SPI_finish();
+  FinishAsSinkAdmin(admin);
   PG_RETURN_VOID();
 }
 
 // outbox.remove_route(pattern text)
 OUTBOX_SQL_FUNCTION(outbox_remove_route) {
+  AdminScope admin;
+  ConnectAsSinkAdmin(fcinfo, "remove routes", &admin);
   text *pattern = RequireText(fcinfo, 0, "pattern");
-  ConnectAsSinkAdmin("remove routes");
   Oid types[1] = {TEXTOID};
   Datum values[1] = {PointerGetDatum(pattern)};
-  if (RunCatalogStatement("DELETE FROM outbox.routes WHERE pattern = $1", 1, types, values, nullptr,
-                          false) == 0) {
+  if (RunCatalogStatement("DELETE FROM ONLY outbox.routes WHERE pattern = $1", 1, types, values,
+                          nullptr, false) == 0) {
     ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
                     errmsg("no route for pattern %s", QuoteText(pattern))));
   }
   ReloadConfigAtCommit();  // publishers pick the change up when it commits
-  SPI_finish();
+  FinishAsSinkAdmin(admin);
   PG_RETURN_VOID();
 }
 
@@ -358,7 +386,7 @@ OUTBOX_SQL_FUNCTION(outbox_route_for) {
   ReturnSetInfo *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
 
   if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "outbox: SPI_connect failed");
-  RunCatalogStatement("SELECT pattern, sink, target, format FROM outbox.routes", 0, nullptr,
+  RunCatalogStatement("SELECT pattern, sink, target, format FROM ONLY outbox.routes", 0, nullptr,
                       nullptr, nullptr, true);
   const int n = static_cast<int>(SPI_processed);
   // Copy out of SPI memory: the result must outlive SPI_finish.

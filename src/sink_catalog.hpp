@@ -20,9 +20,19 @@ OptionView *FlattenSinkOptions(Jsonb *options, int *count, bool may_read_environ
 
 // For the SQL functions that manage sinks and routes (sink_catalog.cpp,
 // route_control.cpp):
-// Connect to SPI (the caller calls SPI_finish) and refuse anyone but
-// superusers and the extension owner; `action` names what was refused.
-void ConnectAsSinkAdmin(const char *action);
+// Connect to SPI and refuse anyone but superusers and the extension owner
+// (`action` names what was refused); then act as the owner of the SQL
+// function called (outbox_writer: writer_role.cpp), as SECURITY DEFINER
+// would, in a security-restricted operation, until FinishAsSinkAdmin
+// (which also calls SPI_finish). An ERROR in between needs nothing: the
+// (sub)transaction's abort switches back.
+struct AdminScope {
+  Oid caller;
+  int caller_context;
+  bool superuser;  // the caller is one (superuser() is the writer's answer meanwhile)
+};
+void ConnectAsSinkAdmin(FunctionCallInfo fcinfo, const char *action, AdminScope *scope);
+void FinishAsSinkAdmin(const AdminScope &scope);
 // Argument `argno`, which must not be NULL (ERROR 22023 naming `argname`).
 text *RequireText(FunctionCallInfo fcinfo, int argno, const char *argname);
 // Run a parameterised statement through SPI; returns rows processed.

@@ -160,20 +160,14 @@ const char *StoredExpressionWhyNot(const char *stored, bool is_default) {
   pg_unreachable();
 }
 
-// Whether `function` is outbox's counting trigger function: C (only a
-// superuser can create one), in schema outbox, the extension's symbol.
+// Whether `function` is outbox's counting trigger function,
+// outbox.count_changes() (in C since 0.2.0, PL/pgSQL before).
 bool IsOutboxCounter(Oid function) {
   HeapTuple tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(function));
   if (!HeapTupleIsValid(tuple)) return false;
   const Form_pg_proc proc = reinterpret_cast<Form_pg_proc>(GETSTRUCT(tuple));
-  bool ours = proc->prolang == ClanguageId &&
-              proc->pronamespace == get_namespace_oid("outbox", true) &&
-              strcmp(NameStr(proc->proname), "count_changes") == 0;
-  if (ours) {
-    bool isnull = true;
-    const Datum src = SysCacheGetAttr(PROCOID, tuple, Anum_pg_proc_prosrc, &isnull);
-    ours = !isnull && strcmp(TextDatumGetCString(src), "outbox_count_changes") == 0;
-  }
+  const bool ours = proc->pronamespace == get_namespace_oid("outbox", true) &&
+                    strcmp(NameStr(proc->proname), "count_changes") == 0;
   ReleaseSysCache(tuple);
   return ours;
 }
@@ -186,8 +180,11 @@ void CheckTriggers(Relation rel) {
     // writes (they run in statements of the publisher or of whoever
     // changes events, as that statement's user).
     if (!TRIGGER_FOR_INSERT(trigger.tgtype)) continue;
-    if (!TRIGGER_FOR_ROW(trigger.tgtype) && trigger.tgqual == nullptr &&
-        IsOutboxCounter(trigger.tgfoid)) {
+    // A partition's statement triggers never fire for a row routed through
+    // outbox.events, as emit()'s is; outbox's counting ones are there for
+    // rows maintenance moves into the partition.
+    if (rel->rd_rel->relispartition && !TRIGGER_FOR_ROW(trigger.tgtype) &&
+        trigger.tgqual == nullptr && IsOutboxCounter(trigger.tgfoid)) {
       continue;
     }
     // Disabled or not (enabling one changes the relcache entry, and

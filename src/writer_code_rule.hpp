@@ -10,11 +10,12 @@
 // PL/pgSQL body resolves its names, when a backend first uses them, with that
 // backend's search_path). So nothing is judged by who owns it or how it is
 // declared: on outbox.events and on every partition an event can reach,
-// - the only INSERT triggers are outbox's own counting triggers
-//   (statement-level, calling the C function outbox.count_changes(), no
-//   WHEN condition); any other, disabled or internal (a foreign key's
-//   check) included, is refused. Triggers on UPDATE, DELETE or TRUNCATE
-//   only never run when emit() writes;
+// - the only INSERT triggers are outbox's own counting triggers on the
+//   partitions (statement-level, calling outbox.count_changes(), no WHEN
+//   condition; they never fire for a row routed through outbox.events); any
+//   other, disabled or internal (a foreign key's check) included, is
+//   refused. Triggers on UPDATE, DELETE or TRUNCATE only never run when
+//   emit() writes;
 // - there is no rule, no row security and no policy;
 // - every column is of a built-in type (no domain), every partition is a
 //   table of a built-in access method (no foreign table);

@@ -570,7 +570,7 @@ fi
 PUBLISHER_TAP_TESTS=(t/020_*.pl t/021_*.pl t/023_*.pl t/025_*.pl t/026_*.pl t/027_*.pl
   t/030_*.pl t/032_*.pl t/034_*.pl t/036_*.pl t/040_*.pl t/042_*.pl t/043_*.pl
   t/070_*.pl t/071_*.pl t/090_*.pl t/091_*.pl t/092_*.pl t/093_*.pl t/094_*.pl t/095_*.pl
-  t/096_*.pl t/097_*.pl t/098_*.pl t/101_*.pl)
+  t/096_*.pl t/097_*.pl t/098_*.pl t/101_*.pl t/062_*.pl)
 
 if ! { wanted TAP || wanted TAP_publisher; }; then
   :

@@ -28,12 +28,21 @@ constexpr long kRebuildChunkRows = 1000;
 }  // namespace
 
 void LoadConfiguration(Dispatcher *dispatcher) {
-  // Whoever can write outbox.sinks (its owner, the extension owner, or a
-  // superuser) chose the options: a superuser's options only when both
-  // owners are superusers (sink_options.hpp).
+  // Whoever can write outbox.sinks (its owner, roles granted INSERT or
+  // UPDATE on it, the extension owner, or a superuser) chose the options: a
+  // superuser's options only when the extension's owner is a superuser, the
+  // table's is one too or is outbox_writer (as which only outbox's own code
+  // writes; its functions judge the options by their caller, writer_role.cpp),
+  // and no other role may insert or update rows (a grant a restore brought
+  // back from an older release's database, say).
   // The installed version too: a route's format may mean what an earlier
   // release meant by it until ALTER EXTENSION UPDATE (which reloads).
-  if (SPI_execute("SELECT r.rolsuper AND s.rolsuper, e.extversion"
+  if (SPI_execute("SELECT r.rolsuper AND (s.rolsuper OR s.rolname OPERATOR(pg_catalog.=)"
+                  " 'outbox_writer') AND NOT EXISTS (SELECT FROM pg_catalog.aclexplode(c.relacl) a"
+                  " WHERE a.grantee OPERATOR(pg_catalog.<>) c.relowner"
+                  " AND a.privilege_type OPERATOR(pg_catalog.=) ANY ('{INSERT,UPDATE}'))"
+                  " AND NOT EXISTS (SELECT FROM pg_catalog.pg_inherits h"
+                  " WHERE h.inhparent OPERATOR(pg_catalog.=) c.oid), e.extversion"
                   " FROM pg_catalog.pg_extension e"
                   " JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) e.extowner"
                   " JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=)"
@@ -52,7 +61,7 @@ void LoadConfiguration(Dispatcher *dispatcher) {
     const char *version = TextColumn(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
     version_0_1_0 = !isnull && strcmp(version, "0.1.0") == 0;
   }
-  if (SPI_execute("SELECT name, kind, options FROM outbox.sinks ORDER BY name", false, 0) !=
+  if (SPI_execute("SELECT name, kind, options FROM ONLY outbox.sinks ORDER BY name", false, 0) !=
       SPI_OK_SELECT) {
     elog(ERROR, "outbox: cannot read outbox.sinks");
   }
@@ -72,8 +81,8 @@ void LoadConfiguration(Dispatcher *dispatcher) {
     sinks[i].privileged = privileged;
   }
 
-  if (SPI_execute("SELECT pattern, sink, target, paused, format FROM outbox.routes", false, 0) !=
-      SPI_OK_SELECT) {
+  if (SPI_execute("SELECT pattern, sink, target, paused, format FROM ONLY outbox.routes", false,
+                  0) != SPI_OK_SELECT) {
     elog(ERROR, "outbox: cannot read outbox.routes");
   }
   const int nroutes = static_cast<int>(SPI_processed);
@@ -122,9 +131,10 @@ void LoadConfiguration(Dispatcher *dispatcher) {
           // [A-Za-z0-9._-*]: only '_' needs escaping for LIKE, with '!',
           // which neither holds, whatever standard_conforming_strings says).
           // A route naming a sink that does not exist delivers nothing either.
-          " AND EXISTS (SELECT FROM outbox.routes r WHERE NOT r.paused AND topic LIKE"
+          " AND EXISTS (SELECT FROM ONLY outbox.routes r WHERE NOT r.paused AND topic LIKE"
           " pg_catalog.replace(pg_catalog.replace(r.pattern, '_', '!_'), '*', '%') ESCAPE '!'"
-          " AND EXISTS (SELECT FROM outbox.sinks s WHERE s.name OPERATOR(pg_catalog.=) r.sink))",
+          " AND EXISTS (SELECT FROM ONLY outbox.sinks s WHERE s.name OPERATOR(pg_catalog.=) "
+          "r.sink))",
           1, types, args, nullptr, false, 0) != SPI_OK_UPDATE) {
     elog(ERROR, "outbox: cannot release events that waited for a route");
   }

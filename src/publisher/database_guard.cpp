@@ -28,6 +28,7 @@
 #include "config_changes.hpp"
 #include "extension_create.hpp"
 #include "extension_drop.hpp"
+#include "events_ddl_check.hpp"
 #include "restored_partition.hpp"
 
 #include "pg_bridge.hpp"
@@ -263,6 +264,8 @@ void GuardedProcessUtility(PlannedStmt *pstmt, const char *query_string, bool re
                            QueryEnvironment *query_env, DestReceiver *dest, QueryCompletion *qc) {
   Node *stmt = pstmt->utilityStmt;
   const bool top_level = context == PROCESS_UTILITY_TOPLEVEL;
+  // Who may, before anything takes a lock (events_ddl_check.hpp).
+  RefuseLockingDdlOfNonOwners(stmt);
   // Not a database statement: restoring a dump (restored_partition.hpp).
   if (IsA(stmt, CreateStmt)) MakeRoomForRestoredPartition(castNode(CreateStmt, stmt));
   // A dump's statement is a top-level one (maintenance's own ATTACH, run
@@ -325,6 +328,7 @@ void GuardedProcessUtility(PlannedStmt *pstmt, const char *query_string, bool re
   if (slot == nullptr) {
     RunUtility(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc);
     WarnOfDroppedEvents(dropped);
+    WarnOfDdlEmitWouldRefuse(stmt);
   } else {
     RunPaused(slot, paused, pstmt, query_string, read_only_tree, context, params, query_env, dest,
               qc);

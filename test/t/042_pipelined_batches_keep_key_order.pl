@@ -98,7 +98,10 @@ BEGIN
   RETURN NULL;
 END $$;
 CREATE TRIGGER zz_log_outcome AFTER UPDATE ON outbox.events
-  FOR EACH ROW EXECUTE FUNCTION log_outcome();});
+  FOR EACH ROW EXECUTE FUNCTION log_outcome();
+-- The publisher's statements run as outbox_writer, and so does the trigger.
+GRANT INSERT ON outcome_log TO outbox_writer;
+GRANT USAGE ON SEQUENCE outcome_log_n_seq TO outbox_writer;});
 	return;
 }
 

@@ -212,6 +212,23 @@ for my $release (RELEASE_0_1_0, RELEASE_0_2_0) {
 	my $expect_format = $from eq '0.1.0' ? 'debezium-expanded' : 'debezium';
 	is($node->safe_psql('postgres', "SELECT format FROM outbox.routes WHERE pattern = 'deb$case.k'"),
 		$expect_format, "from $from: the debezium routes read $expect_format after the update");
+	# The update gives every table, partition, view and function to
+	# outbox_writer, and the running publisher acts as it from its next
+	# statement, without a restart: a trigger a superuser puts on
+	# outbox.events now records who runs the publisher's outcome updates.
+	is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_class
+		WHERE relnamespace = 'outbox'::regnamespace AND relkind IN ('r', 'p', 'v')
+		  AND relowner <> 'outbox_writer'::regrole}) . '/'
+		  . $node->safe_psql('postgres', q{SELECT count(*) FROM pg_proc
+		WHERE pronamespace = 'outbox'::regnamespace AND proowner <> 'outbox_writer'::regrole}),
+		'0/0', "from $from: outbox's tables, partitions, views and functions are outbox_writer's");
+	$node->safe_psql('postgres', q{
+CREATE TABLE public.outcome_runs (who text);
+GRANT INSERT ON public.outcome_runs TO outbox_writer;
+CREATE FUNCTION public.note_outcome() RETURNS trigger LANGUAGE plpgsql AS
+  $$ BEGIN INSERT INTO public.outcome_runs VALUES (current_user); RETURN NULL; END $$;
+CREATE TRIGGER note_outcome AFTER UPDATE ON outbox.events
+  FOR EACH ROW EXECUTE FUNCTION public.note_outcome();});
 	# A marker emitted right after the update goes out the updated way.
 	my $marker_k = $node->safe_psql('postgres',
 		"SELECT outbox.emit('deb$case.k', '{\"marker\": $case}', 'marker')");
@@ -221,6 +238,8 @@ for my $release (RELEASE_0_1_0, RELEASE_0_2_0) {
 		$node->safe_psql('postgres',
 			"SELECT count(*) FROM outbox.events WHERE id IN ('$marker_k', '$marker_r') AND status = 'published'") eq '2' }),
 		"from $from: the markers emitted after the update are published");
+	is($node->safe_psql('postgres', q{SELECT string_agg(DISTINCT who, ',') FROM public.outcome_runs}),
+		'outbox_writer', "from $from: the publisher, not restarted, now runs as outbox_writer");
 	$msgs = read_deb($node, $case, $marker_k);
 	my ($km) = grep { has_id($_, $marker_k) } @$msgs;
 	if ($from eq '0.1.0') {

@@ -720,7 +720,11 @@ TEST(KafkaSink, TimeoutsWithBrokersDownStayRetriable) {
   batch.Add("events", std::string("k"), "{}");
   const auto &results = batch.PublishTo(*sink);
   EXPECT_EQ(results[0].status, DeliveryStatus::kRetriable) << results[0].error;
-  EXPECT_TRUE(Contains(results[0].error, "_MSG_TIMED_OUT")) << results[0].error;
+  // librdkafka's own timeout, or on a loaded machine (ASan, a busy CI) the
+  // sink's deadline a little after it: either way a timeout, retriable.
+  EXPECT_TRUE(Contains(results[0].error, "_MSG_TIMED_OUT") ||
+              Contains(results[0].error, "no delivery report within"))
+      << results[0].error;
   cluster.SetAllBrokers(true);
 }
 

@@ -1,0 +1,149 @@
+// What a DDL statement left on outbox.events: see events_ddl_check.hpp.
+//
+// Invariants: runs after the statement, in its transaction, which holds the
+// statement's locks on the relation; no C++ object with a destructor.
+#include "events_ddl_check.hpp"
+
+#include "pg_compat.hpp"
+#include "writer_code_rule.hpp"
+
+#include <cstring>
+
+extern "C" {
+#include "access/table.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/partition.h"
+#include "catalog/pg_inherits.h"
+#include "nodes/parsenodes.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/resowner.h"
+}
+
+namespace outbox {
+namespace {
+
+void WatchNothing(Oid) {}
+
+// The relation a statement changes (nullptr: none this check looks at).
+RangeVar *TargetOf(Node *stmt) {
+  switch (nodeTag(stmt)) {
+    case T_CreateTrigStmt:
+      return castNode(CreateTrigStmt, stmt)->relation;
+    case T_IndexStmt:
+      return castNode(IndexStmt, stmt)->relation;
+    case T_AlterTableStmt:
+      return castNode(AlterTableStmt, stmt)->relation;
+    case T_RuleStmt:
+      return castNode(RuleStmt, stmt)->relation;
+    case T_CreatePolicyStmt:
+      return castNode(CreatePolicyStmt, stmt)->table;
+    case T_AlterPolicyStmt:
+      return castNode(AlterPolicyStmt, stmt)->table;
+    case T_CreateStmt:
+      return castNode(CreateStmt, stmt)->relation;
+    default:
+      return nullptr;
+  }
+}
+
+// Whether `relid` is outbox.events or below it.
+bool UnderEvents(Oid relid, Oid events) {
+  if (relid == events) return true;
+  if (!get_rel_relispartition(relid)) return false;
+  List *ancestors = get_partition_ancestors(relid);
+  return list_member_oid(ancestors, events);
+}
+
+// RefuseCodeNotBuiltIn over `relid` and everything below it (a partition
+// attached or made partitioned brings its own partitions).
+void CheckAll(Oid relid) {
+  List *all = find_all_inheritors(relid, AccessShareLock, nullptr);
+  ListCell *cell;
+  foreach (cell, all) {
+    Relation rel = table_open(lfirst_oid(cell), AccessShareLock);
+    RefuseCodeNotBuiltIn(rel, WatchNothing);
+    table_close(rel, AccessShareLock);
+  }
+}
+
+// 42501 unless the current user owns `target` (when it names a relation in
+// schema outbox): resolved without a lock.
+void RequireOwnerOf(RangeVar *target, Oid schema) {
+  const Oid relid = RangeVarGetRelid(target, NoLock, true);
+  if (!OidIsValid(relid) || get_rel_namespace(relid) != schema) return;
+  if (CurrentUserOwnsRelation(relid)) return;
+  ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                  errmsg("must be owner of table %s", get_rel_name(relid))));
+}
+
+}  // namespace
+
+void RefuseLockingDdlOfNonOwners(Node *stmt) {
+  const Oid schema = get_namespace_oid("outbox", true);
+  if (!OidIsValid(schema)) return;
+  switch (nodeTag(stmt)) {
+    case T_CreateTrigStmt:
+      RequireOwnerOf(castNode(CreateTrigStmt, stmt)->relation, schema);
+      break;
+    case T_RuleStmt:
+      RequireOwnerOf(castNode(RuleStmt, stmt)->relation, schema);
+      break;
+    case T_CreateStmt: {
+      ListCell *cell;
+      foreach (cell, castNode(CreateStmt, stmt)->inhRelations) {
+        RequireOwnerOf(lfirst_node(RangeVar, cell), schema);
+      }
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+void WarnOfDdlEmitWouldRefuse(Node *stmt) {
+  RangeVar *target = TargetOf(stmt);
+  if (target == nullptr) return;
+  const Oid schema = get_namespace_oid("outbox", true);
+  if (!OidIsValid(schema)) return;
+  const Oid events = get_relname_relid("events", schema);
+  if (!OidIsValid(events)) return;
+  const Oid relid = RangeVarGetRelid(target, NoLock, true);
+  if (!OidIsValid(relid) || !UnderEvents(relid, events)) return;
+  // In a subtransaction: the rule raises its refusal as an ERROR, said here
+  // as a WARNING, and the statement stands (a superuser's or the owner's,
+  // who may mean to drop it again, or a restore's).
+  MemoryContext caller = CurrentMemoryContext;
+  ResourceOwner owner = CurrentResourceOwner;
+  BeginInternalSubTransaction(nullptr);
+  MemoryContextSwitchTo(caller);
+  PG_TRY();
+  {
+    CheckAll(relid);
+    ReleaseCurrentSubTransaction();
+    MemoryContextSwitchTo(caller);
+    CurrentResourceOwner = owner;
+  }
+  PG_CATCH();
+  {
+    MemoryContextSwitchTo(caller);
+    ErrorData *error = CopyErrorData();
+    FlushErrorState();
+    RollbackAndReleaseCurrentSubTransaction();
+    MemoryContextSwitchTo(caller);
+    CurrentResourceOwner = owner;
+    if (error->sqlerrcode != ERRCODE_INSUFFICIENT_PRIVILEGE) ReThrowError(error);
+    // "emit() does not write while X has Y" becomes what it will do.
+    constexpr const char kNow[] = "outbox: emit() does not write while ";
+    if (error->message != nullptr && strncmp(error->message, kNow, strlen(kNow)) == 0) {
+      error->message =
+          psprintf("outbox: emit() will refuse to write while %s", error->message + strlen(kNow));
+    }
+    error->elevel = WARNING;
+    ThrowErrorData(error);
+  }
+  PG_END_TRY();
+}
+
+}  // namespace outbox

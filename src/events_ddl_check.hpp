@@ -1,0 +1,33 @@
+// Telling the DBA at CREATE time: a statement that leaves on outbox.events,
+// or on one of its partitions, anything emit() refuses to run
+// (writer_code_rule.hpp) gets a WARNING with the message emit() will raise,
+// rather than nothing until every application's emit() fails.
+#pragma once
+
+#include "pg_bridge.hpp"
+
+extern "C" {
+#include "nodes/nodes.h"
+}
+
+namespace outbox {
+
+// Called by the ProcessUtility hook after `stmt` ran, in its transaction:
+// a WARNING (the refusal emit() will raise, SQLSTATE 42501) when `stmt`
+// (CREATE TRIGGER, CREATE INDEX, CREATE RULE, CREATE/ALTER POLICY, ALTER
+// TABLE, CREATE TABLE ... PARTITION OF) left outbox.events or a partition
+// of it so that emit() refuses to write. Looks only at statements on those
+// relations.
+void WarnOfDdlEmitWouldRefuse(Node *stmt);
+
+// Called by the ProcessUtility hook before `stmt` runs: raises 42501 ("must
+// be owner of table ...", as PostgreSQL would) when `stmt` is CREATE
+// TRIGGER, CREATE RULE or CREATE TABLE ... PARTITION OF / INHERITS naming
+// one of outbox's relations as its target or parent and the current user
+// does not own it. PostgreSQL takes those statements' locks (exclusive ones)
+// before it checks who may: a role refused anyway would otherwise queue a
+// lock on outbox.events, and every emit() and claim behind it, for as long
+// as another session of its holds a weaker one.
+void RefuseLockingDdlOfNonOwners(Node *stmt);
+
+}  // namespace outbox
