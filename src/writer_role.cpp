@@ -123,6 +123,14 @@ constexpr const char *kRelations =
     " AND d.deptype OPERATOR(pg_catalog.=) 'e' AND e.extname OPERATOR(pg_catalog.=) 'outbox'"
     " UNION SELECT relid FROM pg_catalog.pg_partition_tree('outbox.events'::pg_catalog.regclass)";
 
+// The functions that are members of extension outbox.
+constexpr const char *kFunctions =
+    "SELECT d.objid AS oid FROM pg_catalog.pg_depend d"
+    " JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid"
+    " WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass"
+    " AND d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass"
+    " AND d.deptype OPERATOR(pg_catalog.=) 'e' AND e.extname OPERATOR(pg_catalog.=) 'outbox'";
+
 // The functions outbox makes, by signature (as regprocedure prints it) and
 // language: the update scripts make the SQL and PL/pgSQL ones again before
 // this runs; a C one must be outbox's symbol in outbox's library (only a
@@ -166,19 +174,14 @@ constexpr const char *kExpectedRelations =
 // does not make as it is now (nullptr: none).
 const char *UnexpectedFunction() {
   if (SPI_execute(
-          "SELECT p.oid::pg_catalog.regprocedure::pg_catalog.text, l.lanname::pg_catalog.text,"
-          " p.prosecdef, p.proconfig::pg_catalog.text, p.prosrc, p.probin, "
-          "p.proname::pg_catalog.text"
-          " FROM pg_catalog.pg_proc p"
-          " JOIN pg_catalog.pg_language l ON l.oid OPERATOR(pg_catalog.=) p.prolang"
-          " WHERE p.pronamespace OPERATOR(pg_catalog.=) 'outbox'::pg_catalog.regnamespace"
-          " OR p.oid IN (SELECT d.objid FROM pg_catalog.pg_depend d"
-          " JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid"
-          " WHERE d.refclassid OPERATOR(pg_catalog.=) "
-          "'pg_catalog.pg_extension'::pg_catalog.regclass"
-          " AND d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass"
-          " AND d.deptype OPERATOR(pg_catalog.=) 'e'"
-          " AND e.extname OPERATOR(pg_catalog.=) 'outbox')",
+          psprintf("SELECT p.oid::pg_catalog.regprocedure::pg_catalog.text,"
+                   " l.lanname::pg_catalog.text, p.prosecdef, p.proconfig::pg_catalog.text,"
+                   " p.prosrc, p.probin, p.proname::pg_catalog.text"
+                   " FROM pg_catalog.pg_proc p"
+                   " JOIN pg_catalog.pg_language l ON l.oid OPERATOR(pg_catalog.=) p.prolang"
+                   " WHERE p.pronamespace OPERATOR(pg_catalog.=) 'outbox'::pg_catalog.regnamespace"
+                   " OR p.oid IN (%s)",
+                   kFunctions),
           true, 0) != SPI_OK_SELECT) {
     elog(ERROR, "outbox: cannot list outbox's functions");
   }
@@ -226,10 +229,7 @@ const char *UnexpectedFunction() {
 // owner, not necessarily a superuser) could have made any of them.
 void RefusePlantedCode() {
   const char *planted = FirstValue(psprintf(
-      "WITH rels AS (%s), outbox_funcs AS (SELECT m.objid FROM pg_catalog.pg_depend m"
-      " JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) m.refobjid"
-      " WHERE m.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass"
-      " AND m.deptype OPERATOR(pg_catalog.=) 'e' AND e.extname OPERATOR(pg_catalog.=) 'outbox')"
+      "WITH rels AS (%s), outbox_funcs AS (%s)"
       " SELECT pg_catalog.format('trigger %%I on %%s', t.tgname, t.tgrelid::pg_catalog.regclass)"
       " FROM pg_catalog.pg_trigger t JOIN rels ON rels.oid OPERATOR(pg_catalog.=) t.tgrelid"
       " WHERE t.tgfoid OPERATOR(pg_catalog.<>) 'outbox.count_changes()'::pg_catalog.regprocedure"
@@ -263,7 +263,7 @@ void RefusePlantedCode() {
       " COALESCE(c.conrelid, i.indrelid, a.adrelid, s.stxrelid)"
       " WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass"
       " AND d.refobjid OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid"
-      " AND d.refobjid NOT IN (SELECT objid FROM outbox_funcs)"
+      " AND d.refobjid NOT IN (SELECT oid FROM outbox_funcs)"
       " UNION ALL"
       " SELECT pg_catalog.format('statistics object %%I.%%I on an expression',"
       " s.stxnamespace::pg_catalog.regnamespace, s.stxname)"
@@ -315,7 +315,7 @@ void RefusePlantedCode() {
       " 'pg_catalog.pg_statistic_ext'::pg_catalog.regclass, "
       "'pg_catalog.pg_type'::pg_catalog.regclass])"
       " ORDER BY 1",
-      kRelations, kExpectedRelations));
+      kRelations, kFunctions, kExpectedRelations));
   if (planted == nullptr) planted = UnexpectedFunction();
   if (planted == nullptr) return;
   ereport(ERROR,
@@ -327,14 +327,6 @@ void RefusePlantedCode() {
                      kWriter),
            errhint("Drop it (after checking who made it), then update again.")));
 }
-
-// The functions that are members of extension outbox.
-constexpr const char *kFunctions =
-    "SELECT d.objid AS oid FROM pg_catalog.pg_depend d"
-    " JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid"
-    " WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass"
-    " AND d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass"
-    " AND d.deptype OPERATOR(pg_catalog.=) 'e' AND e.extname OPERATOR(pg_catalog.=) 'outbox'";
 
 // The functions PUBLIC may execute (they check their callers themselves, or
 // read nothing), as the install script grants them.
