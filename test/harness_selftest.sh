@@ -39,11 +39,24 @@ spec_name=$(basename "$spec" .out)
 sed -i '1s/^/broken on purpose\n/' "$spec"
 sed -i 's/^done_testing();$/is(1, 2, "TAP file broken on purpose");\ndone_testing();/' \
   "$COPY/test/t/000_harness_smoke.pl"
+# A TAP file killed the way the run's time budget kills one: its END block
+# never runs, so its server stays up unless the run stops it.
+cat >"$COPY/test/t/001_harness_killed.pl" <<'PERL'
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use Test::More;
+my $node = PostgreSQL::Test::Cluster->new('left_running');
+$node->init;
+$node->start;
+ok(1, 'a server runs');
+kill 'KILL', $$;
+PERL
 
 LOG=$WORK/run_all.log
 status=0
 OUTBOX_SKIP_DEPS=1 OUTBOX_SKIP_BUILD=1 OUTBOX_SUITES="unit regression isolation TAP" \
-  OUTBOX_TAP_FILES="t/000_*.pl" OUTBOX_RUN_BUDGET=1200 OUTBOX_FAILURES_FILE= \
+  OUTBOX_TAP_FILES="t/00[01]_*.pl" OUTBOX_RUN_BUDGET=1200 OUTBOX_FAILURES_FILE= \
   bash "$COPY/test/run_all.sh" >"$LOG" 2>&1 || status=$?
 
 fail=0
@@ -67,6 +80,21 @@ check "the regression test's diff" '^    \+broken on purpose|^    -broken on pur
 check "the isolation test by name" "^--- isolation: $spec_name "
 check "the TAP file by name" '^--- TAP: t/000_harness_smoke\.pl '
 check "the TAP file's log" 'TAP file broken on purpose'
+check "the killed TAP file by name" '^--- TAP: t/001_harness_killed\.pl '
+# Nothing the killed file started is left: no process works in the copy.
+left=()
+for pid in /proc/[0-9]*; do
+  pid=${pid#/proc/}
+  [[ "$(readlink "/proc/$pid/cwd" 2>/dev/null)" == "$COPY"/* ]] && left+=("$pid")
+done
+if ((${#left[@]} == 0)); then
+  echo "ok: nothing the killed TAP file started is left running"
+else
+  echo "NOT OK: processes left running in $COPY: ${left[*]}"
+  ps -o pid,args -p "${left[@]}" || true
+  kill -KILL "${left[@]}" 2>/dev/null || true
+  fail=1
+fi
 if ((fail)); then
   echo "----- the run's last 120 lines -----"
   tail -n 120 "$LOG"

@@ -66,7 +66,7 @@ CHROOTS=("trixie 17 repeatable read" "sid 18 serializable")
 SUITES=(format unit regression isolation quickstart harness tidy TAP sanitizers fuzz package pg17 pg18)
 if [[ -n ${OUTBOX_SUITES:-} ]]; then read -r -a SUITES <<<"$OUTBOX_SUITES"; fi
 wanted() { [[ " ${SUITES[*]} " == *" $1 "* ]]; }
-declare -A RESULT=() NOTE=()
+declare -A RESULT=() NOTE=() ENDED_AT=()
 RUN_START=$SECONDS
 RUN_DEADLINE=$((SECONDS + ${OUTBOX_RUN_BUDGET:-3300}))
 
@@ -88,6 +88,7 @@ banner() { printf '\n===== %s =====\n' "$*"; }
 record() {
   RESULT[$1]=$2
   NOTE[$1]=${3:-}
+  ENDED_AT[$1]=$((SECONDS - RUN_START))
   printf '>>> %s: %s%s\n' "$1" "${2^^}" "${3:+ ($3)}"
 }
 
@@ -95,9 +96,11 @@ summary_and_exit() {
   local passed=0 failed=0 s
   banner "Summary ($((SECONDS - RUN_START)) s)"
   for s in "${SUITES[@]}"; do
-    local r=${RESULT[$s]:-fail} n=${NOTE[$s]:-}
+    local r=${RESULT[$s]:-fail} n=${NOTE[$s]:-} at=${ENDED_AT[$s]:-}
     [[ -n "${RESULT[$s]:-}" ]] || n="not run"
-    printf '  %-13s %s%s\n' "$s" "${r^^}" "${n:+  ($n)}"
+    # When each suite ended, in seconds from the start: the run's time line
+    # (which suite is its longest path) in the lines CI keeps.
+    printf '  %-13s %-4s %6s%s\n' "$s" "${r^^}" "${at:+${at} s}" "${n:+  ($n)}"
     if [[ $r == pass ]]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
     # A failed suite with no test named (a build that failed, a suite that
     # never ran): the end of its own output stands for it.
@@ -454,6 +457,33 @@ run_tap() {
     failures_from_prove "$suite" "$out" "$dir/tmp_check/log"
     record "$suite" fail "logs in $dir/tmp_check/log"
   fi
+  reap_tap_dir "$dir"
+}
+
+# reap_tap_dir DIR: stop every process a TAP run in DIR left behind. A file
+# the time budget kills never reaches its END block: its servers (pg_ctl puts
+# each postmaster in a session of its own, out of reach of timeout's signal)
+# and the brokers it started would keep the machine busy for the rest of the
+# run. Each of them works in DIR (a postmaster's working directory is its
+# data directory) or names it on its command line; processes of other runs
+# and of the chroots (their own PID namespaces) name other directories.
+reap_tap_dir() {
+  local dir=$1 pid cwd pids=() round
+  for round in QUIT KILL; do
+    pids=()
+    for pid in /proc/[0-9]*; do
+      pid=${pid#/proc/}
+      ((pid == $$ || pid == BASHPID)) && continue
+      cwd=$(readlink "/proc/$pid/cwd" 2>/dev/null) || continue
+      if [[ $cwd == "$dir"/* ]] || tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$dir/"; then
+        pids+=("$pid")
+      fi
+    done
+    ((${#pids[@]})) || return 0
+    echo "stopping ${#pids[@]} processes the TAP run in $dir left running (SIG$round)"
+    kill -"$round" "${pids[@]}" 2>/dev/null || true
+    [[ $round == QUIT ]] && sleep 3
+  done
 }
 
 # ---------------------------------------------------------------------------
