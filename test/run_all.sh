@@ -487,24 +487,6 @@ reap_tap_dir() {
 }
 
 # ---------------------------------------------------------------------------
-if wanted tidy; then
-  banner "clang-tidy: the static analyzer's checks (.clang-tidy, test/tidy.sh)"
-  # The compile database comes from the CMake configure (the unit suite's).
-  if timeout -k 30 600 cmake -S . -B build -DOUTBOX_WERROR=ON -DPG_CONFIG="$PG_CONFIG" >/dev/null &&
-    run_logged tidy timeout -k 30 "$(budget 1200)" bash test/tidy.sh build; then
-    record tidy pass
-  else
-    # test/tidy.sh prints "----- FILE -----" before each file's reports.
-    while read -r f; do
-      failure_add tidy "${f#"$REPO"/}" "" tail "" \
-        "$(awk -v f="$f" '$0 == "----- " f " -----" { on = 1; next } /^----- / { on = 0 } on' \
-          "$SUITE_LOGS/tidy.log" | grep -E 'warning:|error:' | head -n 8)"
-    done < <(sed -nE 's/^----- (.+) -----$/\1/p' "$SUITE_LOGS/tidy.log")
-    record tidy fail "reports above"
-  fi
-fi
-
-# ---------------------------------------------------------------------------
 if wanted sanitizers; then
   banner "Unit tests and test broker under ASan + UBSan, a publisher under valgrind (test/sanitize.sh)"
   # Private directories (two runs on one machine must not share them); kept
@@ -568,15 +550,31 @@ for spec in "${CHROOTS[@]}"; do
 done
 
 # ---------------------------------------------------------------------------
-if wanted fuzz; then
-  banner "Fuzzing the parsers and validators (test/fuzz/run.sh, ${FUZZ_SECONDS:-20} s per target)"
-  FUZZ_DIR=$(mktemp -d /tmp/outbox-fuzz.XXXXXX)
-  if run_logged fuzz timeout -k 30 "$(budget 900)" env FUZZ_SECONDS="${FUZZ_SECONDS:-20}" bash test/fuzz/run.sh "$FUZZ_DIR"; then
-    record fuzz pass
-    rm -rf "$FUZZ_DIR"
+# clang-tidy and the fuzzers run in the background from here on, beside the
+# package suite and the TAP suites, which mostly wait on servers and brokers:
+# they take the longest path of the run (this machine's TAP suite) a few
+# minutes shorter than running before it. Neither waits on a clock that load
+# could make it miss (the fuzzers run for a fixed time each; a loaded machine
+# only tries fewer inputs). Their output is shown, and their result taken,
+# before the summary.
+TIDY_PID=""
+if wanted tidy; then
+  # The compile database comes from the CMake configure (the unit suite's).
+  if timeout -k 30 600 cmake -S . -B build -DOUTBOX_WERROR=ON -DPG_CONFIG="$PG_CONFIG" >/dev/null; then
+    timeout -k 30 "$(budget 1200)" bash test/tidy.sh build >"$SUITE_LOGS/tidy.log" 2>&1 &
+    TIDY_PID=$!
+    BACKGROUND_PIDS+=("$TIDY_PID")
   else
-    record fuzz fail "crash inputs named above"
+    record tidy fail "the CMake configure for the compile database failed"
   fi
+fi
+FUZZ_PID=""
+if wanted fuzz; then
+  FUZZ_DIR=$(mktemp -d /tmp/outbox-fuzz.XXXXXX)
+  timeout -k 30 "$(budget 900)" env FUZZ_SECONDS="${FUZZ_SECONDS:-20}" bash test/fuzz/run.sh "$FUZZ_DIR" \
+    >"$SUITE_LOGS/fuzz.log" 2>&1 &
+  FUZZ_PID=$!
+  BACKGROUND_PIDS+=("$FUZZ_PID")
 fi
 
 # ---------------------------------------------------------------------------
@@ -644,6 +642,35 @@ elif ((PGXS_OK)); then
 else
   wanted TAP && record TAP fail "PGXS build failed"
   wanted TAP_publisher && record TAP_publisher fail "PGXS build failed"
+fi
+
+# ---------------------------------------------------------------------------
+if [[ -n $TIDY_PID ]]; then
+  banner "clang-tidy: the static analyzer's checks (.clang-tidy, test/tidy.sh)"
+  cat "$SUITE_LOGS/tidy.log"
+  if wait "$TIDY_PID"; then
+    record tidy pass
+  else
+    # test/tidy.sh prints "----- FILE -----" before each file's reports.
+    while read -r f; do
+      failure_add tidy "${f#"$REPO"/}" "" tail "" \
+        "$(awk -v f="$f" '$0 == "----- " f " -----" { on = 1; next } /^----- / { on = 0 } on' \
+          "$SUITE_LOGS/tidy.log" | grep -E 'warning:|error:' | head -n 8)"
+    done < <(sed -nE 's/^----- (.+) -----$/\1/p' "$SUITE_LOGS/tidy.log")
+    record tidy fail "reports above"
+  fi
+fi
+
+# ---------------------------------------------------------------------------
+if [[ -n $FUZZ_PID ]]; then
+  banner "Fuzzing the parsers and validators (test/fuzz/run.sh, ${FUZZ_SECONDS:-20} s per target)"
+  cat "$SUITE_LOGS/fuzz.log"
+  if wait "$FUZZ_PID"; then
+    record fuzz pass
+    rm -rf "$FUZZ_DIR"
+  else
+    record fuzz fail "crash inputs named above"
+  fi
 fi
 
 # ---------------------------------------------------------------------------
