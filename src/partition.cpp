@@ -97,6 +97,35 @@ void Exec(const char *sql) {
 // Each statement's fresh snapshot (ExecFresh) also sees the DDL of the
 // steps before it.
 
+// The sessions (and prepared transactions, which have no pid) that hold a
+// granted lock on outbox.events or one of its partitions, for the message
+// of a step that timed out: "pid 123 (idle in transaction), ...", at most
+// ten. Called with SPI connected, in the transaction the step's
+// subtransaction belonged to; the result is palloc'd there.
+const char *LockHolders() {
+  const int rc = ExecFresh(
+      "SELECT pg_catalog.string_agg(h.who, ', ') FROM ("
+      " SELECT DISTINCT CASE WHEN l.pid IS NULL THEN 'a prepared transaction'"
+      "  WHEN a.state IS NULL THEN pg_catalog.concat('pid ', l.pid)"
+      "  ELSE pg_catalog.concat('pid ', l.pid, ' (', a.state, ')') END AS who"
+      " FROM pg_catalog.pg_locks l"
+      " LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid OPERATOR(pg_catalog.=) l.pid"
+      " WHERE l.granted AND l.locktype OPERATOR(pg_catalog.=) 'relation'"
+      "  AND l.database OPERATOR(pg_catalog.=) ("
+      "   SELECT d.oid FROM pg_catalog.pg_database d"
+      "    WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())"
+      "  AND (l.pid IS NULL OR l.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid())"
+      "  AND (l.relation OPERATOR(pg_catalog.=) 'outbox.events'::pg_catalog.regclass"
+      "   OR l.relation OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT i.inhrelid"
+      "    FROM pg_catalog.pg_inherits i"
+      "    WHERE i.inhparent OPERATOR(pg_catalog.=) 'outbox.events'::pg_catalog.regclass)))"
+      " ORDER BY 1 LIMIT 10) h",
+      1);
+  if (rc != SPI_OK_SELECT || SPI_processed != 1) return "unknown";
+  char *who = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+  return who != nullptr ? who : "none any more";
+}
+
 // Run step(arg) in a subtransaction with lock_timeout set to
 // outbox.maintenance_lock_timeout. A lock timeout rolls the step back and
 // returns false (logged, retried next run); so does, when `made_elsewhere`,
@@ -149,9 +178,16 @@ bool RunGuarded(const char *what, StepFn step, void *arg, bool made_elsewhere = 
                            "will look again at the next maintenance",
                            what)));
     } else {
-      ereport(NOTICE, (errmsg("outbox: could not %s within outbox.maintenance_lock_timeout "
-                              "(%d ms); will retry at the next maintenance",
-                              what, guc::maintenance_lock_timeout_ms)));
+      // LOG in the publisher (a NOTICE there reaches no client and, at the
+      // default log_min_messages, no log either); NOTICE to a maintain()
+      // caller. Either way it names who holds the tables, so that a DBA
+      // can end a session that keeps maintenance from ever getting through.
+      ereport(IsBackgroundWorker ? LOG : NOTICE,
+              (errmsg("outbox: could not %s within outbox.maintenance_lock_timeout "
+                      "(%d ms); will retry at the next maintenance",
+                      what, guc::maintenance_lock_timeout_ms),
+               errdetail("Sessions holding locks on outbox.events or its partitions: %s.",
+                         LockHolders())));
     }
     FreeErrorData(edata);
   }

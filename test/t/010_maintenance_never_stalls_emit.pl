@@ -1,12 +1,15 @@
 # Dropping a partition needs AccessExclusive on outbox.events. While a
 # transaction that emitted is open, maintenance must give up after
 # outbox.maintenance_lock_timeout (and retry later) instead of waiting, so
-# emit() is never queued behind it for longer than that.
+# emit() is never queued behind it for longer than that. Each time it gives
+# up it names the sessions that hold the tables: to a maintain() caller in a
+# NOTICE, and in the server log when the publisher's own maintenance does.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(sleep);
 
 my $node = PostgreSQL::Test::Cluster->new('maintenance');
 $node->init;
@@ -23,6 +26,8 @@ is($node->safe_psql('postgres', $old), '4', 'partitions of 2020 exist');
 my $open_tx = $node->background_psql('postgres');
 $open_tx->query_safe('BEGIN');
 $open_tx->query_safe(q{SELECT outbox.emit('orders.created', '{"n": 1}')});
+my $holder = $open_tx->query_safe('SELECT pg_backend_pid()');
+$holder =~ s/\s+//g;
 
 # The seconds a statement takes by the server's clock, from just before it to
 # just after it in one session (psql's start-up, seconds on a loaded machine,
@@ -44,6 +49,27 @@ my $elapsed = timed("SET outbox.maintenance_lock_timeout = '200ms';\nSELECT outb
 cmp_ok($elapsed, '<', 5, "maintenance gave up after its lock timeout (${elapsed}s)");
 like($stderr, qr/could not drop partition outbox\.events_p2020\d{4} within outbox\.maintenance_lock_timeout/,
 	'the NOTICE says which partition waits for the next run');
+like($stderr, qr/DETAIL:  Sessions holding locks on outbox\.events or its partitions: .*pid $holder \(idle in transaction\)/,
+	'and names the session that holds the tables');
+
+# The publisher's maintenance (at its start, then every minute) says the
+# same in the server log, where a DBA reads it. It runs as outbox_writer,
+# which may not see other roles' session states: the pid is named.
+my $publisher = $node->safe_psql('postgres', q{SELECT pid FROM outbox.workers WHERE database = 'postgres'});
+like($publisher, qr/^\d+$/, 'a publisher runs');
+my $offset = -s $node->logfile;
+$node->safe_psql('postgres', "SELECT pg_terminate_backend($publisher)");
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM outbox.workers WHERE database = 'postgres' AND pid <> $publisher"),
+	'the launcher starts a new publisher');
+my $logged = 0;
+my $tries = 10 * $PostgreSQL::Test::Utils::timeout_default;
+for (1 .. $tries) {
+	last if $logged = slurp_file($node->logfile, $offset) =~
+	  /LOG:  outbox: could not drop partition outbox\.events_p2020\d{4} within outbox\.maintenance_lock_timeout.*\n.*DETAIL:  Sessions holding locks on outbox\.events or its partitions: .*pid $holder\b/;
+	sleep 0.1 if $_ < $tries;
+}
+ok($logged, "the publisher's maintenance logs the partition it could not drop and who holds it");
 is($node->safe_psql('postgres', $old), '4', 'no partition was dropped while the lock was held');
 
 # emit() from another session goes through while the transaction is open.
