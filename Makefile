@@ -14,11 +14,14 @@ MODULE_big = outbox
 # the superuser who updates.
 DATA = $(filter-out sql/outbox--0.1.0--0.2.0.sql,$(wildcard sql/outbox--*.sql)) outbox--0.1.0.control
 
-# One source list, derived from the folders (src/README.md): src/ and
-# src/publisher/ use PostgreSQL; src/core/ and src/sinks/ never include a
-# PostgreSQL header (CMake builds them alone for the unit tests).
-PG_SRCS = $(sort $(wildcard src/*.cpp src/publisher/*.cpp))
-FREE_SRCS = $(sort $(wildcard src/core/*.cpp src/sinks/*.cpp))
+# One source list, derived from the folders (src/README.md): src/ and its
+# folders emit/, shmem/, catalog/, hooks/ and publisher/ use PostgreSQL;
+# src/core/ and src/sinks/ never include a PostgreSQL header (CMake builds
+# them alone for the unit tests).
+PG_DIRS = src src/emit src/shmem src/catalog src/hooks src/publisher
+FREE_DIRS = src/core src/sinks
+PG_SRCS = $(sort $(wildcard $(addsuffix /*.cpp,$(PG_DIRS))))
+FREE_SRCS = $(sort $(wildcard $(addsuffix /*.cpp,$(FREE_DIRS))))
 OBJS = $(PG_SRCS:.cpp=.o) $(FREE_SRCS:.cpp=.o)
 
 REGRESS = setup emit tracing sinks routes controls stats partitions privileges emit_runs_only_built_in_code emit_writes_like_insert extension writer_role

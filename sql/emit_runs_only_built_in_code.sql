@@ -1,5 +1,5 @@
 -- When emit() writes, only built-in code and outbox's own run (the rule of
--- src/writer_code_rule.hpp). Each place where PostgreSQL runs code during
+-- src/emit/writer_code_rule.hpp). Each place where PostgreSQL runs code during
 -- an INSERT into outbox.events is planted below, as a superuser or the
 -- tables' owner could, with a function that announces itself (a NOTICE
 -- "planted code ran") if it ever runs while emit() is called (the DDL that

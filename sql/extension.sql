@@ -12,7 +12,7 @@ SELECT source, target, path FROM pg_extension_update_paths('outbox')
    AND source < target ORDER BY source;
 
 -- Every function pins search_path, but emit(), which pins it itself where
--- it could resolve a name (src/event_insert.hpp: the server's pin costs
+-- it could resolve a name (src/emit/event_insert.hpp: the server's pin costs
 -- about half of an emit() statement).
 SELECT p.oid::regprocedure AS unpinned
   FROM pg_proc p

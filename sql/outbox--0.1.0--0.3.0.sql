@@ -186,7 +186,7 @@ UPDATE ONLY outbox.routes SET format = 'debezium-expanded' WHERE format = 'debez
 ALTER FUNCTION outbox.emit(text, jsonb, text, jsonb) SECURITY INVOKER RESET search_path;
 
 -- outbox.key_slot() calls the one definition of the key-slot hash
--- (src/key_slot.cpp), which emit() and the claims use too.
+-- (src/shmem/key_slot.cpp), which emit() and the claims use too.
 CREATE OR REPLACE FUNCTION outbox.key_slot(key text) RETURNS int
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -235,7 +235,7 @@ HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 0;
 COMMENT ON VIEW outbox.route_lag IS
     'Per route: topics, pending and dead events, and the age of its oldest pending event (lag)';
 
--- outbox.count_changes() in C (src/event_counts.cpp): the same counts, at a
+-- outbox.count_changes() in C (src/catalog/event_counts.cpp): the same counts, at a
 -- fraction of the PL/pgSQL version's cost per statement.
 CREATE OR REPLACE FUNCTION outbox.count_changes()
 RETURNS trigger
@@ -280,7 +280,7 @@ UPDATE pg_catalog.pg_init_privs i
 
 -- 0.3.0: outbox.home and outbox.publish_here(). The INSERT writes a table
 -- made just above: nobody could have put code on it.
--- Which database these tables belong to (src/database_home.hpp). CREATE
+-- Which database these tables belong to (src/catalog/database_home.hpp). CREATE
 -- DATABASE ... TEMPLATE copies them, pending events included; a copy's
 -- publisher finds another database's OID here and publishes nothing (the
 -- template's publishers deliver those events) until outbox.publish_here()
@@ -450,14 +450,14 @@ COMMENT ON TABLE outbox.sinks IS
     'Brokers events are delivered to. options may hold secrets: superusers only.';
 
 -- Sinks, routes and their controls check their caller themselves (superusers
--- and the extension owner: src/sink_catalog.hpp) and then act as
+-- and the extension owner: src/catalog/sink_catalog.hpp) and then act as
 -- outbox_writer, which owns them: anyone may call them, only those pass.
 GRANT EXECUTE ON FUNCTION outbox.create_sink(text, text, jsonb), outbox.drop_sink(text),
     outbox.add_route(text, text, text, text), outbox.remove_route(text), outbox.pause(text),
     outbox.resume(text), outbox.replay(timestamptz, text), outbox.publish_here() TO PUBLIC;
 
 -- ---------------------------------------------------------------------------
--- The owner of all of the above: role outbox_writer (src/writer_role.cpp),
+-- The owner of all of the above: role outbox_writer (src/catalog/writer_role.cpp),
 -- made here when it is missing, refused when it is more than outbox makes
 -- (a login, a superuser, members, memberships, anything it owns or holds
 -- here). emit() writes and the publishers run as it, never as a superuser.

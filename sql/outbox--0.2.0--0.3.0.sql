@@ -15,7 +15,7 @@ ALTER TABLE outbox.routes DROP CONSTRAINT routes_sink_fkey;
 
 -- 0.3.0: outbox.home and outbox.publish_here(). The INSERT writes a table
 -- made just above: nobody could have put code on it.
--- Which database these tables belong to (src/database_home.hpp). CREATE
+-- Which database these tables belong to (src/catalog/database_home.hpp). CREATE
 -- DATABASE ... TEMPLATE copies them, pending events included; a copy's
 -- publisher finds another database's OID here and publishes nothing (the
 -- template's publishers deliver those events) until outbox.publish_here()
@@ -185,14 +185,14 @@ COMMENT ON TABLE outbox.sinks IS
     'Brokers events are delivered to. options may hold secrets: superusers only.';
 
 -- Sinks, routes and their controls check their caller themselves (superusers
--- and the extension owner: src/sink_catalog.hpp) and then act as
+-- and the extension owner: src/catalog/sink_catalog.hpp) and then act as
 -- outbox_writer, which owns them: anyone may call them, only those pass.
 GRANT EXECUTE ON FUNCTION outbox.create_sink(text, text, jsonb), outbox.drop_sink(text),
     outbox.add_route(text, text, text, text), outbox.remove_route(text), outbox.pause(text),
     outbox.resume(text), outbox.replay(timestamptz, text), outbox.publish_here() TO PUBLIC;
 
 -- ---------------------------------------------------------------------------
--- The owner of all of the above: role outbox_writer (src/writer_role.cpp),
+-- The owner of all of the above: role outbox_writer (src/catalog/writer_role.cpp),
 -- made here when it is missing, refused when it is more than outbox makes
 -- (a login, a superuser, members, memberships, anything it owns or holds
 -- here). emit() writes and the publishers run as it, never as a superuser.

@@ -113,7 +113,7 @@ CREATE TABLE outbox.events_default PARTITION OF outbox.events DEFAULT;
 -- outbox.recount() after doing so. Dropping a partition deletes its day's
 -- rows here (maintenance does both in one transaction).
 --
--- Each (day, topic) is split into shards (src/event_counts.cpp says how
+-- Each (day, topic) is split into shards (src/catalog/event_counts.cpp says how
 -- they are picked): a counted change locks its shard's row until its
 -- transaction ends, so parallel publishers writing one shared row would
 -- wait for each other's commits, and an operator's retry_dead() under
@@ -138,7 +138,7 @@ COMMENT ON TABLE outbox.counts IS
 -- The statement trigger of every change to outbox.events (see above): adds
 -- the new rows' states and subtracts the old ones', per day and topic, in
 -- (day, topic) order so that concurrent writers cannot deadlock on it; a
--- TRUNCATE recounts. In C (src/event_counts.cpp): it runs after every
+-- TRUNCATE recounts. In C (src/catalog/event_counts.cpp): it runs after every
 -- statement the publisher records outcomes with.
 CREATE FUNCTION outbox.count_changes()
 RETURNS trigger
@@ -255,7 +255,7 @@ SELECT pg_catalog.pg_extension_config_dump('outbox.routes', '');
 -- dumped with their rows like any table.
 SELECT pg_catalog.pg_extension_config_dump('outbox.events_default', '');
 
--- Which database these tables belong to (src/database_home.hpp). CREATE
+-- Which database these tables belong to (src/catalog/database_home.hpp). CREATE
 -- DATABASE ... TEMPLATE copies them, pending events included; a copy's
 -- publisher finds another database's OID here and publishes nothing (the
 -- template's publishers deliver those events) until outbox.publish_here()
@@ -281,7 +281,7 @@ REVOKE ALL ON outbox.home FROM PUBLIC;
 -- as this function's owner, as SECURITY DEFINER would, and pins search_path
 -- itself where it could resolve a name. Neither is declared here because
 -- the server would then do both around every call, at about half of what an
--- emit() statement costs (src/event_insert.hpp).
+-- emit() statement costs (src/emit/event_insert.hpp).
 CREATE FUNCTION outbox.emit(topic text, payload jsonb, key text DEFAULT NULL,
                             headers jsonb DEFAULT NULL)
 RETURNS uuid
@@ -522,7 +522,7 @@ COMMENT ON VIEW outbox.workers IS
 -- Which key slot a key hashes into: hashtext(key) & 1023. With
 -- outbox.workers > 1 each slot is owned by one publisher at a time, which
 -- handles every event of the keys in it. The one definition of the hash
--- (src/key_slot.cpp): emit() uses it to wake the key's publisher, and the
+-- (src/shmem/key_slot.cpp): emit() uses it to wake the key's publisher, and the
 -- claims call this function on the key column.
 CREATE FUNCTION outbox.key_slot(key text) RETURNS int
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
@@ -573,7 +573,7 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM PUBLIC;
 -- may read that view.
 GRANT EXECUTE ON FUNCTION outbox.best_pattern(text, text[]) TO PUBLIC;
 -- Sinks, routes and their controls check their caller themselves (superusers
--- and the extension owner: src/sink_catalog.hpp) and then act as
+-- and the extension owner: src/catalog/sink_catalog.hpp) and then act as
 -- outbox_writer, which owns them: anyone may call them, only those pass.
 GRANT EXECUTE ON FUNCTION outbox.create_sink(text, text, jsonb), outbox.drop_sink(text),
     outbox.add_route(text, text, text, text), outbox.remove_route(text), outbox.pause(text),
@@ -585,7 +585,7 @@ GRANT EXECUTE ON FUNCTION outbox.create_sink(text, text, jsonb), outbox.drop_sin
 
 SELECT outbox.maintain();
 -- ---------------------------------------------------------------------------
--- The owner of all of the above: role outbox_writer (src/writer_role.cpp),
+-- The owner of all of the above: role outbox_writer (src/catalog/writer_role.cpp),
 -- made here when it is missing, refused when it is more than outbox makes
 -- (a login, a superuser, members, memberships, anything it owns or holds
 -- here). emit() writes and the publishers run as it, never as a superuser.

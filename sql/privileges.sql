@@ -79,7 +79,7 @@ RESET ROLE;
 SELECT topic, payload FROM outbox.events WHERE topic = 'priv.t';
 
 -- emit() writes as its owner, not as a SECURITY DEFINER function (see
--- src/event_insert.hpp): through the INSERT statement as well as straight
+-- src/emit/event_insert.hpp): through the INSERT statement as well as straight
 -- into the partition, and the caller is itself again afterwards, in the
 -- same transaction.
 SET outbox.emit_direct_insert = off;

@@ -1,4 +1,4 @@
--- outbox's tables belong to role outbox_writer (src/writer_role.cpp): never
+-- outbox's tables belong to role outbox_writer (src/catalog/writer_role.cpp): never
 -- a superuser, never logs in, shared by every database. CREATE EXTENSION
 -- makes it, or takes the one that exists only when it is no more than
 -- outbox makes; DROP EXTENSION leaves it.

@@ -3,11 +3,12 @@
 // without preloading; the publisher does not.
 #include "pg_bridge.hpp"
 
-#include "config_changes.hpp"
-#include "publisher/database_guard.hpp"
-#include "emit_horizon.hpp"
+#include "hooks/config_changes.hpp"
+#include "hooks/database_guard.hpp"
+#include "shmem/emit_horizon.hpp"
 #include "guc.hpp"
-#include "shmem.hpp"
+#include "shmem/commit_wakeup.hpp"
+#include "shmem/shmem.hpp"
 #include "publisher/publisher.hpp"
 
 extern "C" {

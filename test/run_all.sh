@@ -225,7 +225,7 @@ if wanted pg17 || wanted pg18; then
 fi
 
 # ---------------------------------------------------------------------------
-wanted format && banner "Format check (clang-format --dry-run --Werror)"
+wanted format && banner "Format check (clang-format --dry-run --Werror) and the layer order (test/layers.sh)"
 CLANG_FORMAT=$(command -v clang-format || command -v clang-format-14 || true)
 shopt -s nullglob
 FORMAT_FILES=(src/*.cpp src/*.hpp src/*/*.cpp src/*/*.hpp test/unit/*.cpp)
@@ -249,6 +249,19 @@ else
       "$(printf '%s\n' "$FORMAT_OUT" | grep -F "$f:" | grep -F 'error:' | head -n 5)"
   done < <(printf '%s\n' "$FORMAT_OUT" | grep -oE '^[^: ]+:[0-9]+:[0-9]+: error' | cut -d: -f1 | sort -u)
   record format fail "files need clang-format"
+fi
+# The layers of src/ (src/README.md): no include from a lower layer to a
+# higher one, no PostgreSQL header in core/ or sinks/.
+if wanted format; then
+  if LAYERS_OUT=$(bash test/layers.sh "$("$PG_CONFIG" --includedir-server)" 2>&1); then
+    echo "$LAYERS_OUT"
+  else
+    printf '%s\n' "$LAYERS_OUT"
+    while read -r line; do
+      failure_add format "${line%%: *}" "" tail "" "    $line"
+    done < <(printf '%s\n' "$LAYERS_OUT" | grep -E '^src/')
+    record format fail "includes break the layer order (test/layers.sh)"
+  fi
 fi
 
 # ---------------------------------------------------------------------------

@@ -12,12 +12,12 @@
 
 #include <new>
 
-#include "emit_horizon.hpp"
+#include "shmem/emit_horizon.hpp"
 #include "fault_injection.hpp"
 #include "guc.hpp"
 #include "publisher/key_ownership.hpp"
 #include "core/partition_calendar.hpp"
-#include "payload_json.hpp"
+#include "emit/payload_json.hpp"
 #include "publisher/outcomes.hpp"
 #include "publisher/spi_rows.hpp"
 

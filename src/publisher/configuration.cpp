@@ -9,7 +9,7 @@
 #include "publisher/claim.hpp"
 #include "publisher/key_ownership.hpp"
 #include "publisher/spi_rows.hpp"
-#include "sink_catalog.hpp"
+#include "catalog/sink_catalog.hpp"
 
 extern "C" {
 #include "catalog/pg_type.h"

@@ -20,7 +20,7 @@
 #include "pg_bridge.hpp"
 
 #include "core/key_slots.hpp"
-#include "shmem.hpp"
+#include "shmem/shmem.hpp"
 
 namespace outbox {
 

@@ -43,7 +43,7 @@
 
 #include "fault_injection.hpp"
 #include "guc.hpp"
-#include "shmem.hpp"
+#include "shmem/shmem.hpp"
 #include "publisher/worker_session.hpp"
 
 extern "C" {

@@ -33,15 +33,16 @@
 // this process only and is used from this thread only. It is a global, so a
 // longjmp never skips its destructor; it is destroyed at process exit.
 #include "publisher/publisher.hpp"
+#include "catalog/events_owner.hpp"
 
 #include "publisher/claim.hpp"
 #include "publisher/configuration.hpp"
-#include "database_home.hpp"
+#include "catalog/database_home.hpp"
 #include "fault_injection.hpp"
 #include "guc.hpp"
 #include "publisher/key_ownership.hpp"
-#include "partition.hpp"
-#include "shmem.hpp"
+#include "catalog/partition.hpp"
+#include "shmem/shmem.hpp"
 #include "publisher/worker_session.hpp"
 
 #include <malloc.h>
@@ -81,7 +82,6 @@ constexpr long kErrorBackoffMinMs = 100;
 constexpr long kErrorBackoffMaxMs = 30 * 1000;
 
 Dispatcher *dispatcher = nullptr;
-bool in_publisher = false;
 DatabaseSlot *slot = nullptr;
 int worker_index = 0;
 uint64 loaded_config_version = 0;
@@ -486,7 +486,7 @@ void PublisherMain(Datum main_arg) {
     SpinLockRelease(&st->mutex);
   }
   on_shmem_exit(Unregister, 0);
-  in_publisher = true;
+  MarkPublisherProcess();
   pg_atomic_write_u32(&slot->cycle_requested[worker_index], 0);
   BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
   PinWorkerSettings();
@@ -620,8 +620,6 @@ void PublisherMain(Datum main_arg) {
 }
 
 }  // namespace
-
-bool InPublisher() { return in_publisher; }
 
 uint64 ClaimFloorResets() { return slot != nullptr ? pg_atomic_read_u64(&slot->floor_resets) : 0; }
 

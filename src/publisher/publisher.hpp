@@ -16,8 +16,4 @@ namespace outbox {
 // Register the launcher (from _PG_init, while preloading).
 void RegisterLauncher();
 
-// Whether this process is a publisher (what it writes to outbox.events it
-// accounts for itself).
-bool InPublisher();
-
 }  // namespace outbox

@@ -12,7 +12,7 @@
 #   transaction kept its slot's row locked, and the next session, which
 #   gets the same slot, waited for COMMIT PREPARED.
 # Publishers now write their slot's shard and everyone else one of 1024
-# negative shards picked per transaction (src/event_counts.cpp).
+# negative shards picked per transaction (src/catalog/event_counts.cpp).
 use strict;
 use warnings;
 use FindBin;

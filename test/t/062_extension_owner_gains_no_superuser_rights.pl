@@ -1,6 +1,6 @@
 # A non-superuser extension owner gains no superuser rights, and neither
 # does the code outbox runs. outbox's tables, partitions and functions belong
-# to role outbox_writer (src/writer_role.cpp); emit() writes and the
+# to role outbox_writer (src/catalog/writer_role.cpp); emit() writes and the
 # publisher runs its statements as it, in a security-restricted operation.
 #
 # Setup as the README's privilege model allows: a superuser (not the

@@ -1,5 +1,5 @@
 # A DBA who puts on outbox.events something emit() will not run (the rule of
-# src/writer_code_rule.hpp) hears it from the CREATE or ALTER statement
+# src/emit/writer_code_rule.hpp) hears it from the CREATE or ALTER statement
 # itself: a WARNING that emit() will refuse to write while it is there,
 # naming the object, with the DETAIL and HINT emit() then gives. Things emit() may
 # run, or never runs (an UPDATE trigger), get no WARNING. Proves, with the

@@ -1,4 +1,4 @@
-# outbox's tables belong to role outbox_writer (src/writer_role.cpp), shared
+# outbox's tables belong to role outbox_writer (src/catalog/writer_role.cpp), shared
 # by every database of a cluster. Proves:
 # - two databases with outbox share the one role; dropping the extension in
 #   one leaves the other's tables and publishing alone, and the role stays;

@@ -8,10 +8,11 @@
 // (emit_horizon.hpp): an empty prepared transaction, which any role may
 // prepare and commit in a loop, makes the publishers do nothing. One the
 // server does not know (prepared before it started) gets everything.
-#include "commit_prepared.hpp"
+#include "shmem/commit_prepared.hpp"
 
-#include "emit_horizon.hpp"
-#include "shmem.hpp"
+#include "shmem/emit_horizon.hpp"
+#include "shmem/commit_wakeup.hpp"
+#include "shmem/shmem.hpp"
 
 extern "C" {
 #include "access/xact.h"

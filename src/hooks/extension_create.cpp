@@ -1,5 +1,5 @@
 // CREATE EXTENSION outbox WITH SCHEMA (see extension_create.hpp).
-#include "extension_create.hpp"
+#include "hooks/extension_create.hpp"
 
 extern "C" {
 #include "catalog/namespace.h"

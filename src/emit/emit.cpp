@@ -10,14 +10,15 @@
 // see event_insert.hpp), no C++ objects (so every ereport below is safe).
 #include "pg_bridge.hpp"
 
-#include "emit_horizon.hpp"
-#include "event_insert.hpp"
+#include "shmem/emit_horizon.hpp"
+#include "emit/event_insert.hpp"
 #include "guc.hpp"
-#include "key_slot.hpp"
+#include "shmem/key_slot.hpp"
 #include "core/names.hpp"
 #include "core/partition_calendar.hpp"
-#include "payload_json.hpp"
-#include "shmem.hpp"
+#include "emit/payload_json.hpp"
+#include "shmem/commit_wakeup.hpp"
+#include "shmem/shmem.hpp"
 #include "core/uuid7.hpp"
 
 extern "C" {

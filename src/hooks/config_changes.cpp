@@ -3,9 +3,10 @@
 // Cost: the executor hook looks at a statement only when it writes
 // (resultRelations), and then at each written table's schema (a syscache
 // lookup); emit()'s direct insert does not go through the executor.
-#include "config_changes.hpp"
+#include "hooks/config_changes.hpp"
 
-#include "shmem.hpp"
+#include "shmem/commit_wakeup.hpp"
+#include "shmem/shmem.hpp"
 
 extern "C" {
 #include "catalog/namespace.h"

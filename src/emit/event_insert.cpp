@@ -44,10 +44,10 @@
 // Invariants: no C++ object with a destructor anywhere in this file (every
 // function here may ereport); the cache's memory lives in `cache.context`, a
 // child of TopMemoryContext, reset when the cache is rebuilt.
-#include "event_insert.hpp"
+#include "emit/event_insert.hpp"
 
 #include "guc.hpp"
-#include "writer_code_rule.hpp"
+#include "emit/writer_code_rule.hpp"
 
 extern "C" {
 #include "access/genam.h"

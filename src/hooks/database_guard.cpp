@@ -23,18 +23,19 @@
 // own commit would have done (commit_prepared.hpp), and wakes the launcher
 // after a CREATE DATABASE, so that a copy of a database that has the
 // extension publishes at once instead of at the launcher's next scan.
-#include "publisher/database_guard.hpp"
+#include "hooks/database_guard.hpp"
 
-#include "config_changes.hpp"
-#include "extension_create.hpp"
-#include "extension_drop.hpp"
-#include "events_ddl_check.hpp"
-#include "restored_partition.hpp"
+#include "hooks/config_changes.hpp"
+#include "hooks/extension_create.hpp"
+#include "hooks/extension_drop.hpp"
+#include "hooks/events_ddl_check.hpp"
+#include "hooks/restored_partition.hpp"
 
 #include "pg_bridge.hpp"
 
-#include "commit_prepared.hpp"
-#include "shmem.hpp"
+#include "shmem/commit_prepared.hpp"
+#include "shmem/commit_wakeup.hpp"
+#include "shmem/shmem.hpp"
 
 extern "C" {
 #include "access/htup_details.h"

@@ -17,9 +17,9 @@
 // reports its first-emit time to the database's publishers
 // (ReportHolderCommit) before its commit is visible. A prepared transaction's entry does the same
 // under prepared_mutex, its committing flag set before COMMIT PREPARED runs.
-#include "emit_horizon.hpp"
+#include "shmem/emit_horizon.hpp"
 
-#include "shmem.hpp"
+#include "shmem/shmem.hpp"
 
 extern "C" {
 #include "access/twophase.h"

@@ -3,8 +3,9 @@
 // extension owner only, and every statement is parameterised.
 #include "pg_bridge.hpp"
 
-#include "shmem.hpp"
-#include "sink_catalog.hpp"
+#include "shmem/commit_wakeup.hpp"
+#include "shmem/shmem.hpp"
+#include "catalog/sink_catalog.hpp"
 
 extern "C" {
 #include "catalog/pg_type.h"

@@ -1,4 +1,4 @@
-#include "payload_json.hpp"
+#include "emit/payload_json.hpp"
 
 extern "C" {
 #include "utils/builtins.h"

@@ -10,9 +10,10 @@
 //
 // State: backend-local flags of the current transaction, cleared when it
 // ends; the callback is registered once per process.
-#include "shmem.hpp"
+#include "shmem/commit_wakeup.hpp"
+#include "shmem/shmem.hpp"
 
-#include "emit_horizon.hpp"
+#include "shmem/emit_horizon.hpp"
 
 extern "C" {
 #include "access/xact.h"

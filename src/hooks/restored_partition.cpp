@@ -1,7 +1,8 @@
-#include "restored_partition.hpp"
+#include "hooks/restored_partition.hpp"
 
 #include "core/partition_calendar.hpp"
-#include "shmem.hpp"
+#include "shmem/commit_wakeup.hpp"
+#include "shmem/shmem.hpp"
 
 extern "C" {
 #include "access/heapam.h"

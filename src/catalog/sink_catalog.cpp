@@ -15,10 +15,11 @@
 
 #include "sinks/message_format.hpp"
 #include "core/names.hpp"
-#include "payload_json.hpp"
+#include "emit/payload_json.hpp"
 #include "core/route_match.hpp"
-#include "shmem.hpp"
-#include "sink_catalog.hpp"
+#include "shmem/commit_wakeup.hpp"
+#include "shmem/shmem.hpp"
+#include "catalog/sink_catalog.hpp"
 #include "sinks/sink_options.hpp"
 
 extern "C" {

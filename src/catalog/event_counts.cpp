@@ -24,8 +24,8 @@
 // function's pinned search_path; every name in its SQL is qualified anyway.
 #include "pg_bridge.hpp"
 
-#include "publisher/publisher.hpp"
-#include "shmem.hpp"
+#include "shmem/commit_wakeup.hpp"
+#include "shmem/shmem.hpp"
 
 extern "C" {
 #include "catalog/pg_type.h"

@@ -5,8 +5,8 @@
 // the row outside it.
 #include "pg_bridge.hpp"
 
-#include "database_home.hpp"
-#include "shmem.hpp"
+#include "catalog/database_home.hpp"
+#include "shmem/shmem.hpp"
 
 extern "C" {
 #include "commands/dbcommands.h"

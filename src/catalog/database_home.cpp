@@ -1,8 +1,9 @@
 // outbox.home and outbox.publish_here() (see database_home.hpp).
-#include "database_home.hpp"
+#include "catalog/database_home.hpp"
 
-#include "shmem.hpp"
-#include "sink_catalog.hpp"
+#include "shmem/commit_wakeup.hpp"
+#include "shmem/shmem.hpp"
+#include "catalog/sink_catalog.hpp"
 
 extern "C" {
 #include "access/heapam.h"

@@ -1,4 +1,4 @@
-#include "extension_drop.hpp"
+#include "hooks/extension_drop.hpp"
 
 extern "C" {
 #include "catalog/namespace.h"

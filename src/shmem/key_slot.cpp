@@ -1,5 +1,5 @@
 // See key_slot.hpp.
-#include "key_slot.hpp"
+#include "shmem/key_slot.hpp"
 
 #include "core/key_slots.hpp"
 

@@ -2,10 +2,10 @@
 //
 // Invariants: runs after the statement, in its transaction, which holds the
 // statement's locks on the relation; no C++ object with a destructor.
-#include "events_ddl_check.hpp"
+#include "hooks/events_ddl_check.hpp"
 
 #include "pg_compat.hpp"
-#include "writer_code_rule.hpp"
+#include "emit/writer_code_rule.hpp"
 
 #include <cstring>
 

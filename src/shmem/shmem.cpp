@@ -1,9 +1,9 @@
 // Shared state (see shmem.hpp): its layout, the database slots, publishers'
 // places and latches. What a committing transaction does with it is in
 // commit_wakeup.cpp.
-#include "shmem.hpp"
+#include "shmem/shmem.hpp"
 
-#include "emit_horizon.hpp"
+#include "shmem/emit_horizon.hpp"
 
 extern "C" {
 #include "miscadmin.h"
@@ -17,6 +17,7 @@ namespace outbox {
 namespace {
 
 SharedState *shared = nullptr;
+bool in_publisher = false;  // this process's, not shared
 shmem_request_hook_type prev_shmem_request_hook = nullptr;
 shmem_startup_hook_type prev_shmem_startup_hook = nullptr;
 
@@ -150,6 +151,9 @@ bool TakeHolderCommits(DatabaseSlot *slot, int index, TimestampTz *since) {
   SpinLockRelease(&slot->holder_mutex);
   return *since != DT_NOEND;
 }
+
+bool InPublisher() { return in_publisher; }
+void MarkPublisherProcess() { in_publisher = true; }
 
 DatabaseSlot *FindSlot(Oid dboid) {
   if (shared == nullptr) return nullptr;

@@ -16,12 +16,13 @@
 //
 // Memory: everything is palloc'd in the caller's context. No C++ object with
 // a destructor is alive across any call below (see pg_bridge.hpp).
-#include "partition.hpp"
+#include "catalog/partition.hpp"
+#include "catalog/events_owner.hpp"
 
 #include "guc.hpp"
 #include "core/partition_calendar.hpp"
-#include "shmem.hpp"
-#include "publisher/worker_session.hpp"
+#include "shmem/commit_wakeup.hpp"
+#include "shmem/shmem.hpp"
 
 extern "C" {
 #include "access/xact.h"
@@ -145,8 +146,8 @@ bool RunGuarded(const char *what, StepFn step, void *arg, bool made_elsewhere = 
     const int nest = NewGUCNestLevel();
     char timeout[32];
     snprintf(timeout, sizeof timeout, "%d", guc::maintenance_lock_timeout_ms);
-    // PGC_S_OVERRIDE: the workers pin lock_timeout to 0 at that priority
-    // (worker_session.hpp); a lower one would be ignored there.
+    // PGC_S_OVERRIDE: the workers pin lock_timeout to 0 at that priority;
+    // a lower one would be ignored there.
     (void)set_config_option("lock_timeout", timeout, PGC_SUSET, PGC_S_OVERRIDE, GUC_ACTION_SAVE,
                             true, 0, false);
     const bool keep = step(arg);

@@ -3,7 +3,7 @@
 // Invariants: no C++ object with a destructor (every function here may
 // ereport); runs inside a transaction, with the relation it reads locked by
 // the caller; allocates only in the current memory context.
-#include "writer_code_rule.hpp"
+#include "emit/writer_code_rule.hpp"
 
 extern "C" {
 #include "access/genam.h"
