@@ -287,6 +287,27 @@ SELECT error_of('ALTER EXTENSION outbox UPDATE');
 DROP TABLE regress_planted.routes_child;
 SELECT error_of('ALTER EXTENSION outbox UPDATE');
 DROP TRIGGER planted_trigger ON outbox.routes;
+SET ROLE regress_outbox_owner;
+-- Code reached other than by calling a function: outbox's own counting
+-- trigger function under a WHEN clause of its own, an operator of its own in
+-- a CHECK, a cast to a domain of its own in a CHECK (each refused).
+CREATE TRIGGER planted_when AFTER UPDATE ON outbox.events FOR EACH STATEMENT
+    WHEN (regress_planted.noted('when')) EXECUTE FUNCTION outbox.count_changes();
+CREATE FUNCTION regress_planted.op(text, text) RETURNS boolean LANGUAGE plpgsql IMMUTABLE AS
+    'BEGIN RAISE NOTICE ''planted operator ran as %'', current_user; RETURN true; END';
+CREATE OPERATOR regress_planted.=== (LEFTARG = text, RIGHTARG = text, FUNCTION = regress_planted.op);
+ALTER TABLE outbox.counts ADD CONSTRAINT planted_operator
+    CHECK (topic OPERATOR(regress_planted.===) topic);
+CREATE DOMAIN regress_planted.checked_pattern AS text CHECK (regress_planted.noted(VALUE));
+ALTER TABLE outbox.routes ADD CONSTRAINT planted_cast
+    CHECK ((pattern::regress_planted.checked_pattern) IS NOT NULL);
+RESET ROLE;
+SELECT error_of('ALTER EXTENSION outbox UPDATE');
+ALTER TABLE outbox.routes DROP CONSTRAINT planted_cast;
+SELECT error_of('ALTER EXTENSION outbox UPDATE');
+ALTER TABLE outbox.counts DROP CONSTRAINT planted_operator;
+SELECT error_of('ALTER EXTENSION outbox UPDATE');
+DROP TRIGGER planted_when ON outbox.events;
 SELECT error_of('ALTER EXTENSION outbox UPDATE');
 ALTER EXTENSION outbox DROP FUNCTION outbox.backdoor();
 DROP FUNCTION outbox.backdoor();

@@ -232,7 +232,16 @@ void RefusePlantedCode() {
       "WITH rels AS (%s), outbox_funcs AS (%s)"
       " SELECT pg_catalog.format('trigger %%I on %%s', t.tgname, t.tgrelid::pg_catalog.regclass)"
       " FROM pg_catalog.pg_trigger t JOIN rels ON rels.oid OPERATOR(pg_catalog.=) t.tgrelid"
+      // Outbox's own: the four counting triggers, as prepare_partition()
+      // and the install script make them (statement level, no WHEN, no
+      // arguments, no columns); any other is someone's, even one calling
+      // count_changes() with a WHEN clause of its own.
       " WHERE t.tgfoid OPERATOR(pg_catalog.<>) 'outbox.count_changes()'::pg_catalog.regprocedure"
+      " OR t.tgname OPERATOR(pg_catalog.<>) ALL ('{events_count_insert,events_count_update,"
+      "events_count_delete,events_count_truncate}'::pg_catalog.name[])"
+      " OR t.tgqual IS NOT NULL OR t.tgnargs OPERATOR(pg_catalog.<>) 0"
+      " OR t.tgattr OPERATOR(pg_catalog.<>) ''::pg_catalog.int2vector"
+      " OR (t.tgtype::pg_catalog.int4 OPERATOR(pg_catalog.&) 1) OPERATOR(pg_catalog.<>) 0"
       " UNION ALL"
       " SELECT pg_catalog.format('rule %%I on %%s', r.rulename, r.ev_class::pg_catalog.regclass)"
       " FROM pg_catalog.pg_rewrite r JOIN rels ON rels.oid OPERATOR(pg_catalog.=) r.ev_class"
@@ -244,12 +253,19 @@ void RefusePlantedCode() {
       " SELECT pg_catalog.format('row level security on %%s', c.oid::pg_catalog.regclass)"
       " FROM pg_catalog.pg_class c JOIN rels ON rels.oid OPERATOR(pg_catalog.=) c.oid"
       " WHERE c.relrowsecurity OR c.relforcerowsecurity"
-      // Constraints, indexes, defaults and statistics that call a function
-      // made by CREATE that is not outbox's (pg_depend records what they
-      // call).
+      // Outbox's tables and their columns, and the constraints, indexes,
+      // defaults, statistics, triggers, rules and policies on them, that use
+      // anything made by CREATE that is not outbox's: a function, an
+      // operator, a type (a domain cast), a collation, an operator class, an
+      // access method... (pg_depend records what each uses, whatever its
+      // kind). Outbox's own: its relations and their row types, its
+      // functions, the constraints and triggers on its relations
+      // (partitions' copies depend on the parent's), schema outbox, the
+      // extension itself.
       " UNION ALL"
-      " SELECT pg_catalog.format('%%s calling %%s',"
-      " pg_catalog.pg_describe_object(d.classid, d.objid, 0), d.refobjid::pg_catalog.regprocedure)"
+      " SELECT pg_catalog.format('%%s using %%s',"
+      " pg_catalog.pg_describe_object(d.classid, d.objid, 0),"
+      " pg_catalog.pg_describe_object(d.refclassid, d.refobjid, 0))"
       " FROM pg_catalog.pg_depend d"
       " LEFT JOIN pg_catalog.pg_constraint c ON d.classid OPERATOR(pg_catalog.=)"
       " 'pg_catalog.pg_constraint'::pg_catalog.regclass AND c.oid OPERATOR(pg_catalog.=) d.objid"
@@ -259,11 +275,41 @@ void RefusePlantedCode() {
       " 'pg_catalog.pg_attrdef'::pg_catalog.regclass AND a.oid OPERATOR(pg_catalog.=) d.objid"
       " LEFT JOIN pg_catalog.pg_statistic_ext s ON d.classid OPERATOR(pg_catalog.=)"
       " 'pg_catalog.pg_statistic_ext'::pg_catalog.regclass AND s.oid OPERATOR(pg_catalog.=) d.objid"
+      " LEFT JOIN pg_catalog.pg_trigger t ON d.classid OPERATOR(pg_catalog.=)"
+      " 'pg_catalog.pg_trigger'::pg_catalog.regclass AND t.oid OPERATOR(pg_catalog.=) d.objid"
+      " LEFT JOIN pg_catalog.pg_rewrite w ON d.classid OPERATOR(pg_catalog.=)"
+      " 'pg_catalog.pg_rewrite'::pg_catalog.regclass AND w.oid OPERATOR(pg_catalog.=) d.objid"
+      " LEFT JOIN pg_catalog.pg_policy p ON d.classid OPERATOR(pg_catalog.=)"
+      " 'pg_catalog.pg_policy'::pg_catalog.regclass AND p.oid OPERATOR(pg_catalog.=) d.objid"
       " JOIN rels ON rels.oid OPERATOR(pg_catalog.=)"
-      " COALESCE(c.conrelid, i.indrelid, a.adrelid, s.stxrelid)"
-      " WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass"
-      " AND d.refobjid OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid"
-      " AND d.refobjid NOT IN (SELECT oid FROM outbox_funcs)"
+      " COALESCE(c.conrelid, i.indrelid, a.adrelid, s.stxrelid, t.tgrelid, w.ev_class, p.polrelid,"
+      " CASE WHEN d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass"
+      " THEN d.objid END)"
+      " WHERE d.refobjid OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid"
+      " AND NOT (d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass"
+      "  AND EXISTS (SELECT FROM pg_catalog.pg_class x WHERE x.oid OPERATOR(pg_catalog.=) "
+      "d.refobjid"
+      "   AND x.relnamespace OPERATOR(pg_catalog.=) 'outbox'::pg_catalog.regnamespace))"
+      " AND NOT (d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass"
+      "  AND d.refobjid IN (SELECT oid FROM outbox_funcs))"
+      " AND NOT (d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass"
+      "  AND EXISTS (SELECT FROM pg_catalog.pg_type x WHERE x.oid OPERATOR(pg_catalog.=) d.refobjid"
+      "   AND x.typnamespace OPERATOR(pg_catalog.=) 'outbox'::pg_catalog.regnamespace"
+      "   AND x.typrelid OPERATOR(pg_catalog.<>) 0))"
+      " AND NOT (d.refclassid OPERATOR(pg_catalog.=) "
+      "'pg_catalog.pg_constraint'::pg_catalog.regclass"
+      "  AND EXISTS (SELECT FROM pg_catalog.pg_constraint x JOIN rels"
+      "   ON rels.oid OPERATOR(pg_catalog.=) x.conrelid"
+      "   WHERE x.oid OPERATOR(pg_catalog.=) d.refobjid))"
+      " AND NOT (d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_trigger'::pg_catalog.regclass"
+      "  AND EXISTS (SELECT FROM pg_catalog.pg_trigger x JOIN rels"
+      "   ON rels.oid OPERATOR(pg_catalog.=) x.tgrelid"
+      "   WHERE x.oid OPERATOR(pg_catalog.=) d.refobjid))"
+      " AND NOT (d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_namespace'::pg_catalog.regclass"
+      "  AND d.refobjid OPERATOR(pg_catalog.=) 'outbox'::pg_catalog.regnamespace)"
+      " AND NOT (d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass"
+      "  AND d.refobjid OPERATOR(pg_catalog.=) (SELECT x.oid FROM pg_catalog.pg_extension x"
+      "   WHERE x.extname OPERATOR(pg_catalog.=) 'outbox'))"
       " UNION ALL"
       " SELECT pg_catalog.format('statistics object %%I.%%I on an expression',"
       " s.stxnamespace::pg_catalog.regnamespace, s.stxname)"

@@ -16,6 +16,8 @@ extern "C" {
 #include "catalog/partition.h"
 #include "catalog/pg_inherits.h"
 #include "nodes/parsenodes.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/resowner.h"
@@ -78,11 +80,38 @@ void RequireOwnerOf(RangeVar *target, Oid schema) {
                   errmsg("must be owner of table %s", get_rel_name(relid))));
 }
 
+// 42501 unless the current user may reference `target` in a foreign key
+// (when it names a relation in schema outbox): PostgreSQL locks the
+// referenced table, SHARE ROW EXCLUSIVE, before it checks that privilege.
+void RequireReferencesOn(RangeVar *target, Oid schema) {
+  const Oid relid = RangeVarGetRelid(target, NoLock, true);
+  if (!OidIsValid(relid) || get_rel_namespace(relid) != schema) return;
+  if (pg_class_aclcheck(relid, GetUserId(), ACL_REFERENCES) == ACLCHECK_OK) return;
+  ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                  errmsg("permission denied for table %s", get_rel_name(relid))));
+}
+
+// A constraint, a column's constraints: the table a foreign key references.
+void CheckConstraintNode(Node *node, Oid schema) {
+  if (node == nullptr) return;
+  if (IsA(node, Constraint)) {
+    Constraint *constraint = castNode(Constraint, node);
+    if (constraint->contype == CONSTR_FOREIGN && constraint->pktable != nullptr) {
+      RequireReferencesOn(constraint->pktable, schema);
+    }
+  } else if (IsA(node, ColumnDef)) {
+    ListCell *cell;
+    foreach (cell, castNode(ColumnDef, node)->constraints)
+      CheckConstraintNode(lfirst_node(Node, cell), schema);
+  }
+}
+
 }  // namespace
 
 void RefuseLockingDdlOfNonOwners(Node *stmt) {
   const Oid schema = get_namespace_oid("outbox", true);
   if (!OidIsValid(schema)) return;
+  ListCell *cell;
   switch (nodeTag(stmt)) {
     case T_CreateTrigStmt:
       RequireOwnerOf(castNode(CreateTrigStmt, stmt)->relation, schema);
@@ -91,12 +120,30 @@ void RefuseLockingDdlOfNonOwners(Node *stmt) {
       RequireOwnerOf(castNode(RuleStmt, stmt)->relation, schema);
       break;
     case T_CreateStmt: {
-      ListCell *cell;
-      foreach (cell, castNode(CreateStmt, stmt)->inhRelations) {
-        RequireOwnerOf(lfirst_node(RangeVar, cell), schema);
-      }
+      CreateStmt *create = castNode(CreateStmt, stmt);
+      foreach (cell, create->inhRelations) RequireOwnerOf(lfirst_node(RangeVar, cell), schema);
+      foreach (cell, create->tableElts) CheckConstraintNode(lfirst_node(Node, cell), schema);
+      foreach (cell, create->constraints) CheckConstraintNode(lfirst_node(Node, cell), schema);
       break;
     }
+    case T_AlterTableStmt:
+      // On a table of the caller's own, subcommands that name one of
+      // outbox's: a foreign key referencing it, ATTACH or DETACH PARTITION
+      // of it, INHERIT from it. PostgreSQL locks that relation before it
+      // checks the caller's rights on it; the lock would queue every emit()
+      // and claim behind it.
+      foreach (cell, castNode(AlterTableStmt, stmt)->cmds) {
+        Node *def = lfirst_node(AlterTableCmd, cell)->def;
+        if (def == nullptr) continue;
+        if (IsA(def, PartitionCmd)) {
+          RequireOwnerOf(castNode(PartitionCmd, def)->name, schema);
+        } else if (IsA(def, RangeVar)) {
+          RequireOwnerOf(castNode(RangeVar, def), schema);
+        } else {
+          CheckConstraintNode(def, schema);
+        }
+      }
+      break;
     default:
       break;
   }

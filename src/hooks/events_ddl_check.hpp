@@ -20,14 +20,17 @@ namespace outbox {
 // relations.
 void WarnOfDdlEmitWouldRefuse(Node *stmt);
 
-// Called by the ProcessUtility hook before `stmt` runs: raises 42501 ("must
-// be owner of table ...", as PostgreSQL would) when `stmt` is CREATE
-// TRIGGER, CREATE RULE or CREATE TABLE ... PARTITION OF / INHERITS naming
-// one of outbox's relations as its target or parent and the current user
-// does not own it. PostgreSQL takes those statements' locks (exclusive ones)
-// before it checks who may: a role refused anyway would otherwise queue a
-// lock on outbox.events, and every emit() and claim behind it, for as long
-// as another session of its holds a weaker one.
+// Called by the ProcessUtility hook before `stmt` runs: raises 42501, as
+// PostgreSQL would, when `stmt` names one of outbox's relations and the
+// current user may not do that to it: "must be owner of table ..." for
+// CREATE TRIGGER, CREATE RULE, CREATE TABLE ... PARTITION OF / INHERITS and
+// ALTER TABLE ... ATTACH / DETACH PARTITION or INHERIT naming it;
+// "permission denied for table ..." for a foreign key referencing it
+// (CREATE TABLE or ALTER TABLE, without the REFERENCES privilege).
+// PostgreSQL takes those statements' locks (exclusive or share row
+// exclusive ones) before it checks who may: a role refused anyway would
+// otherwise queue a lock on outbox.events, and every emit() and claim behind
+// it, for as long as another session of its holds a weaker one.
 void RefuseLockingDdlOfNonOwners(Node *stmt);
 
 }  // namespace outbox

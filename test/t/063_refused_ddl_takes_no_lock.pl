@@ -8,10 +8,14 @@
 # behind the reader, and every emit() queues behind that request.
 #
 # Proves, for a login role with no right on schema outbox and for one that
-# may create in it but owns nothing there: its CREATE TABLE of an existing
-# day's partition name, its ATTACH PARTITION of a table onto outbox.events,
-# and its CREATE TRIGGER, CREATE RULE and CREATE TEMP TABLE ... PARTITION OF
-# on outbox.events (which PostgreSQL itself locks before it refuses) fail
+# may create in it but owns nothing there, while another session holds the
+# lock an open transaction that emitted holds (ROW EXCLUSIVE): its CREATE
+# TABLE of an existing day's partition name, its ATTACH PARTITION of a
+# table onto outbox.events, and these, which PostgreSQL itself locks before
+# it refuses: CREATE TRIGGER, CREATE RULE and CREATE TEMP TABLE ...
+# PARTITION OF on outbox.events; on a table of the role's own, a foreign
+# key referencing outbox.events (ALTER TABLE, or CREATE TABLE with
+# REFERENCES), ATTACH and DETACH PARTITION of today's partition; each fails
 # at once with a refusal (42501 or 42P07), not after waiting for a lock; an
 # emit() made meanwhile does not wait; the partition is untouched.
 use strict;
@@ -35,15 +39,27 @@ GRANT CREATE ON SCHEMA outbox TO creator;
 CREATE ROLE app LOGIN;
 GRANT EXECUTE ON FUNCTION outbox.emit(text, jsonb, text, jsonb) TO app;
 CREATE TABLE public.intruders_table (LIKE outbox.events);
-ALTER TABLE public.intruders_table OWNER TO intruder;});
+ALTER TABLE public.intruders_table OWNER TO intruder;
+CREATE TABLE public.intruder_own (id uuid, created_at timestamptz);
+ALTER TABLE public.intruder_own OWNER TO intruder;
+CREATE TABLE public.creator_own (id uuid, created_at timestamptz);
+ALTER TABLE public.creator_own OWNER TO creator;
+CREATE TABLE public.intruder_parted (LIKE outbox.events) PARTITION BY RANGE (created_at);
+ALTER TABLE public.intruder_parted OWNER TO intruder;
+CREATE TABLE public.creator_parted (LIKE outbox.events) PARTITION BY RANGE (created_at);
+ALTER TABLE public.creator_parted OWNER TO creator;
+GRANT CREATE ON SCHEMA public TO intruder, creator;});
 my $today = $node->safe_psql('postgres',
 	q{SELECT 'events_p' || to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD')});
 my $oid_before = $node->safe_psql('postgres', "SELECT 'outbox.$today'::regclass::oid");
 
-# A reader holds an ordinary lock on outbox.events for the whole test.
+# A session holds, for the whole test, the lock on outbox.events that an
+# open transaction that emitted holds (and that the publisher's cycles
+# take): ROW EXCLUSIVE, which conflicts with the foreign keys' SHARE ROW
+# EXCLUSIVE as well as with ACCESS EXCLUSIVE.
 my $reader = OutboxLifecycle::session($node);
-ok(defined $reader->query('BEGIN; LOCK TABLE outbox.events IN ACCESS SHARE MODE; SELECT 1'),
-	'a reader holds ACCESS SHARE on outbox.events');
+ok(defined $reader->query('BEGIN; LOCK TABLE outbox.events IN ROW EXCLUSIVE MODE; SELECT 1'),
+	'a session holds ROW EXCLUSIVE on outbox.events');
 
 # Runs $sql as $role in the background with a lock_timeout; returns a code
 # ref that waits for it and returns (seconds taken, stderr).
@@ -70,10 +86,22 @@ my %statements = (
 	'CREATE RULE on outbox.events' => 'CREATE RULE r AS ON INSERT TO outbox.events DO ALSO NOTHING',
 	'CREATE TEMP TABLE ... PARTITION OF outbox.events' =>
 	  'CREATE TEMP TABLE x PARTITION OF outbox.events DEFAULT',
+	# On a table of the role's own (ROLE stands for its name): PostgreSQL
+	# locks outbox's relation named inside before it checks the role's
+	# rights on it.
+	'a foreign key referencing outbox.events' =>
+	  'ALTER TABLE public.ROLE_own ADD FOREIGN KEY (id, created_at) REFERENCES outbox.events (id, created_at)',
+	'CREATE TABLE with REFERENCES outbox.events' =>
+	  'CREATE TABLE public.ROLE_ref (id uuid REFERENCES outbox.events (id))',
+	"ATTACH PARTITION of today's partition to its own table" =>
+	  "ALTER TABLE public.ROLE_parted ATTACH PARTITION outbox.$today FOR VALUES FROM (MINVALUE) TO (MAXVALUE)",
+	"DETACH PARTITION of today's partition from its own table" =>
+	  "ALTER TABLE public.ROLE_parted DETACH PARTITION outbox.$today",
 );
 for my $role ('intruder', 'creator') {
 	for my $what (sort keys %statements) {
-		my $wait = start_as($role, $statements{$what});
+		(my $sql = $statements{$what}) =~ s/\bROLE_/${role}_/g;
+		my $wait = start_as($role, $sql);
 		usleep(300_000);  # its lock request, if it made one, is queued now
 		my $t0 = time();
 		my ($ret, $out, $err) = $node->psql('postgres',
@@ -83,7 +111,7 @@ for my $role ('intruder', 'creator') {
 		is($ret, 0, "$role, $what: an emit() meanwhile succeeds") or diag $err;
 		cmp_ok($emit_took, '<', 3, "$role, $what: the emit() does not wait");
 		my ($took, $stderr) = $wait->();
-		like($stderr, qr/permission denied|must be owner|already exists/,
+		like($stderr, qr/permission denied|must be owner|already exists|is not a partition/,
 			"$role, $what: PostgreSQL's own refusal") or diag $stderr;
 		unlike($stderr, qr/lock timeout/, "$role, $what: not a lock wait");
 		cmp_ok($took, '<', 5, "$role, $what: refused at once");
