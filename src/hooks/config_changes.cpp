@@ -46,6 +46,13 @@ bool NamesConfigTable(const RangeVar *relation) {
 }
 
 void ConfigChangeExecutorStart(QueryDesc *query, int eflags) {
+  // First the executor's start, which checks the statement's permissions: a
+  // write PostgreSQL refuses raises there and reloads nothing.
+  if (prev_executor_start != nullptr) {
+    prev_executor_start(query, eflags);
+  } else {
+    standard_ExecutorStart(query, eflags);
+  }
   // EXPLAIN without ANALYZE runs nothing.
   if ((eflags & EXEC_FLAG_EXPLAIN_ONLY) == 0 && query->plannedstmt != nullptr) {
     ListCell *cell;
@@ -56,11 +63,6 @@ void ConfigChangeExecutorStart(QueryDesc *query, int eflags) {
         break;
       }
     }
-  }
-  if (prev_executor_start != nullptr) {
-    prev_executor_start(query, eflags);
-  } else {
-    standard_ExecutorStart(query, eflags);
   }
 }
 

@@ -21,9 +21,11 @@ namespace outbox {
 // Installs the executor hook; only when preloaded (no publisher otherwise).
 void InstallConfigChangeHook();
 
-// From the ProcessUtility hook, before the statement runs: COPY FROM or
-// TRUNCATE naming either table, or ALTER EXTENSION outbox. Takes no lock and
-// never raises an error: a statement refused later reloads for nothing.
+// From the ProcessUtility hook, after the statement ran: COPY FROM or
+// TRUNCATE naming either table, or ALTER EXTENSION outbox. Takes no lock. A
+// statement PostgreSQL refused raised before this: it reloads nothing (nor
+// does a write to the tables the executor refused), so that a role without
+// the right cannot make the publishers reload in a loop.
 void NoteConfigChangingUtility(Node *stmt);
 
 }  // namespace outbox

@@ -279,8 +279,6 @@ void GuardedProcessUtility(PlannedStmt *pstmt, const char *query_string, bool re
     return;
   }
   if (IsA(stmt, CreateExtensionStmt)) CheckCreateExtension(castNode(CreateExtensionStmt, stmt));
-  // Sinks and routes changed by COPY, TRUNCATE or an update script.
-  NoteConfigChangingUtility(stmt);
   Oid paused = InvalidOid;
   bool created_database = false;
   if (Shared() != nullptr) {
@@ -335,6 +333,10 @@ void GuardedProcessUtility(PlannedStmt *pstmt, const char *query_string, bool re
               qc);
   }
   if (created_database) WakeLauncherAtCommit();  // a new database to look at
+  // Sinks and routes changed by COPY, TRUNCATE or an update script: noted
+  // once the statement ran, so that one PostgreSQL refused (a role without
+  // the right, in a loop of savepoints) makes no publisher reload.
+  NoteConfigChangingUtility(stmt);
 }
 
 }  // namespace

@@ -212,6 +212,8 @@ bool ConfigCurrent(bool may_reload) {
   if (config_loaded && version == loaded_config_version) return true;
   if (!may_reload) return false;
   pgstat_report_activity(STATE_RUNNING, "outbox: loading sinks and routes");
+  ereport(DEBUG1, (errmsg("outbox: loading sinks and routes (configuration version %llu)",
+                          static_cast<unsigned long long>(version))));
   LoadConfiguration(dispatcher);
   loaded_config_version = version;
   config_loaded = !committing;

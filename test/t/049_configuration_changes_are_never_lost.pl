@@ -19,6 +19,12 @@
 #    target of the route it was emitted under (the old build read the
 #    configuration version at the start of its cycle and claimed the event
 #    with the routes it had: 5 in 100 went to the old target).
+# G. A write to outbox.sinks or outbox.routes that PostgreSQL refuses
+#    (TRUNCATE, COPY, INSERT, UPDATE, DELETE, ALTER EXTENSION by a role
+#    without the right, caught in savepoints and committed, in a loop) makes
+#    no publisher reload its sinks and routes; a change that passes does.
+#    The old build reloaded at every such commit: one role could keep every
+#    publisher of the database reloading.
 use strict;
 use warnings;
 use FindBin;
@@ -133,6 +139,39 @@ for my $i (1 .. 60) {
 }
 is(join(' ', @wrong), '', 'F: every event emitted in the transaction that changed its route goes to the new target');
 $bg->kill_kill;
+
+# --- G. refused writes to sinks and routes reload nothing ----------------------------
+$node->safe_psql('postgres', q{CREATE ROLE intruder LOGIN;
+	ALTER SYSTEM SET log_min_messages = debug1; SELECT pg_reload_conf();});
+my $loads = qr/outbox: loading sinks and routes/;
+my $offset = -s $node->logfile;
+# A change that passes is loaded (and shows the publisher logs at DEBUG1).
+$node->safe_psql('postgres', q{SELECT outbox.add_route('g.*', 'redis', 'g')});
+ok(defined wait_until(sub { slurp_file($node->logfile, $offset) =~ $loads }),
+	'G: a route added is loaded (DEBUG1)');
+$offset = -s $node->logfile;
+my ($g_ret, $g_out, $g_err) = $node->psql('postgres', q{DO $$
+BEGIN
+  FOR i IN 1..20 LOOP
+    BEGIN TRUNCATE outbox.routes; EXCEPTION WHEN insufficient_privilege THEN NULL; END;
+    BEGIN INSERT INTO outbox.routes (pattern, sink) VALUES ('x.*', 'redis');
+      EXCEPTION WHEN insufficient_privilege THEN NULL; END;
+    BEGIN UPDATE outbox.sinks SET options = '{}'; EXCEPTION WHEN insufficient_privilege THEN NULL; END;
+    BEGIN DELETE FROM outbox.routes; EXCEPTION WHEN insufficient_privilege THEN NULL; END;
+    BEGIN ALTER EXTENSION outbox UPDATE; EXCEPTION WHEN insufficient_privilege THEN NULL; END;
+    COMMIT;
+  END LOOP;
+END $$}, extra_params => [ '-U', 'intruder' ]);
+is($g_ret, 0, 'G: the refused writes were caught and committed') or diag $g_err;
+$node->psql('postgres', q{COPY outbox.routes FROM STDIN}, extra_params => [ '-U', 'intruder' ]);
+# The publisher has been woken since: an event emitted afterwards is
+# published (so it ran its cycles after those commits).
+$node->safe_psql('postgres', q{SELECT outbox.emit('g.after', '{}')});
+ok(defined wait_until(sub { $node->safe_psql('postgres',
+		q{SELECT count(*) FROM outbox.events WHERE topic = 'g.after' AND status = 'published'}) eq '1' }),
+	'G: an event emitted after them is published');
+unlike(slurp_file($node->logfile, $offset), $loads, 'G: no publisher reloaded sinks and routes for them');
+$node->safe_psql('postgres', q{ALTER SYSTEM RESET log_min_messages; SELECT pg_reload_conf();});
 
 unlike(slurp_file($node->logfile), qr/terminated by signal|exited with exit code [^01]/, 'no server process crashed');
 $node->stop;
