@@ -33,13 +33,19 @@ void LoadConfiguration(Dispatcher *dispatcher) {
   // superuser's options only when the extension's owner is a superuser, the
   // table's is one too or is outbox_writer (as which only outbox's own code
   // writes; its functions judge the options by their caller, writer_role.cpp),
-  // and no other role may insert or update rows (a grant a restore brought
-  // back from an older release's database, say).
+  // and no other role may insert or update rows, by a grant on the table or
+  // on one of its columns (a grant a restore brought back from an older
+  // release's database, say).
   // The installed version too: a route's format may mean what an earlier
   // release meant by it until ALTER EXTENSION UPDATE (which reloads).
   if (SPI_execute("SELECT r.rolsuper AND (s.rolsuper OR s.rolname OPERATOR(pg_catalog.=)"
                   " 'outbox_writer') AND NOT EXISTS (SELECT FROM pg_catalog.aclexplode(c.relacl) a"
                   " WHERE a.grantee OPERATOR(pg_catalog.<>) c.relowner"
+                  " AND a.privilege_type OPERATOR(pg_catalog.=) ANY ('{INSERT,UPDATE}'))"
+                  " AND NOT EXISTS (SELECT FROM pg_catalog.pg_attribute t,"
+                  " pg_catalog.aclexplode(t.attacl) a"
+                  " WHERE t.attrelid OPERATOR(pg_catalog.=) c.oid AND t.attacl IS NOT NULL"
+                  " AND a.grantee OPERATOR(pg_catalog.<>) c.relowner"
                   " AND a.privilege_type OPERATOR(pg_catalog.=) ANY ('{INSERT,UPDATE}'))"
                   " AND NOT EXISTS (SELECT FROM pg_catalog.pg_inherits h"
                   " WHERE h.inhparent OPERATOR(pg_catalog.=) c.oid), e.extversion"

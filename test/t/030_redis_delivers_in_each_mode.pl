@@ -2,7 +2,9 @@
 # with the contract's fields, rolled-back events never delivered, a Redis
 # restart losing nothing, a WRONGTYPE poison event going dead while its
 # neighbours flow, AUTH with a password and a non-zero db, per-key order in
-# a stream, and a Redis outage never stalling a Kafka route.
+# a stream, and a Redis outage never stalling a Kafka route; a password from
+# the server's environment is sent only while no role but the table's owner
+# may write outbox.sinks (a column grant included).
 use strict;
 use warnings;
 use FindBin;
@@ -153,6 +155,28 @@ like($node->safe_psql('postgres', 'SELECT sinks FROM outbox.workers'), qr/redis-
 	'outbox.workers shows the Redis sinks');
 unlike($node->safe_psql('postgres', 'SELECT sinks FROM outbox.workers'), qr/\Q$password\E/,
 	'and never their options');
+
+# Once another role may write outbox.sinks, by a grant on the table or on
+# one column of it (a restore may bring one back), its options are no
+# superuser's choice: that role, writing the list sink's options, gets no
+# value from the server's environment sent anywhere. The publisher refuses
+# the sink and its event waits; with the grant gone, it is delivered.
+$node->safe_psql('postgres', q{CREATE ROLE sink_writer;
+	GRANT USAGE ON SCHEMA outbox TO sink_writer;
+	GRANT SELECT (name), UPDATE (options) ON outbox.sinks TO sink_writer;});
+my $list_options = $node->safe_psql('postgres', q{SELECT options::text FROM outbox.sinks WHERE name = 'redis-list'});
+my $offset = -s $node->logfile;
+$node->safe_psql('postgres', qq{SET ROLE sink_writer;
+	UPDATE outbox.sinks SET options = '$list_options' WHERE name = 'redis-list';});
+$node->safe_psql('postgres', q{SELECT outbox.emit('l.granted', '{"n": 9}')});
+ok(defined wait_until(sub { slurp_file($node->logfile, $offset) =~
+		/sink "redis-list" is unavailable \(option "password" names an environment variable: only a superuser/ }),
+	'a column grant on outbox.sinks: the publisher refuses the password from the environment');
+is(cli('LLEN', 'l.granted'), '0', 'and the event waits');
+$node->safe_psql('postgres', q{REVOKE ALL ON outbox.sinks FROM sink_writer;
+	UPDATE outbox.sinks SET options = options WHERE name = 'redis-list';});
+ok(defined wait_until(sub { cli('LLEN', 'l.granted') eq '1' }),
+	'with the grant revoked, the sink is the superuser\'s again and the event is delivered');
 
 $node->stop;
 $kafka->stop;
