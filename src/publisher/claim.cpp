@@ -236,8 +236,16 @@ bool LookBackForHolders(pg_uuid_t *floor) {
   return true;
 }
 
-// Fill *event from a claimed row (all strings palloc'd).
-void ReadEvent(HeapTuple row, TupleDesc desc, EventRow *event, Claimed *claimed) {
+// A claimed row's payload and headers as compact JSON text: made once, by
+// the claim that weighs them (RunClaim), and used for the message.
+struct RowTexts {
+  StringInfoData payload;
+  StringInfoData headers;  // "{}" when the row has none
+};
+
+// Fill *event from a claimed row and its texts (all strings palloc'd).
+void ReadEvent(HeapTuple row, TupleDesc desc, const RowTexts &texts, EventRow *event,
+               Claimed *claimed) {
   bool isnull = false;
   claimed->tableoid = DatumGetObjectId(SPI_getbinval(row, desc, kTableOid, &isnull));
   claimed->ctid =
@@ -249,20 +257,11 @@ void ReadEvent(HeapTuple row, TupleDesc desc, EventRow *event, Claimed *claimed)
   event->has_key = !isnull;
   event->key = isnull ? std::string_view() : View(key);
 
-  StringInfoData payload;
-  initStringInfo(&payload);
-  Jsonb *jb = DatumGetJsonbP(SPI_getbinval(row, desc, kPayload, &isnull));
-  AppendCompactJson(&payload, &jb->root);
-  event->payload = std::string_view(payload.data, payload.len);
+  event->payload = std::string_view(texts.payload.data, texts.payload.len);
 
   Datum headers_datum = SPI_getbinval(row, desc, kHeaders, &isnull);
-  StringInfoData headers_json;
-  initStringInfo(&headers_json);
-  if (isnull) {
-    appendStringInfoString(&headers_json, "{}");
-  } else {
+  if (!isnull) {
     Jsonb *headers = DatumGetJsonbP(headers_datum);
-    AppendCompactJson(&headers_json, &headers->root);
     const int count = JB_ROOT_COUNT(headers);
     Header *list = static_cast<Header *>(palloc0(sizeof(Header) * (count + 1)));
     int i = 0;
@@ -278,7 +277,7 @@ void ReadEvent(HeapTuple row, TupleDesc desc, EventRow *event, Claimed *claimed)
     event->headers = list;
     event->header_count = static_cast<size_t>(i);
   }
-  event->headers_json = std::string_view(headers_json.data, headers_json.len);
+  event->headers_json = std::string_view(texts.headers.data, texts.headers.len);
   event->attempts = DatumGetInt32(SPI_getbinval(row, desc, kAttempts, &isnull));
   event->created_at = DatumGetTimestampTz(SPI_getbinval(row, desc, kCreatedAt, &isnull));
 }
@@ -295,21 +294,57 @@ Datum skipped_topics = 0;
 // The rows one claim took, in the order the claim returned them.
 struct ClaimedRows {
   HeapTuple *rows = nullptr;
+  RowTexts *texts = nullptr;  // rows[i]'s; unset for a row that is not Publishable
   TupleDesc desc = nullptr;
   int n = 0;
   bool cut = false;  // stopped by the byte budget: more rows may be waiting
 };
 
-// What a claimed row costs the publisher to hold, before anything is
-// detoasted: its payload's and headers' jsonb sizes and its key's length.
-int64 RowWeight(HeapTuple row, TupleDesc desc) {
-  int64 weight = 0;
-  for (int col : {kKey, kPayload, kHeaders}) {
+// A payload or headers value whose jsonb is larger than this cannot become
+// a message: as JSON text it may grow sixfold (control characters), or far
+// more (a number's exponent), past the 1 GB PostgreSQL can hold in one
+// value. emit() never stores one with
+// the default settings; a row INSERTed by hand or an outbox.max_payload_bytes
+// raised that far can. Such an event goes dead at once instead of failing
+// every cycle (and holding up every other event) for good.
+constexpr int64 kMaxPublishableBytes = int64{160} * 1024 * 1024;
+
+// Whether a claimed row can be turned into a message (see above).
+bool Publishable(HeapTuple row, TupleDesc desc, int64 *size) {
+  for (int col : {kPayload, kHeaders}) {
     bool isnull = false;
     const Datum d = SPI_getbinval(row, desc, col, &isnull);
-    if (!isnull) weight += static_cast<int64>(toast_raw_datum_size(d));
+    if (isnull) continue;
+    *size = static_cast<int64>(toast_raw_datum_size(d));
+    if (*size > kMaxPublishableBytes) return false;
   }
-  return weight;
+  return true;
+}
+
+// What a claimed row costs the publisher to hold: its payload and headers
+// as the JSON text the messages carry (made here, into *texts, and used for
+// the message), and its key. Text, not the stored jsonb: a jsonb number
+// such as 1e100000 takes a few bytes and prints as 100,001 digits, so the
+// jsonb size is no bound on what the publisher holds. A row too large to
+// publish is weighed, but not turned into text, by its jsonb size.
+int64 WeighRow(HeapTuple row, TupleDesc desc, RowTexts *texts) {
+  bool isnull = false;
+  int64 weight = 0;
+  const Datum key = SPI_getbinval(row, desc, kKey, &isnull);
+  if (!isnull) weight += static_cast<int64>(toast_raw_datum_size(key));
+  int64 size = 0;
+  if (!Publishable(row, desc, &size)) return weight + size;
+  initStringInfo(&texts->payload);
+  Jsonb *payload = DatumGetJsonbP(SPI_getbinval(row, desc, kPayload, &isnull));
+  AppendCompactJson(&texts->payload, &payload->root);
+  initStringInfo(&texts->headers);
+  const Datum headers = SPI_getbinval(row, desc, kHeaders, &isnull);
+  if (isnull) {
+    appendStringInfoString(&texts->headers, "{}");
+  } else {
+    AppendCompactJson(&texts->headers, &DatumGetJsonbP(headers)->root);
+  }
+  return weight + texts->payload.len + texts->headers.len;
 }
 
 // The time an event id stands for (its first 48 bits: Unix milliseconds).
@@ -327,7 +362,7 @@ bool IsZero(const pg_uuid_t &id) {
 }
 
 // Run a claim as a cursor, a few rows at a time, taking rows until `limit`
-// or until they weigh *bytes_left (RowWeight; always at least one row). Rows
+// or until they weigh *bytes_left (WeighRow; always at least one row). Rows
 // the cursor locked beyond that stay as they are (pending; the next claim
 // of this window starts after the last one taken and meets them again, as
 // our own locks do not make it skip them). Ready claims take ids in
@@ -359,6 +394,7 @@ ClaimedRows RunClaim(SPIPlanPtr plan, int limit, int64 *bytes_left, TimestampTz 
                                    : SPI_cursor_open(nullptr, plan, ready_args, ready_nulls, false);
   ClaimedRows claimed;
   claimed.rows = static_cast<HeapTuple *>(palloc(sizeof(HeapTuple) * limit));
+  claimed.texts = static_cast<RowTexts *>(palloc0(sizeof(RowTexts) * limit));
   while (claimed.n < limit && !claimed.cut) {
     SPI_cursor_fetch(portal, true, Min(limit - claimed.n, kFetchRows));
     const int got = static_cast<int>(SPI_processed);
@@ -366,8 +402,8 @@ ClaimedRows RunClaim(SPIPlanPtr plan, int limit, int64 *bytes_left, TimestampTz 
     claimed.desc = SPI_tuptable->tupdesc;
     for (int i = 0; i < got && !claimed.cut; ++i) {
       HeapTuple row = SPI_tuptable->vals[i];
+      *bytes_left -= WeighRow(row, claimed.desc, &claimed.texts[claimed.n]);
       claimed.rows[claimed.n++] = row;
-      *bytes_left -= RowWeight(row, claimed.desc);
       claimed.cut = *bytes_left <= 0 && claimed.n < limit;
     }
   }
@@ -473,26 +509,6 @@ struct Batch {
   RowOutcome *outcomes = nullptr;
 };
 
-// A payload or headers value whose jsonb is larger than this cannot become
-// a message: as JSON text it may grow sixfold (control characters), past
-// the 1 GB PostgreSQL can hold in one value. emit() never stores one with
-// the default settings; a row INSERTed by hand or an outbox.max_payload_bytes
-// raised that far can. Such an event goes dead at once instead of failing
-// every cycle (and holding up every other event) for good.
-constexpr int64 kMaxPublishableBytes = int64{160} * 1024 * 1024;
-
-// Whether a claimed row can be turned into a message (see above).
-bool Publishable(HeapTuple row, TupleDesc desc, int64 *size) {
-  for (int col : {kPayload, kHeaders}) {
-    bool isnull = false;
-    const Datum d = SPI_getbinval(row, desc, col, &isnull);
-    if (isnull) continue;
-    *size = static_cast<int64>(toast_raw_datum_size(d));
-    if (*size > kMaxPublishableBytes) return false;
-  }
-  return true;
-}
-
 // Read and sort the rows of the last claims into a batch (palloc'd).
 Batch ReadBatch(Dispatcher *dispatcher, const ClaimedRows &retry, const ClaimedRows &ready) {
   Batch b;
@@ -505,11 +521,12 @@ Batch ReadBatch(Dispatcher *dispatcher, const ClaimedRows &retry, const ClaimedR
   int ndead = 0;
   for (int i = 0; i < b.n; ++i) {
     const ClaimedRows &from = i < retry.n ? retry : ready;
-    HeapTuple row = from.rows[i < retry.n ? i : i - retry.n];
+    const int at_claim = i < retry.n ? i : i - retry.n;
+    HeapTuple row = from.rows[at_claim];
     int64 size = 0;
     if (Publishable(row, from.desc, &size)) {
       new (&events[nevents]) EventRow();
-      ReadEvent(row, from.desc, &events[nevents], &claimed_by_event[nevents]);
+      ReadEvent(row, from.desc, from.texts[at_claim], &events[nevents], &claimed_by_event[nevents]);
       ++nevents;
       continue;
     }

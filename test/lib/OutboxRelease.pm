@@ -61,9 +61,12 @@ sub release_tree {
 # name, as with a package upgrade.
 sub install_release {
 	my ($tree, $which) = @_;
-	my $stage = "$ENV{OUTBOX_RELEASES_DIR}/$which/usr";
-	die "release $which is not staged in $ENV{OUTBOX_RELEASES_DIR}" unless -d $stage;
-	copy_tree($stage, "$tree->{root}/usr");
+	# What `make install DESTDIR=` put there, under the tree's own absolute
+	# paths (usr/... for Debian's, or wherever a private copy lives).
+	my $stage = "$ENV{OUTBOX_RELEASES_DIR}/$which";
+	die "release $which is not staged in $ENV{OUTBOX_RELEASES_DIR}"
+	  unless -f "$stage/.staged" || $which eq 'current' && -d $stage;
+	copy_tree($stage, $tree->{root});
 	return;
 }
 

@@ -7,10 +7,11 @@
 #   bash test/lib/releases.sh current DIR           # this checkout's build into DIR/current
 #
 # Each staged directory holds what `make install DESTDIR=...` put there for
-# the pg_config on PATH (usr/lib/postgresql/NN/lib/outbox.so,
-# usr/share/postgresql/NN/extension/outbox*): copying its usr/ over a copy of
-# the PostgreSQL tree (PostgreSQL::Test::Cluster's install_path, see
-# OutboxRelease.pm) installs that release there. A commit's build is kept
+# the pg_config on PATH, under that tree's absolute paths (for Debian's:
+# usr/lib/postgresql/NN/lib/outbox.so, usr/share/postgresql/NN/extension/
+# outbox*): copying it over a copy of the PostgreSQL tree made under the
+# same paths (PostgreSQL::Test::Cluster's install_path, see OutboxRelease.pm)
+# installs that release there. A commit's build is kept
 # (DIR/COMMIT/.staged) and reused: a release never changes. Needs the git
 # history (a clone, not an export) and what the PGXS build needs.
 set -euo pipefail

@@ -10,6 +10,12 @@
 # with the default outbox.max_batch_bytes (4 MB) and batches_in_flight (4)
 # a window holds about 20 of them, whatever their number. Every event is
 # published (what the broker got, and in which order, other tests check).
+#
+# The same bound holds for events that are small as stored jsonb and large
+# as the JSON text the publisher holds and sends: jsonb keeps a number's
+# exponent, so [1e100000, ...] takes 150 bytes in the table and 900 kB as
+# text. The claims weigh the text (an earlier build weighed the jsonb, took
+# a whole outbox.batch_size of them per claim, and held hundreds of MB).
 use strict;
 use warnings;
 use FindBin;
@@ -60,6 +66,23 @@ cmp_ok($grew, '<', 160, sprintf('the publisher grew %.0f MB for %.0f MB of event
 is($node->safe_psql('postgres',
 	q{SELECT count(*) FROM outbox.workers WHERE last_batch_size > 20}), '0',
 	'the last cycle took at most 4 batches of 5 such events (4 MB each)');
+
+# Small as jsonb, 900 kB as text: the peak grows no further than for the
+# events above (a high-water mark: only what goes past their peak shows).
+my $base_numbers = peak_mb();
+$node->safe_psql('postgres', q{DO $$ BEGIN FOR i IN 1 .. 300 LOOP
+	PERFORM outbox.emit('big', ('[' || repeat('1e100000,', 8) || '1e100000]')::jsonb, 'k');
+	END LOOP; END $$}, extra_params => [ '-U', 'app' ]);
+is($node->safe_psql('postgres', q{SELECT max(pg_column_size(payload)) < 1000 AND min(octet_length(payload::text)) > 900000
+	FROM outbox.events WHERE payload::text LIKE '[1000%'}), 't',
+	'300 events of under 1 kB as jsonb and 900 kB as text');
+ok(defined wait_while_progressing($unpub, sub { $_[0] eq '0' }), 'they are published');
+my $grew_numbers = peak_mb() - $base_numbers;
+cmp_ok($grew_numbers, '<', 160, sprintf('the publisher grew %.0f MB more for 270 MB of them as text',
+	$grew_numbers));
+is($node->safe_psql('postgres',
+	q{SELECT count(*) FROM outbox.workers WHERE last_batch_size > 20}), '0',
+	'the last cycle took at most 4 batches of 5 such events');
 
 $node->stop;
 $kafka->stop;
