@@ -78,6 +78,7 @@ constexpr long kMaintenanceIntervalMs = 60 * 1000;
 // our keys; during a sink outage (whose topics the claims leave alone) it
 // runs at most this often.
 constexpr long kOverdueWaitingMs = 10 * 1000;
+constexpr const char *kConnectLockTimeout = "5s";  // see outbox_publisher_main
 constexpr long kErrorBackoffMinMs = 100;
 constexpr long kErrorBackoffMaxMs = 30 * 1000;
 
@@ -490,6 +491,13 @@ void PublisherMain(Datum main_arg) {
   on_shmem_exit(Unregister, 0);
   MarkPublisherProcess();
   pg_atomic_write_u32(&slot->cycle_requested[worker_index], 0);
+  // Connecting waits for the database's lock, which an open ALTER DATABASE
+  // ... RENAME (any owner with CREATEDB may leave one open) holds for as
+  // long as it likes: bounded, so that such a database costs the launcher
+  // one of its few probes for seconds, not for good (the connection fails,
+  // the launcher counts it and backs off, and probes the other databases).
+  // PinWorkerSettings sets it back to 0 once connected.
+  SetConfigOption("lock_timeout", kConnectLockTimeout, PGC_SUSET, PGC_S_OVERRIDE);
   BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
   PinWorkerSettings();
   // The publisher's transactions only record what the brokers acknowledged.
