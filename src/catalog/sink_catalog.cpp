@@ -13,7 +13,7 @@
 #include <cstring>
 #include <string_view>
 
-#include "sinks/message_format.hpp"
+#include "core/message_format.hpp"
 #include "core/names.hpp"
 #include "emit/payload_json.hpp"
 #include "core/route_match.hpp"

@@ -97,8 +97,8 @@
 
 #include "core/dispatch_rows.hpp"
 #include "core/order_guard.hpp"
-#include "sinks/log_buffer.hpp"
-#include "sinks/sink.hpp"
+#include "core/log_buffer.hpp"
+#include "core/sink.hpp"
 
 namespace outbox {
 
@@ -107,18 +107,16 @@ namespace outbox {
 using SinkFactory = std::unique_ptr<Sink> (*)(std::string_view name, std::string_view kind,
                                               const SinkOptions &options, bool privileged,
                                               std::string *error);
-std::unique_ptr<Sink> MakeSink(std::string_view name, std::string_view kind,
-                               const SinkOptions &options, bool privileged, std::string *error);
 
 class Dispatcher {
  public:
   using Ticket = uint64_t;
 
-  explicit Dispatcher(SinkFactory factory = MakeSink);
+  explicit Dispatcher(SinkFactory factory);
   ~Dispatcher();
   // A new Dispatcher, or nullptr when it cannot be built (out of memory, no
   // random source). Never throws.
-  static Dispatcher *Create(SinkFactory factory = MakeSink) noexcept;
+  static Dispatcher *Create(SinkFactory factory) noexcept;
 
   // Install the routing table and the sink definitions. Sinks whose kind or
   // options changed, or that disappeared, are closed; new ones are created

@@ -9,9 +9,9 @@
 #include <cstdint>
 #include <string_view>
 
-#include "sinks/message_format.hpp"
-#include "sinks/sink.hpp"
-#include "sinks/sink_options.hpp"
+#include "core/message_format.hpp"
+#include "core/sink.hpp"
+#include "core/sink_option.hpp"
 
 namespace outbox {
 

@@ -33,6 +33,7 @@
 // this process only and is used from this thread only. It is a global, so a
 // longjmp never skips its destructor; it is destroyed at process exit.
 #include "publisher/publisher.hpp"
+#include "sinks/sink_factory.hpp"
 #include "catalog/events_owner.hpp"
 
 #include "publisher/claim.hpp"
@@ -508,7 +509,7 @@ void PublisherMain(Datum main_arg) {
   JoinKeySlots(slot, worker_index);
   pgstat_report_appname("outbox publisher");
 
-  dispatcher = Dispatcher::Create();
+  dispatcher = Dispatcher::Create(MakeSink);
   if (dispatcher == nullptr) {
     ereport(FATAL, (errcode(ERRCODE_OUT_OF_MEMORY),
                     errmsg("outbox: could not set up the publisher's dispatcher")));

@@ -19,7 +19,8 @@
 // as soon as nothing is left. With later batches open, flush would also wait
 // for them, so it polls in short slices instead.
 #include "sinks/kafka_sink.hpp"
-#include "sinks/log_buffer.hpp"
+#include "sinks/sink_options.hpp"
+#include "core/log_buffer.hpp"
 
 #include "core/names.hpp"
 

@@ -1,12 +1,12 @@
 // Details of the Kafka sink that its unit tests check directly. The sink
-// itself is built with MakeKafkaSink (sink.hpp). No PostgreSQL header here.
+// itself is built with MakeKafkaSink (below). No PostgreSQL header here.
 #pragma once
 
 #include <string>
 #include <string_view>
 
 #include "core/names.hpp"  // IsValidKafkaTopic
-#include "sinks/sink.hpp"
+#include "core/sink.hpp"
 
 namespace outbox {
 
@@ -30,6 +30,15 @@ struct KafkaWaitLimits {
   int margin_ms = 5000;
   int unlimited_ms = 300000;
 };
+// Build a Kafka sink from create_sink() options. Our defaults apply unless
+// the options set them: enable.idempotence=true, acks=all,
+// partitioner=murmur2_random, linger.ms=1, message.timeout.ms=10000.
+// Returns nullptr and sets *error when librdkafka refuses the configuration,
+// or it sets a property outbox does not allow (a superuser's property, see
+// sinks/sink_options.hpp, unless `privileged`).
+std::unique_ptr<Sink> MakeKafkaSink(const std::string &name, const SinkOptions &options,
+                                    std::string *error, bool privileged = false);
+
 std::unique_ptr<Sink> MakeKafkaSinkWithLimits(const std::string &name, const SinkOptions &options,
                                               std::string *error, bool privileged,
                                               KafkaWaitLimits limits);

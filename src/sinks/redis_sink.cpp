@@ -27,7 +27,8 @@
 // 952). A message held back so is kNotSent. A batch of distinct keys is one
 // round, a batch of one hot key one round per message.
 #include "sinks/redis_sink.hpp"
-#include "sinks/log_buffer.hpp"
+#include "sinks/sink_options.hpp"
+#include "core/log_buffer.hpp"
 
 #include <hiredis/hiredis.h>
 #include <hiredis/sds.h>

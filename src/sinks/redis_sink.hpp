@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "sinks/sink.hpp"
+#include "core/sink.hpp"
 
 namespace outbox {
 

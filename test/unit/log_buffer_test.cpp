@@ -1,6 +1,6 @@
 // The log buffer every sink and the dispatcher keep their lines in until the
 // publisher's main thread logs them: bounded, and it says what it dropped.
-#include "sinks/log_buffer.hpp"
+#include "core/log_buffer.hpp"
 
 #include <gtest/gtest.h>
 

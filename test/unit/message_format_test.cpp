@@ -1,5 +1,5 @@
 // Message layouts per route format: what consumers of each convention read.
-#include "sinks/message_format.hpp"
+#include "core/message_format.hpp"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "sinks/sink.hpp"
+#include "core/sink.hpp"
 
 namespace outbox {
 namespace {

@@ -16,8 +16,8 @@
 #include <string_view>
 #include <vector>
 
-#include "sinks/message_format.hpp"
-#include "sinks/sink_options.hpp"
+#include "core/message_format.hpp"
+#include "core/sink_option.hpp"
 
 namespace outbox {
 
@@ -152,14 +152,5 @@ class Sink {
 // For sink factories, inside a catch block: describe the exception being
 // handled into *error ("out of memory", its what(), or "unexpected error").
 void DescribeCurrentException(std::string *error) noexcept;
-
-// Build a Kafka sink from create_sink() options. Our defaults apply unless
-// the options set them: enable.idempotence=true, acks=all,
-// partitioner=murmur2_random, linger.ms=1, message.timeout.ms=10000.
-// Returns nullptr and sets *error when librdkafka refuses the configuration,
-// or it sets a property outbox does not allow (a superuser's property, see
-// sink_options.hpp, unless `privileged`).
-std::unique_ptr<Sink> MakeKafkaSink(const std::string &name, const SinkOptions &options,
-                                    std::string *error, bool privileged = false);
 
 }  // namespace outbox

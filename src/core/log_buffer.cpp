@@ -1,5 +1,5 @@
 // See log_buffer.hpp.
-#include "sinks/log_buffer.hpp"
+#include "core/log_buffer.hpp"
 
 #include <utility>
 

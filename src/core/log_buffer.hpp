@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "sinks/sink.hpp"
+#include "core/sink.hpp"
 
 namespace outbox {
 

@@ -1,10 +1,10 @@
 // Message layouts per route format (see message_format.hpp).
-#include "sinks/message_format.hpp"
+#include "core/message_format.hpp"
 
 #include <cstdio>
 
 #include "core/partition_calendar.hpp"
-#include "sinks/sink.hpp"
+#include "core/sink.hpp"
 
 namespace outbox {
 namespace {
