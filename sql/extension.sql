@@ -250,6 +250,14 @@ DROP TRIGGER planted_trigger ON outbox.routes;
 DROP RULE planted_rule ON outbox.routes;
 ALTER TABLE outbox.routes DROP CONSTRAINT planted_check;
 DROP INDEX outbox.planted_index;
+-- Code that names what it runs as text, which no dependency records: the
+-- update refuses before it rewrites a row, and nothing ran.
+SET ROLE regress_outbox_owner;
+ALTER TABLE outbox.routes ADD CONSTRAINT planted_xml
+    CHECK (query_to_xml('SELECT regress_planted.noted(''xml'')', true, false, '') IS NOT NULL);
+RESET ROLE;
+SELECT error_of('ALTER EXTENSION outbox UPDATE');
+ALTER TABLE outbox.routes DROP CONSTRAINT planted_xml;
 ALTER EXTENSION outbox UPDATE;
 SELECT extversion, (SELECT format FROM outbox.routes) AS format FROM pg_extension WHERE extname = 'outbox';
 DROP EXTENSION outbox;
@@ -309,9 +317,28 @@ ALTER TABLE outbox.counts DROP CONSTRAINT planted_operator;
 SELECT error_of('ALTER EXTENSION outbox UPDATE');
 DROP TRIGGER planted_when ON outbox.events;
 SELECT error_of('ALTER EXTENSION outbox UPDATE');
+SET ROLE regress_outbox_owner;
+ALTER TABLE outbox.counts ADD CONSTRAINT planted_xml
+    CHECK (query_to_xml('SELECT regress_planted.noted(''xml'')', true, false, '') IS NOT NULL);
+ALTER TABLE outbox.sinks ADD COLUMN planted text
+    DEFAULT query_to_xml('SELECT regress_planted.noted(''default'')', true, false, '')::text;
+RESET ROLE;
+SELECT error_of('ALTER EXTENSION outbox UPDATE');
+ALTER TABLE outbox.counts DROP CONSTRAINT planted_xml;
+SELECT error_of('ALTER EXTENSION outbox UPDATE');
+ALTER TABLE outbox.sinks DROP COLUMN planted;
+SELECT error_of('ALTER EXTENSION outbox UPDATE');
 ALTER EXTENSION outbox DROP FUNCTION outbox.backdoor();
 DROP FUNCTION outbox.backdoor();
+-- A grant to a role whose name needs quotes is taken away like any other
+-- (it used to be quoted twice, and the update failed on it).
+CREATE ROLE "Regress Reporting";
+GRANT SELECT ON outbox.events TO "Regress Reporting";
+GRANT SELECT (pattern) ON outbox.routes TO "Regress Reporting";
 ALTER EXTENSION outbox UPDATE;
+SELECT has_table_privilege('Regress Reporting', 'outbox.events', 'SELECT') AS reporting_reads_events,
+       has_column_privilege('Regress Reporting', 'outbox.routes', 'pattern', 'SELECT') AS reporting_reads_patterns;
+DROP ROLE "Regress Reporting";
 SELECT extversion FROM pg_extension WHERE extname = 'outbox';
 SELECT position('regress_planted' IN prosrc) = 0 AS recount_is_outboxs
   FROM pg_proc WHERE oid = 'outbox.recount()'::regprocedure;

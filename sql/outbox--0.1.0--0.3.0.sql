@@ -174,6 +174,18 @@ ALTER TABLE outbox.routes DROP CONSTRAINT routes_format_check,
     ADD CONSTRAINT routes_format_check
         CHECK (format IN ('raw', 'cloudevents', 'debezium', 'debezium-expanded'));
 
+-- The UPDATE below runs every CHECK, default, index expression and trigger
+-- of outbox.routes as the superuser who updates. The check above sees what
+-- the catalogs record; code can also name what it runs as text (a CHECK
+-- calling query_to_xml('SELECT someones_function()', ...)). So the table
+-- must also pass the rule for code that runs when emit() writes: only
+-- built-in, immutable code (src/emit/writer_code_rule.hpp).
+CREATE FUNCTION outbox.refuse_code_on_routes() RETURNS void
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'outbox_refuse_code_on_routes';
+SELECT outbox.refuse_code_on_routes();
+DROP FUNCTION outbox.refuse_code_on_routes();
+
 -- In 0.1.0, format debezium sent the payload as JSON: what 0.2.0 calls
 -- debezium-expanded (0.2.0's debezium follows the EventRouter's defaults, the
 -- payload as a JSON string). Routes made under 0.1.0 keep the shape their

@@ -19,9 +19,12 @@
 // ereport); SPI statements are schema-qualified, operators included.
 #include "pg_bridge.hpp"
 
+#include "emit/writer_code_rule.hpp"
+
 #include <cstring>
 
 extern "C" {
+#include "access/table.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
@@ -29,6 +32,8 @@ extern "C" {
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
 }
 
 namespace outbox {
@@ -217,6 +222,58 @@ const char *UnexpectedFunction() {
   return nullptr;
 }
 
+void WatchNothing(Oid) {}
+
+// The rule for code that runs when emit() writes (emit/writer_code_rule.hpp),
+// on table `relid`: only built-in code, immutable (column defaults may also
+// read the clocks), and only expression nodes that run no SQL text. Code
+// that names what it runs only as text, which no dependency records (a CHECK
+// calling query_to_xml('SELECT someones_function()', ...)), fails it. Its
+// refusal is raised as the update's: 55000, naming the object.
+void RefuseCodeOn(Oid relid) {
+  Relation rel = table_open(relid, AccessShareLock);
+  MemoryContext caller = CurrentMemoryContext;
+  PG_TRY();
+  { RefuseCodeNotBuiltIn(rel, WatchNothing); }
+  PG_CATCH();
+  {
+    MemoryContextSwitchTo(caller);
+    ErrorData *error = CopyErrorData();
+    if (error->sqlerrcode != ERRCODE_INSUFFICIENT_PRIVILEGE) PG_RE_THROW();
+    FlushErrorState();
+    constexpr const char kEmit[] = "outbox: emit() does not write while ";
+    const char *what = error->message;
+    if (strncmp(what, kEmit, strlen(kEmit)) == 0) what += strlen(kEmit);
+    ereport(ERROR,
+            (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+             errmsg("outbox: %s, which outbox did not make", what),
+             errdetail("%s Code on outbox's tables runs as role %s, or as whoever writes them; "
+                       "this update runs as a superuser and gives nothing someone planted to "
+                       "them.",
+                       error->detail != nullptr ? error->detail : "", kWriter),
+             errhint("Drop it (after checking who made it), then update again.")));
+  }
+  PG_END_TRY();
+  table_close(rel, AccessShareLock);
+}
+
+// RefuseCodeOn over every table and partition of outbox's.
+void RefuseCodeOnTables() {
+  const char *sql = psprintf(
+      "WITH rels AS (%s) SELECT c.oid FROM pg_catalog.pg_class c"
+      " JOIN rels ON rels.oid OPERATOR(pg_catalog.=) c.oid"
+      " WHERE c.relkind OPERATOR(pg_catalog.=) ANY ('{r,p,f}'::pg_catalog.\"char\"[])"
+      " ORDER BY c.oid",
+      kRelations);
+  if (SPI_execute(sql, true, 0) != SPI_OK_SELECT) elog(ERROR, "outbox: cannot list tables");
+  SPITupleTable *tables = SPI_tuptable;
+  const uint64 count = SPI_processed;
+  for (uint64 i = 0; i < count; ++i) {
+    bool isnull = false;
+    RefuseCodeOn(DatumGetObjectId(SPI_getbinval(tables->vals[i], tables->tupdesc, 1, &isnull)));
+  }
+}
+
 // Refuse while anything outbox did not make could run as the writer, or as
 // whoever uses outbox, once outbox's objects are the writer's: a trigger,
 // rule, policy or row security on outbox's relations; a constraint, index,
@@ -362,6 +419,7 @@ void RefusePlantedCode() {
       "'pg_catalog.pg_type'::pg_catalog.regclass])"
       " ORDER BY 1",
       kRelations, kFunctions, kExpectedRelations));
+  if (planted == nullptr) RefuseCodeOnTables();
   if (planted == nullptr) planted = UnexpectedFunction();
   if (planted == nullptr) return;
   ereport(ERROR,
@@ -397,7 +455,7 @@ void RevokeOthersTablePrivileges(Oid writer) {
       " THEN 'INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER' ELSE 'ALL' END,"
       " c.oid::pg_catalog.regclass,"
       " CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'"
-      " ELSE pg_catalog.quote_ident(a.grantee::pg_catalog.regrole::pg_catalog.text) END)"
+      " ELSE a.grantee::pg_catalog.regrole::pg_catalog.text END)"
       " FROM pg_catalog.pg_class c JOIN rels ON rels.oid OPERATOR(pg_catalog.=) c.oid,"
       " LATERAL pg_catalog.aclexplode(c.relacl) a"
       " WHERE a.grantee OPERATOR(pg_catalog.<>) %u::pg_catalog.oid"
@@ -407,7 +465,7 @@ void RevokeOthersTablePrivileges(Oid writer) {
       " SELECT pg_catalog.format('REVOKE ALL (%%I) ON TABLE %%s FROM %%s', t.attname,"
       " t.attrelid::pg_catalog.regclass,"
       " CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'"
-      " ELSE pg_catalog.quote_ident(a.grantee::pg_catalog.regrole::pg_catalog.text) END)"
+      " ELSE a.grantee::pg_catalog.regrole::pg_catalog.text END)"
       " FROM pg_catalog.pg_attribute t JOIN rels ON rels.oid OPERATOR(pg_catalog.=) t.attrelid,"
       " LATERAL pg_catalog.aclexplode(t.attacl) a"
       " WHERE a.grantee OPERATOR(pg_catalog.<>) %u::pg_catalog.oid"
@@ -510,6 +568,19 @@ void GiveToWriter() {
 }  // namespace outbox
 
 using namespace outbox;
+
+// outbox.refuse_code_on_routes(): the 0.1.0 update script's check before it
+// rewrites rows of outbox.routes as the superuser who updates: the rule for
+// code that runs when emit() writes, on that table (RefuseCodeOn).
+OUTBOX_SQL_FUNCTION(outbox_refuse_code_on_routes) {
+  if (!superuser()) {
+    ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                    errmsg("only a superuser may check outbox.routes for an update")));
+  }
+  const Oid schema = get_namespace_oid("outbox", false);
+  RefuseCodeOn(get_relname_relid("routes", schema));
+  PG_RETURN_VOID();
+}
 
 OUTBOX_SQL_FUNCTION(outbox_hand_to_writer) {
   if (!superuser()) {

@@ -18,10 +18,15 @@ void AppendScalar(StringInfo out, const JsonbValue &v) {
     case jbvBool:
       appendStringInfoString(out, v.val.boolean ? "true" : "false");
       break;
-    case jbvNumeric:
-      appendStringInfoString(
-          out, DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(v.val.numeric))));
+    case jbvNumeric: {
+      // Freed at once: a payload of many numbers would otherwise leave one
+      // string per number in the caller's memory context.
+      char *digits =
+          DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(v.val.numeric)));
+      appendStringInfoString(out, digits);
+      pfree(digits);
       break;
+    }
     case jbvString: {
       // escape_json needs a NUL-terminated string.
       char *s = pnstrdup(v.val.string.val, v.val.string.len);

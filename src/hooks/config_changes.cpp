@@ -73,30 +73,23 @@ void InstallConfigChangeHook() {
   ExecutorStart_hook = ConfigChangeExecutorStart;
 }
 
-void NoteConfigChangingUtility(Node *stmt) {
+bool ChangesConfiguration(Node *stmt) {
   switch (nodeTag(stmt)) {
     case T_CopyStmt: {
       const CopyStmt *copy = castNode(CopyStmt, stmt);
-      if (copy->is_from && NamesConfigTable(copy->relation)) ReloadConfigAtCommit();
-      break;
+      return copy->is_from && NamesConfigTable(copy->relation);
     }
     case T_TruncateStmt: {
       ListCell *cell;
       foreach (cell, castNode(TruncateStmt, stmt)->relations) {
-        if (NamesConfigTable(lfirst_node(RangeVar, cell))) {
-          ReloadConfigAtCommit();
-          break;
-        }
+        if (NamesConfigTable(lfirst_node(RangeVar, cell))) return true;
       }
-      break;
+      return false;
     }
     case T_AlterExtensionStmt:
-      if (strcmp(castNode(AlterExtensionStmt, stmt)->extname, "outbox") == 0) {
-        ReloadConfigAtCommit();
-      }
-      break;
+      return strcmp(castNode(AlterExtensionStmt, stmt)->extname, "outbox") == 0;
     default:
-      break;
+      return false;
   }
 }
 

@@ -21,11 +21,14 @@ namespace outbox {
 // Installs the executor hook; only when preloaded (no publisher otherwise).
 void InstallConfigChangeHook();
 
-// From the ProcessUtility hook, after the statement ran: COPY FROM or
-// TRUNCATE naming either table, or ALTER EXTENSION outbox. Takes no lock. A
-// statement PostgreSQL refused raised before this: it reloads nothing (nor
-// does a write to the tables the executor refused), so that a role without
-// the right cannot make the publishers reload in a loop.
-void NoteConfigChangingUtility(Node *stmt);
+// From the ProcessUtility hook, before the statement runs: whether it is
+// COPY FROM or TRUNCATE naming either table, or ALTER EXTENSION outbox. Takes
+// no lock; names resolve as the statement itself will resolve them, before
+// any code of its runs (a trigger of the statement's may change the
+// search_path). The hook notes the change (ReloadConfigAtCommit) once the
+// statement ran: one PostgreSQL refused raised before that and reloads
+// nothing, nor does a write to the tables the executor refused, so that a
+// role without the right cannot make the publishers reload in a loop.
+bool ChangesConfiguration(Node *stmt);
 
 }  // namespace outbox

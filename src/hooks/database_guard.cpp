@@ -279,6 +279,9 @@ void GuardedProcessUtility(PlannedStmt *pstmt, const char *query_string, bool re
     return;
   }
   if (IsA(stmt, CreateExtensionStmt)) CheckCreateExtension(castNode(CreateExtensionStmt, stmt));
+  // Sinks and routes changed by COPY, TRUNCATE or an update script: named
+  // now, noted once the statement ran (config_changes.hpp).
+  const bool changes_configuration = ChangesConfiguration(stmt);
   Oid paused = InvalidOid;
   bool created_database = false;
   if (Shared() != nullptr) {
@@ -333,10 +336,7 @@ void GuardedProcessUtility(PlannedStmt *pstmt, const char *query_string, bool re
               qc);
   }
   if (created_database) WakeLauncherAtCommit();  // a new database to look at
-  // Sinks and routes changed by COPY, TRUNCATE or an update script: noted
-  // once the statement ran, so that one PostgreSQL refused (a role without
-  // the right, in a loop of savepoints) makes no publisher reload.
-  NoteConfigChangingUtility(stmt);
+  if (changes_configuration) ReloadConfigAtCommit();
 }
 
 }  // namespace

@@ -70,25 +70,51 @@ void CheckAll(Oid relid) {
   }
 }
 
+// The relation of schema outbox that `target` names, or may come to name
+// before PostgreSQL locks it (InvalidOid: none). A name with its schema is
+// resolved now. A name without one is looked up again by PostgreSQL after
+// the statement waited for its own locks, and a relation of that name
+// earlier on the search_path can be renamed away meanwhile: so it stands for
+// outbox's relation of that name whenever schema outbox is on the path.
+// Takes no lock.
+Oid OutboxRelationNamed(RangeVar *target, Oid schema) {
+  if (target->schemaname != nullptr) {
+    const Oid relid = RangeVarGetRelid(target, NoLock, true);
+    return OidIsValid(relid) && get_rel_namespace(relid) == schema ? relid : InvalidOid;
+  }
+  List *path = fetch_search_path(false);
+  const bool on_path = list_member_oid(path, schema);
+  list_free(path);
+  return on_path ? get_relname_relid(target->relname, schema) : InvalidOid;
+}
+
+[[noreturn]] void RefuseOn(RangeVar *target, const char *message, Oid relid) {
+  ereport(ERROR,
+          (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE), errmsg(message, get_rel_name(relid)),
+           target->schemaname == nullptr
+               ? errhint("The name is looked up on the search_path, which has schema outbox: "
+                         "qualify it with its schema.")
+               : 0));
+  pg_unreachable();
+}
+
 // 42501 unless the current user owns `target` (when it names a relation in
-// schema outbox): resolved without a lock.
+// schema outbox: OutboxRelationNamed).
 void RequireOwnerOf(RangeVar *target, Oid schema) {
-  const Oid relid = RangeVarGetRelid(target, NoLock, true);
-  if (!OidIsValid(relid) || get_rel_namespace(relid) != schema) return;
-  if (CurrentUserOwnsRelation(relid)) return;
-  ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-                  errmsg("must be owner of table %s", get_rel_name(relid))));
+  const Oid relid = OutboxRelationNamed(target, schema);
+  if (!OidIsValid(relid) || CurrentUserOwnsRelation(relid)) return;
+  RefuseOn(target, "must be owner of table %s", relid);
 }
 
 // 42501 unless the current user may reference `target` in a foreign key
 // (when it names a relation in schema outbox): PostgreSQL locks the
 // referenced table, SHARE ROW EXCLUSIVE, before it checks that privilege.
 void RequireReferencesOn(RangeVar *target, Oid schema) {
-  const Oid relid = RangeVarGetRelid(target, NoLock, true);
-  if (!OidIsValid(relid) || get_rel_namespace(relid) != schema) return;
-  if (pg_class_aclcheck(relid, GetUserId(), ACL_REFERENCES) == ACLCHECK_OK) return;
-  ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-                  errmsg("permission denied for table %s", get_rel_name(relid))));
+  const Oid relid = OutboxRelationNamed(target, schema);
+  if (!OidIsValid(relid) || pg_class_aclcheck(relid, GetUserId(), ACL_REFERENCES) == ACLCHECK_OK) {
+    return;
+  }
+  RefuseOn(target, "permission denied for table %s", relid);
 }
 
 // A constraint, a column's constraints: the table a foreign key references.
@@ -119,8 +145,12 @@ void RefuseLockingDdlOfNonOwners(Node *stmt) {
     case T_RuleStmt:
       RequireOwnerOf(castNode(RuleStmt, stmt)->relation, schema);
       break;
-    case T_CreateStmt: {
-      CreateStmt *create = castNode(CreateStmt, stmt);
+    case T_CreateStmt:
+    case T_CreateForeignTableStmt: {
+      // A foreign table's statement begins with a CreateStmt, and goes
+      // through the same locking of its parents (PARTITION OF, INHERITS).
+      CreateStmt *create = IsA(stmt, CreateStmt) ? castNode(CreateStmt, stmt)
+                                                 : &castNode(CreateForeignTableStmt, stmt)->base;
       foreach (cell, create->inhRelations) RequireOwnerOf(lfirst_node(RangeVar, cell), schema);
       foreach (cell, create->tableElts) CheckConstraintNode(lfirst_node(Node, cell), schema);
       foreach (cell, create->constraints) CheckConstraintNode(lfirst_node(Node, cell), schema);

@@ -321,19 +321,25 @@ bool Publishable(HeapTuple row, TupleDesc desc, int64 *size) {
   return true;
 }
 
-// What a claimed row costs the publisher to hold: its payload and headers
-// as the JSON text the messages carry (made here, into *texts, and used for
-// the message), and its key. Text, not the stored jsonb: a jsonb number
-// such as 1e100000 takes a few bytes and prints as 100,001 digits, so the
-// jsonb size is no bound on what the publisher holds. A row too large to
-// publish is weighed, but not turned into text, by its jsonb size.
+// What a claimed row costs the publisher to hold for the cycle: the row
+// itself, its payload and headers as jsonb (detoasted when they were
+// compressed or stored apart) and as the JSON text the messages carry (made
+// here, into *texts, and used for the message; counted as allocated), and
+// its key. The text matters most: a jsonb number such as 1e100000 takes a
+// few bytes and prints as 100,001 digits, so the jsonb size is no bound on
+// what the publisher holds; the rest bounds how many small events a claim
+// takes. A row too large to publish is weighed, but not turned into text,
+// by its jsonb sizes.
 int64 WeighRow(HeapTuple row, TupleDesc desc, RowTexts *texts) {
-  bool isnull = false;
-  int64 weight = 0;
-  const Datum key = SPI_getbinval(row, desc, kKey, &isnull);
-  if (!isnull) weight += static_cast<int64>(toast_raw_datum_size(key));
+  int64 weight = static_cast<int64>(row->t_len);
+  for (int col : {kKey, kPayload, kHeaders}) {
+    bool isnull = false;
+    const Datum d = SPI_getbinval(row, desc, col, &isnull);
+    if (!isnull) weight += static_cast<int64>(toast_raw_datum_size(d));
+  }
   int64 size = 0;
-  if (!Publishable(row, desc, &size)) return weight + size;
+  if (!Publishable(row, desc, &size)) return weight;
+  bool isnull = false;
   initStringInfo(&texts->payload);
   Jsonb *payload = DatumGetJsonbP(SPI_getbinval(row, desc, kPayload, &isnull));
   AppendCompactJson(&texts->payload, &payload->root);
@@ -344,7 +350,7 @@ int64 WeighRow(HeapTuple row, TupleDesc desc, RowTexts *texts) {
   } else {
     AppendCompactJson(&texts->headers, &DatumGetJsonbP(headers)->root);
   }
-  return weight + texts->payload.len + texts->headers.len;
+  return weight + texts->payload.maxlen + texts->headers.maxlen;
 }
 
 // The time an event id stands for (its first 48 bits: Unix milliseconds).

@@ -33,29 +33,37 @@ void LoadConfiguration(Dispatcher *dispatcher) {
   // superuser's options only when the extension's owner is a superuser, the
   // table's is one too or is outbox_writer (as which only outbox's own code
   // writes; its functions judge the options by their caller, writer_role.cpp),
-  // and no other role may insert or update rows, by a grant on the table or
+  // and no other role may insert or update rows: by a grant on the table or
   // on one of its columns (a grant a restore brought back from an older
-  // release's database, say).
+  // release's database, say), or as a login role that may become the
+  // table's owner or pg_write_all_data (which writes every table without a
+  // grant).
   // The installed version too: a route's format may mean what an earlier
   // release meant by it until ALTER EXTENSION UPDATE (which reloads).
-  if (SPI_execute("SELECT r.rolsuper AND (s.rolsuper OR s.rolname OPERATOR(pg_catalog.=)"
-                  " 'outbox_writer') AND NOT EXISTS (SELECT FROM pg_catalog.aclexplode(c.relacl) a"
-                  " WHERE a.grantee OPERATOR(pg_catalog.<>) c.relowner"
-                  " AND a.privilege_type OPERATOR(pg_catalog.=) ANY ('{INSERT,UPDATE}'))"
-                  " AND NOT EXISTS (SELECT FROM pg_catalog.pg_attribute t,"
-                  " pg_catalog.aclexplode(t.attacl) a"
-                  " WHERE t.attrelid OPERATOR(pg_catalog.=) c.oid AND t.attacl IS NOT NULL"
-                  " AND a.grantee OPERATOR(pg_catalog.<>) c.relowner"
-                  " AND a.privilege_type OPERATOR(pg_catalog.=) ANY ('{INSERT,UPDATE}'))"
-                  " AND NOT EXISTS (SELECT FROM pg_catalog.pg_inherits h"
-                  " WHERE h.inhparent OPERATOR(pg_catalog.=) c.oid), e.extversion"
-                  " FROM pg_catalog.pg_extension e"
-                  " JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) e.extowner"
-                  " JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=)"
-                  " 'outbox.sinks'::pg_catalog.regclass"
-                  " JOIN pg_catalog.pg_roles s ON s.oid OPERATOR(pg_catalog.=) c.relowner"
-                  " WHERE e.extname OPERATOR(pg_catalog.=) 'outbox'::pg_catalog.name",
-                  true, 1) != SPI_OK_SELECT) {
+  if (SPI_execute(
+          "SELECT r.rolsuper AND (s.rolsuper OR s.rolname OPERATOR(pg_catalog.=)"
+          " 'outbox_writer') AND NOT EXISTS (SELECT FROM pg_catalog.aclexplode(c.relacl) a"
+          " WHERE a.grantee OPERATOR(pg_catalog.<>) c.relowner"
+          " AND a.privilege_type OPERATOR(pg_catalog.=) ANY ('{INSERT,UPDATE}'))"
+          " AND NOT EXISTS (SELECT FROM pg_catalog.pg_attribute t,"
+          " pg_catalog.aclexplode(t.attacl) a"
+          " WHERE t.attrelid OPERATOR(pg_catalog.=) c.oid AND t.attacl IS NOT NULL"
+          " AND a.grantee OPERATOR(pg_catalog.<>) c.relowner"
+          " AND a.privilege_type OPERATOR(pg_catalog.=) ANY ('{INSERT,UPDATE}'))"
+          " AND NOT EXISTS (SELECT FROM pg_catalog.pg_roles o"
+          " WHERE o.rolcanlogin AND NOT o.rolsuper AND o.oid OPERATOR(pg_catalog.<>) c.relowner"
+          " AND (pg_catalog.pg_has_role(o.oid, c.relowner, 'MEMBER')"
+          " OR pg_catalog.pg_has_role(o.oid, 'pg_write_all_data'::pg_catalog.regrole,"
+          " 'MEMBER')))"
+          " AND NOT EXISTS (SELECT FROM pg_catalog.pg_inherits h"
+          " WHERE h.inhparent OPERATOR(pg_catalog.=) c.oid), e.extversion"
+          " FROM pg_catalog.pg_extension e"
+          " JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) e.extowner"
+          " JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=)"
+          " 'outbox.sinks'::pg_catalog.regclass"
+          " JOIN pg_catalog.pg_roles s ON s.oid OPERATOR(pg_catalog.=) c.relowner"
+          " WHERE e.extname OPERATOR(pg_catalog.=) 'outbox'::pg_catalog.name",
+          true, 1) != SPI_OK_SELECT) {
     elog(ERROR, "outbox: cannot read the extension's owner");
   }
   bool privileged = false;

@@ -177,6 +177,29 @@ $node->safe_psql('postgres', q{REVOKE ALL ON outbox.sinks FROM sink_writer;
 	UPDATE outbox.sinks SET options = options WHERE name = 'redis-list';});
 ok(defined wait_until(sub { cli('LLEN', 'l.granted') eq '1' }),
 	'with the grant revoked, the sink is the superuser\'s again and the event is delivered');
+# The same for a login role that writes every table without a grant
+# (pg_write_all_data), and for one that may become the table's owner.
+for my $case ([ 'pg_write_all_data', 'etl' ], [ 'outbox_writer', 'writer_member' ]) {
+	my ($group, $member) = @$case;
+	# (Reading the name its UPDATE looks for takes SELECT, which
+	# pg_write_all_data does not give: a column grant of it does, and by
+	# itself makes no difference.)
+	$node->safe_psql('postgres', "CREATE ROLE $member LOGIN; GRANT $group TO $member;
+		GRANT SELECT (name) ON outbox.sinks TO $member;");
+	$offset = -s $node->logfile;
+	$node->safe_psql('postgres', qq{SET ROLE $member;
+		UPDATE outbox.sinks SET options = '$list_options' WHERE name = 'redis-list';});
+	$node->safe_psql('postgres', qq{SELECT outbox.emit('l.$member', '{"n": 10}')});
+	ok(defined wait_until(sub { slurp_file($node->logfile, $offset) =~
+			/sink "redis-list" is unavailable \(option "password" names an environment variable: only a superuser/ }),
+		"a member of $group: the publisher refuses the password from the environment");
+	is(cli('LLEN', "l.$member"), '0', 'and the event waits');
+	$node->safe_psql('postgres', qq{REVOKE $group FROM $member;
+		REVOKE SELECT (name) ON outbox.sinks FROM $member;
+		UPDATE outbox.sinks SET options = options WHERE name = 'redis-list';});
+	ok(defined wait_until(sub { cli('LLEN', "l.$member") eq '1' }),
+		'with the membership revoked, the event is delivered');
+}
 
 $node->stop;
 $kafka->stop;

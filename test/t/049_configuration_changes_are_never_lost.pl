@@ -21,8 +21,10 @@
 #    with the routes it had: 5 in 100 went to the old target).
 # G. A write to outbox.sinks or outbox.routes that PostgreSQL refuses
 #    (TRUNCATE, COPY, INSERT, UPDATE, DELETE, ALTER EXTENSION by a role
-#    without the right, caught in savepoints and committed, in a loop) makes
-#    no publisher reload its sinks and routes; a change that passes does.
+#    without the right, caught in savepoints and committed, in a loop), or a
+#    TRUNCATE of its own table named "sinks" whose trigger turns the
+#    search_path to schema outbox, makes no publisher reload its sinks and
+#    routes; a change that passes does.
 #    The old build reloaded at every such commit: one role could keep every
 #    publisher of the database reloading.
 use strict;
@@ -164,6 +166,24 @@ BEGIN
 END $$}, extra_params => [ '-U', 'intruder' ]);
 is($g_ret, 0, 'G: the refused writes were caught and committed') or diag $g_err;
 $node->psql('postgres', q{COPY outbox.routes FROM STDIN}, extra_params => [ '-U', 'intruder' ]);
+# A statement on a table of its own whose trigger turns the search_path to
+# schema outbox: the name is the one the statement resolved, not the one it
+# would resolve after it ran.
+($g_ret, $g_out, $g_err) = $node->psql('postgres', q{
+CREATE TEMP TABLE sinks (x int);
+CREATE FUNCTION pg_temp.flip() RETURNS trigger LANGUAGE plpgsql AS
+  $$BEGIN PERFORM set_config('search_path', 'outbox, pg_temp', false); RETURN NULL; END$$;
+CREATE TRIGGER flip BEFORE TRUNCATE ON pg_temp.sinks
+  FOR EACH STATEMENT EXECUTE FUNCTION pg_temp.flip();
+DO $$
+BEGIN
+  FOR i IN 1..20 LOOP
+    PERFORM set_config('search_path', 'pg_temp, outbox', false);
+    TRUNCATE sinks;
+    COMMIT;
+  END LOOP;
+END $$}, extra_params => [ '-U', 'intruder' ]);
+is($g_ret, 0, 'G: its own table, truncated under a search_path its trigger changes') or diag $g_err;
 # The publisher has been woken since: an event emitted afterwards is
 # published (so it ran its cycles after those commits).
 $node->safe_psql('postgres', q{SELECT outbox.emit('g.after', '{}')});

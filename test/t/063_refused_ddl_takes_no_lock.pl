@@ -12,12 +12,13 @@
 # lock an open transaction that emitted holds (ROW EXCLUSIVE): its CREATE
 # TABLE of an existing day's partition name, its ATTACH PARTITION of a
 # table onto outbox.events, and these, which PostgreSQL itself locks before
-# it refuses: CREATE TRIGGER, CREATE RULE and CREATE TEMP TABLE ...
-# PARTITION OF on outbox.events; on a table of the role's own, a foreign
-# key referencing outbox.events (ALTER TABLE, or CREATE TABLE with
-# REFERENCES), ATTACH and DETACH PARTITION of today's partition; each fails
-# at once with a refusal (42501 or 42P07), not after waiting for a lock; an
-# emit() made meanwhile does not wait; the partition is untouched.
+# it refuses: CREATE TRIGGER, CREATE RULE, CREATE TEMP TABLE ... PARTITION
+# OF and CREATE FOREIGN TABLE ... PARTITION OF on outbox.events; on a table
+# of the role's own, a foreign key referencing outbox.events (ALTER TABLE,
+# or CREATE TABLE with REFERENCES), ATTACH and DETACH PARTITION of today's
+# partition; each fails at once with a refusal (42501 or 42P07), not after
+# waiting for a lock; an emit() made meanwhile does not wait; the partition
+# is untouched.
 use strict;
 use warnings;
 use FindBin;
@@ -86,6 +87,8 @@ my %statements = (
 	'CREATE RULE on outbox.events' => 'CREATE RULE r AS ON INSERT TO outbox.events DO ALSO NOTHING',
 	'CREATE TEMP TABLE ... PARTITION OF outbox.events' =>
 	  'CREATE TEMP TABLE x PARTITION OF outbox.events DEFAULT',
+	'CREATE FOREIGN TABLE ... PARTITION OF outbox.events' =>
+	  'CREATE FOREIGN TABLE pg_temp.y PARTITION OF outbox.events DEFAULT SERVER no_such_server',
 	# On a table of the role's own (ROLE stands for its name): PostgreSQL
 	# locks outbox's relation named inside before it checks the role's
 	# rights on it.
@@ -117,6 +120,24 @@ for my $role ('intruder', 'creator') {
 		cmp_ok($took, '<', 5, "$role, $what: refused at once");
 	}
 }
+# A name without its schema is looked up again by PostgreSQL after the
+# statement waited for its own locks: a table of that name earlier on the
+# search_path could be renamed away meanwhile, and the name would then lock
+# outbox's table. So with schema outbox on the path, the name stands for
+# outbox's relation of that name, even while the role's own table comes
+# first.
+$node->safe_psql('postgres', q{CREATE TABLE public.events (id uuid PRIMARY KEY);
+	ALTER TABLE public.events OWNER TO intruder;});
+my ($fk_ret, $fk_out, $fk_err) = $node->psql('postgres', q{SET search_path = public, outbox;
+	ALTER TABLE intruder_own ADD FOREIGN KEY (id) REFERENCES events (id);},
+	extra_params => [ '-U', 'intruder' ]);
+like($fk_err, qr/permission denied for table events.*\n.*HINT:  The name is looked up on the search_path, which has schema outbox/s,
+	'an unqualified name that outbox.events could take is refused, with a hint to qualify it');
+($fk_ret, $fk_out, $fk_err) = $node->psql('postgres', q{SET search_path = public, outbox;
+	ALTER TABLE intruder_own ADD FOREIGN KEY (id) REFERENCES public.events (id);},
+	extra_params => [ '-U', 'intruder' ]);
+is($fk_ret, 0, 'qualified, the foreign key to its own table is made') or diag $fk_err;
+
 is($node->safe_psql('postgres', "SELECT 'outbox.$today'::regclass::oid"), $oid_before,
 	"today's partition is the same table");
 is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.events WHERE topic = 'probe.e'}),

@@ -15,7 +15,9 @@
 # as the JSON text the publisher holds and sends: jsonb keeps a number's
 # exponent, so [1e100000, ...] takes 150 bytes in the table and 900 kB as
 # text. The claims weigh the text (an earlier build weighed the jsonb, took
-# a whole outbox.batch_size of them per claim, and held hundreds of MB).
+# a whole outbox.batch_size of them per claim, and held hundreds of MB); and
+# the jsonb too, for payloads of many small numbers, larger as jsonb than as
+# text.
 use strict;
 use warnings;
 use FindBin;
@@ -83,6 +85,18 @@ cmp_ok($grew_numbers, '<', 160, sprintf('the publisher grew %.0f MB more for 270
 is($node->safe_psql('postgres',
 	q{SELECT count(*) FROM outbox.workers WHERE last_batch_size > 20}), '0',
 	'the last cycle took at most 4 batches of 5 such events');
+
+# Many small numbers: 60 kB as text, six times that as jsonb, and a string
+# per number while the text is made. The claims weigh the jsonb and the text
+# as held (an earlier build weighed the text alone, took about 70 of them per
+# claim, and kept every number's string for the whole cycle).
+$base_numbers = peak_mb();
+$node->safe_psql('postgres', q{DO $$ BEGIN FOR i IN 1 .. 300 LOOP
+	PERFORM outbox.emit('big', ('[' || repeat('0,', 29999) || '0]')::jsonb, 'k');
+	END LOOP; END $$}, extra_params => [ '-U', 'app' ]);
+ok(defined wait_while_progressing($unpub, sub { $_[0] eq '0' }), '300 events of 30,000 numbers published');
+$grew_numbers = peak_mb() - $base_numbers;
+cmp_ok($grew_numbers, '<', 160, sprintf('the publisher grew %.0f MB more for them', $grew_numbers));
 
 $node->stop;
 $kafka->stop;
