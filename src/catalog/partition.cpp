@@ -183,7 +183,7 @@ bool RunGuarded(const char *what, StepFn step, void *arg, bool made_elsewhere = 
       // default log_min_messages, no log either); NOTICE to a maintain()
       // caller. Either way it names who holds the tables, so that a DBA
       // can end a session that keeps maintenance from ever getting through.
-      ereport(IsBackgroundWorker ? LOG : NOTICE,
+      ereport(MyBackendType == B_BG_WORKER ? LOG : NOTICE,
               (errmsg("outbox: could not %s within outbox.maintenance_lock_timeout "
                       "(%d ms); will retry at the next maintenance",
                       what, guc::maintenance_lock_timeout_ms),
