@@ -156,49 +156,36 @@ like($node->safe_psql('postgres', 'SELECT sinks FROM outbox.workers'), qr/redis-
 unlike($node->safe_psql('postgres', 'SELECT sinks FROM outbox.workers'), qr/\Q$password\E/,
 	'and never their options');
 
-# Once another role may write outbox.sinks, by a grant on the table or on
-# one column of it (a restore may bring one back), its options are no
-# superuser's choice: that role, writing the list sink's options, gets no
-# value from the server's environment sent anywhere. The publisher refuses
-# the sink and its event waits; with the grant gone, it is delivered.
-$node->safe_psql('postgres', q{CREATE ROLE sink_writer;
-	GRANT USAGE ON SCHEMA outbox TO sink_writer;
-	GRANT SELECT (name), UPDATE (options) ON outbox.sinks TO sink_writer;});
+# Once another role may write outbox.sinks, its options are no superuser's
+# choice: by a grant on one column of the table (a restore may bring one
+# back), as a login role that writes every table without a grant
+# (pg_write_all_data), or as one that may become the table's owner. That
+# role, writing the list sink's options, gets no value from the server's
+# environment sent anywhere: the publisher refuses the sink and its event
+# waits. With the right gone, it is delivered. (Reading the name its UPDATE
+# looks for takes SELECT, which pg_write_all_data does not give: a column
+# grant of it does, and by itself makes no difference.)
 my $list_options = $node->safe_psql('postgres', q{SELECT options::text FROM outbox.sinks WHERE name = 'redis-list'});
-my $offset = -s $node->logfile;
-$node->safe_psql('postgres', qq{SET ROLE sink_writer;
-	UPDATE outbox.sinks SET options = '$list_options' WHERE name = 'redis-list';});
-$node->safe_psql('postgres', q{SELECT outbox.emit('l.granted', '{"n": 9}')});
-ok(defined wait_until(sub { slurp_file($node->logfile, $offset) =~
-		/sink "redis-list" is unavailable \(option "password" names an environment variable: only a superuser/ }),
-	'a column grant on outbox.sinks: the publisher refuses the password from the environment');
-is(cli('LLEN', 'l.granted'), '0', 'and the event waits');
-$node->safe_psql('postgres', q{REVOKE ALL ON outbox.sinks FROM sink_writer;
-	UPDATE outbox.sinks SET options = options WHERE name = 'redis-list';});
-ok(defined wait_until(sub { cli('LLEN', 'l.granted') eq '1' }),
-	'with the grant revoked, the sink is the superuser\'s again and the event is delivered');
-# The same for a login role that writes every table without a grant
-# (pg_write_all_data), and for one that may become the table's owner.
-for my $case ([ 'pg_write_all_data', 'etl' ], [ 'outbox_writer', 'writer_member' ]) {
-	my ($group, $member) = @$case;
-	# (Reading the name its UPDATE looks for takes SELECT, which
-	# pg_write_all_data does not give: a column grant of it does, and by
-	# itself makes no difference.)
-	$node->safe_psql('postgres', "CREATE ROLE $member LOGIN; GRANT $group TO $member;
-		GRANT SELECT (name) ON outbox.sinks TO $member;");
-	$offset = -s $node->logfile;
+for my $case ([ 'a column grant', 'granted', 'GRANT UPDATE (options) ON outbox.sinks TO granted',
+		'REVOKE UPDATE (options) ON outbox.sinks FROM granted' ],
+	[ 'pg_write_all_data', 'etl', 'GRANT pg_write_all_data TO etl', 'REVOKE pg_write_all_data FROM etl' ],
+	[ 'membership in the owner', 'writer_member', 'GRANT outbox_writer TO writer_member',
+		'REVOKE outbox_writer FROM writer_member' ]) {
+	my ($what, $member, $grant, $revoke) = @$case;
+	$node->safe_psql('postgres', qq{CREATE ROLE $member LOGIN; $grant;
+		GRANT USAGE ON SCHEMA outbox TO $member; GRANT SELECT (name) ON outbox.sinks TO $member;});
+	my $offset = -s $node->logfile;
 	$node->safe_psql('postgres', qq{SET ROLE $member;
 		UPDATE outbox.sinks SET options = '$list_options' WHERE name = 'redis-list';});
 	$node->safe_psql('postgres', qq{SELECT outbox.emit('l.$member', '{"n": 10}')});
 	ok(defined wait_until(sub { slurp_file($node->logfile, $offset) =~
 			/sink "redis-list" is unavailable \(option "password" names an environment variable: only a superuser/ }),
-		"a member of $group: the publisher refuses the password from the environment");
+		"$what: the publisher refuses the password from the environment");
 	is(cli('LLEN', "l.$member"), '0', 'and the event waits');
-	$node->safe_psql('postgres', qq{REVOKE $group FROM $member;
-		REVOKE SELECT (name) ON outbox.sinks FROM $member;
+	$node->safe_psql('postgres', qq{$revoke; REVOKE ALL ON outbox.sinks FROM $member;
 		UPDATE outbox.sinks SET options = options WHERE name = 'redis-list';});
 	ok(defined wait_until(sub { cli('LLEN', "l.$member") eq '1' }),
-		'with the membership revoked, the event is delivered');
+		"$what taken away: the sink is the superuser's again and the event is delivered");
 }
 
 $node->stop;
