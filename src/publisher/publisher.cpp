@@ -247,6 +247,16 @@ int RunCycle() {
                           true, 0, false);
   (void)set_config_option("jit", "off", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0,
                           false);
+  // Until this process found out whether the extension is here (a probe),
+  // its lock waits are bounded as its connection's was: a database owner
+  // can hold its own catalogs' locks for as long as it likes, and a probe
+  // waiting on them would keep one of the launcher's few probes. A lock
+  // timeout then ends the process (below, at the error), which the launcher
+  // counts as a failed probe. For this transaction only.
+  if (!home_checked) {
+    (void)set_config_option("lock_timeout", kConnectLockTimeout, PGC_SUSET, PGC_S_OVERRIDE,
+                            GUC_ACTION_LOCAL, true, 0, false);
+  }
   PushActiveSnapshot(GetTransactionSnapshot());
   OUTBOX_FAULT("publisher.cycle_start");
   if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "outbox: SPI_connect failed");
@@ -281,6 +291,8 @@ int RunCycle() {
     return MarkExtensionAbsent(slot, seen_extension) ? -1 : 0;
   }
   home_checked = true;
+  (void)set_config_option("lock_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE, GUC_ACTION_LOCAL, true, 0,
+                          false);
   // The launcher starts the other publishers once it knows: tell it now.
   if (MarkExtensionPresent(slot)) WakeLauncher();
 
@@ -530,10 +542,12 @@ void PublisherMain(Datum main_arg) {
     HOLD_INTERRUPTS();
     error_context_stack = nullptr;
     EmitErrorReport();
+    int sqlerrcode = 0;
     {
       MemoryContext error_cxt = MemoryContextSwitchTo(TopMemoryContext);
       ErrorData *edata = CopyErrorData();
       ReportError(edata->message != nullptr ? edata->message : "error");
+      sqlerrcode = edata->sqlerrcode;
       FreeErrorData(edata);
       MemoryContextSwitchTo(error_cxt);
     }
@@ -546,6 +560,15 @@ void PublisherMain(Datum main_arg) {
     MemoryContextReset(cycle_context);
     RESUME_INTERRUPTS();
     FlushDispatcherLogs();  // what the abandoned batches had to say
+    if (!home_checked && sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE) {
+      // A probe that could not look at the catalogs (RunCycle): leave, so
+      // that the launcher counts it and probes other databases meanwhile.
+      ereport(LOG, (errmsg("outbox: could not find out within %s whether database \"%s\" has "
+                           "the extension: a lock on its catalogs is held; leaving it to the "
+                           "launcher",
+                           kConnectLockTimeout, database_name)));
+      proc_exit(1);
+    }
     consecutive_errors++;
     config_loaded = false;  // reload routes and order state from the database
     long wait = kErrorBackoffMinMs << (consecutive_errors < 10 ? consecutive_errors - 1 : 9);
@@ -572,7 +595,10 @@ void PublisherMain(Datum main_arg) {
       }
     }
 
-    if (GetCurrentTimestamp() - last_maintenance >= kMaintenanceIntervalMs * 1000L) {
+    // Maintenance only once a cycle found the extension here: before that
+    // this process is a probe, whose lock waits RunCycle bounds.
+    if (home_checked &&
+        GetCurrentTimestamp() - last_maintenance >= kMaintenanceIntervalMs * 1000L) {
       last_maintenance = GetCurrentTimestamp();
       if (MaintainsPartitions()) RunMaintenance();
     }

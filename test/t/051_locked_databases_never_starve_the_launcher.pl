@@ -12,8 +12,10 @@
 # Proves: with both renames open and the launcher restarted (so that it
 # probes every database again, the locked ones included, and its two probes
 # wait on their locks), a database created afterwards with the extension
-# gets a publisher, and its event is published, well before the renames end;
-# once they end, nothing is left waiting.
+# gets a publisher well before the renames end; once they end, nothing is
+# left waiting. The same when the probes connected and wait on
+# pg_extension, whose lock a database owner holds in its own database
+# (ANALYZE open, VACUUM FULL queued behind it).
 use strict;
 use warnings;
 use FindBin;
@@ -68,6 +70,41 @@ ok(defined wait_until(sub {
 	$node->safe_psql('postgres', q{SELECT count(*) FROM pg_locks
 		WHERE locktype = 'object' AND classid = 'pg_database'::regclass AND NOT granted}) eq '0' }),
 	'no lock request waits once they end');
+
+# The same once connected: in two more databases of its own, the owner
+# holds ANALYZE of pg_extension open and queues VACUUM FULL of it behind
+# (PostgreSQL lets a database owner do both to its own catalogs), so that a
+# probe that connected waits on its first look at pg_extension. That look's
+# lock wait is bounded as the connection's is: the probe leaves.
+my @holds;
+for my $db ('mine3', 'mine4') {
+	$node->safe_psql('postgres', "CREATE DATABASE $db OWNER tenant");
+	my $analyze = $node->background_psql($db, extra_params => [ '-U', 'tenant' ]);
+	$analyze->query_safe('BEGIN');
+	$analyze->query_safe('ANALYZE pg_catalog.pg_extension');
+	my $vacuum = $node->background_psql($db, extra_params => [ '-U', 'tenant' ]);
+	$vacuum->query_until(qr/queued/, "\\echo queued\nVACUUM FULL pg_catalog.pg_extension;\n");
+	push @holds, $analyze, $vacuum;
+}
+ok(defined wait_until(sub {
+	$node->safe_psql('postgres', q{SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+		WHERE d.datname IN ('mine3', 'mine4') AND l.relation = 'pg_catalog.pg_extension'::regclass
+		  AND l.mode = 'AccessExclusiveLock' AND NOT l.granted}) eq '2' }),
+	'VACUUM FULL of pg_extension waits in both databases');
+$launcher = $node->safe_psql('postgres',
+	q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'outbox launcher'});
+my $offset = -s $node->logfile;
+$node->safe_psql('postgres', "SELECT pg_terminate_backend($launcher)");
+$node->safe_psql('postgres', 'CREATE DATABASE shop2');
+$node->safe_psql('shop2', 'CREATE EXTENSION outbox');
+ok(defined wait_until(sub {
+	$node->safe_psql('shop2', q{SELECT count(*) FROM outbox.workers WHERE pid IS NOT NULL}) eq '1' }, 60),
+	'another new database gets a publisher while the catalogs stay locked')
+  or diag $node->safe_psql('postgres', q{SELECT pid, datname, wait_event_type, wait_event, query
+	FROM pg_stat_activity WHERE backend_type LIKE 'outbox%'});
+like(slurp_file($node->logfile, $offset), qr/could not find out within 5s whether database "mine[34]" has the extension/,
+	'a probe that connected left, saying why');
+$_->quit for @holds;
 
 $node->stop;
 done_testing();
