@@ -149,6 +149,13 @@ class Sink {
   virtual std::string State() const = 0;
 };
 
+// A view's data for C libraries that read "no value" into a null pointer or
+// copy from it with memcpy: an empty view's data() may be null, this never
+// is.
+inline const char *NonNull(std::string_view text) {
+  return text.data() != nullptr ? text.data() : "";
+}
+
 // For sink factories, inside a catch block: describe the exception being
 // handled into *error ("out of memory", its what(), or "unexpected error").
 void DescribeCurrentException(std::string *error) noexcept;

@@ -85,10 +85,7 @@ constexpr size_t kMaxChunk = kSlotMask;
 const char kNothing[] = "";
 
 // librdkafka takes a null pointer for "no value" (a null key, a tombstone, a
-// null header): an empty view must still pass a non-null pointer.
-const char *NonNull(std::string_view text) {
-  return text.data() != nullptr ? text.data() : kNothing;
-}
+// null header): an empty view passes NonNull's (core/sink.hpp).
 
 // librdkafka ends some messages with a newline.
 std::string Trimmed(const char *text) {

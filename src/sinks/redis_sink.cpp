@@ -79,12 +79,8 @@ constexpr size_t kMaxPipelineBytes = size_t{4} * 1024 * 1024;
 // masking only guards against a text we did not foresee.
 constexpr size_t kMinMaskedPassword = 4;
 
-const char kNothing[] = "";
-
-// hiredis copies argv with memcpy: an empty view must still pass a non-null pointer.
-const char *NonNull(std::string_view text) {
-  return text.data() != nullptr ? text.data() : kNothing;
-}
+// hiredis copies argv with memcpy: an empty view passes NonNull's pointer
+// (core/sink.hpp).
 
 bool StartsWith(std::string_view text, std::string_view prefix) {
   return text.substr(0, prefix.size()) == prefix;
