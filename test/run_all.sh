@@ -84,13 +84,31 @@ SUITE_LOGS=$REPO/test/results/logs
 
 banner() { printf '\n===== %s =====\n' "$*"; }
 
-# record SUITE pass|fail [note]
+# record SUITE pass|fail [note] [ended]: ended, the second of the run at
+# which a background suite ended, when that was before its result is taken.
 record() {
   RESULT[$1]=$2
   NOTE[$1]=${3:-}
-  ENDED_AT[$1]=$((SECONDS - RUN_START))
+  ENDED_AT[$1]=${4:-$((SECONDS - RUN_START))}
   printf '>>> %s: %s%s\n' "$1" "${2^^}" "${3:+ ($3)}"
 }
+
+# in_background LOG COMMAND...: COMMAND in the background, its output in LOG;
+# sets BG_PID. When it ends, the second of the run it ended at is written
+# to LOG.ended (ended_at reads it).
+in_background() {
+  local log=$1
+  shift
+  (
+    status=0
+    "$@" || status=$?
+    echo $((SECONDS - RUN_START)) >"$log.ended"
+    exit "$status"
+  ) >"$log" 2>&1 &
+  BG_PID=$!
+  BACKGROUND_PIDS+=("$BG_PID")
+}
+ended_at() { cat "$1.ended" 2>/dev/null || true; }
 
 summary_and_exit() {
   local passed=0 failed=0 s
@@ -156,6 +174,7 @@ finish_run() {
   done
   [[ -n ${RUN_FILES:-} ]] && rm -rf "$RUN_FILES"
   [[ -n ${RELEASES_DIR:-} ]] && rm -rf "$RELEASES_DIR"
+  [[ -n ${TAP_ROOT:-} ]] && rm -rf "$TAP_ROOT"
   if ((CHROOT_THROWAWAY)) && [[ -n $CHROOT_BASE && -d $CHROOT_BASE ]]; then
     sleep 1 # the namespaces' last processes are gone
     rm -rf --one-file-system "$CHROOT_BASE"
@@ -407,6 +426,7 @@ fi
 # run_tap SUITE DIR [VAR=value ...] -- TEST...: prove the TAP tests as the
 # server's OS user, their data and logs under DIR (private to this run), the
 # fault injection build beside them; records SUITE.
+# shellcheck disable=SC2317 # runs in tap_suites, a background job
 run_tap() {
   local suite=$1 dir=$2
   shift 2
@@ -441,7 +461,7 @@ run_tap() {
   local out=$SUITE_LOGS/$suite.log
   if (cd "$dir" && run_logged "$suite" timeout -k 30 "$(budget 2400)" "${as_user[@]}" \
     env -u PGHOST -u PGPORT -u PGUSER -u OUTBOX_TEST_ISOLATION \
-    PATH="$PATH" HOME="$dir" LC_ALL=C.UTF-8 LANG=C.UTF-8 \
+    PATH="${TAP_BIN:+$TAP_BIN:}$PATH" HOME="$dir" LC_ALL=C.UTF-8 LANG=C.UTF-8 \
     PERL5LIB="$PGXS_TOP/src/test/perl:$dir/lib${PERL5LIB:+:$PERL5LIB}" \
     TESTDIR="$dir" TESTDATADIR="$dir/tmp_check" TESTLOGDIR="$dir/tmp_check/log" \
     PG_REGRESS="$PG_REGRESS_BIN" OUTBOX_REPO="$REPO" "${envs[@]}" \
@@ -480,6 +500,7 @@ run_tap() {
 # run. Each of them works in DIR (a postmaster's working directory is its
 # data directory) or names it on its command line; processes of other runs
 # and of the chroots (their own PID namespaces) name other directories.
+# shellcheck disable=SC2317 # runs in tap_suites, a background job
 reap_tap_dir() {
   local dir=$1 pid cwd pids=() round
   for round in QUIT KILL; do
@@ -498,6 +519,107 @@ reap_tap_dir() {
     [[ $round == QUIT ]] && sleep 3
   done
 }
+
+# ---------------------------------------------------------------------------
+# The TAP suites run against a private copy of this machine's PostgreSQL
+# tree with the build installed in it (PostgreSQL finds its share directory
+# and libraries relative to its binaries): the package suite below replaces
+# and then removes the system's outbox while they run. They start here, in
+# the background, beside the sanitizers, the package and the other majors'
+# suites: they mostly wait on servers and brokers, and those mostly compute.
+# Their results are taken before the summary.
+# The publisher's suites and the fault suites: what the chroots run against
+# the other majors, at another default_transaction_isolation each (the
+# publisher must not depend on the server's default).
+PUBLISHER_TAP_TESTS=(t/020_*.pl t/021_*.pl t/023_*.pl t/025_*.pl t/026_*.pl t/027_*.pl
+  t/030_*.pl t/032_*.pl t/034_*.pl t/036_*.pl t/040_*.pl t/042_*.pl t/043_*.pl
+  t/070_*.pl t/071_*.pl t/090_*.pl t/091_*.pl t/092_*.pl t/093_*.pl t/094_*.pl t/095_*.pl
+  t/096_*.pl t/097_*.pl t/098_*.pl t/101_*.pl t/062_*.pl)
+
+TAP_ROOT="" TAP_BIN="" TAP_PID=""
+# make_tap_tree: the private tree in TAP_ROOT; sets TAP_BIN, its binaries.
+# With OUTBOX_SKIP_BUILD=1 the copy holds the installed outbox under test.
+make_tap_tree() {
+  local prefix sharedir
+  prefix=$(dirname "$("$PG_CONFIG" --bindir)")
+  sharedir=$("$PG_CONFIG" --sharedir)
+  TAP_ROOT=$(mktemp -d /tmp/outbox-pg.XXXXXX)
+  chmod 755 "$TAP_ROOT"
+  # Under the same paths as the original: the share directory is found from
+  # the binaries by the path between them.
+  (umask 022 && mkdir -p "$TAP_ROOT$(dirname "$prefix")" "$TAP_ROOT$(dirname "$sharedir")") &&
+    cp -a "$prefix" "$TAP_ROOT$prefix" && cp -a "$sharedir" "$TAP_ROOT$sharedir" || return 1
+  if [[ ${OUTBOX_SKIP_BUILD:-0} != 1 ]]; then
+    make -s install PG_CONFIG="$TAP_ROOT$prefix/bin/pg_config" >/dev/null || return 1
+  fi
+  TAP_BIN=$TAP_ROOT$prefix/bin
+  echo "the TAP suites run $TAP_BIN (a copy of $prefix with this build installed)"
+}
+
+# tap_suites RELEASE_ENV...: the TAP suites wanted, one after the other (in
+# the background: each result goes to RUN_FILES/tap.records, each failure to
+# RUN_FILES/tap.failures).
+# shellcheck disable=SC2317 # called through in_background
+tap_suites() {
+  FAILURES_FILE=$RUN_FILES/tap.failures
+  local -a release_env=("$@") tests
+  rm -f test/results/reliability.tsv.parts
+  if wanted TAP; then
+    banner "TAP tests (prove test/t/*.pl)"
+    # The globs are expanded where the tests are (test/), as prove sees them.
+    mapfile -t tests < <(cd test && for g in ${OUTBOX_TAP_FILES:-t/*.pl}; do compgen -G "$g"; done | LC_ALL=C sort)
+    if ((${#tests[@]} == 0)); then
+      record TAP fail "no test/t/*.pl"
+    else
+      run_tap TAP "$REPO/test/results/tap" "${release_env[@]}" -- "${tests[@]}" kafka/selftest.pl
+    fi
+  fi
+  if wanted TAP_publisher; then
+    local level=${OUTBOX_TAP_ISOLATION:-read committed}
+    banner "TAP publisher and fault suites at default_transaction_isolation = '$level'"
+    if [[ -n ${OUTBOX_TAP_FILES:-} ]]; then read -r -a PUBLISHER_TAP_TESTS <<<"$OUTBOX_TAP_FILES"; fi
+    mapfile -t tests < <(cd test && for g in "${PUBLISHER_TAP_TESTS[@]}"; do compgen -G "$g"; done)
+    run_tap TAP_publisher "$REPO/test/results/tap-publisher" "OUTBOX_TEST_ISOLATION=$level" -- "${tests[@]}"
+  fi
+  if [[ -f test/results/reliability.tsv.parts ]]; then
+    # One header, then every row.
+    awk 'NR == 1 || $1 != "sink"' test/results/reliability.tsv.parts >test/results/reliability.tsv
+    rm -f test/results/reliability.tsv.parts
+    bash test/reliability_report.sh test/results/reliability.tsv || true
+  fi
+  local s
+  for s in TAP TAP_publisher; do
+    [[ -n ${RESULT[$s]:-} ]] || continue
+    printf '%s\t%s\t%s\t%s\n' "$s" "${RESULT[$s]}" "${ENDED_AT[$s]}" "${NOTE[$s]}" >>"$RUN_FILES/tap.records"
+  done
+}
+
+if ! { wanted TAP || wanted TAP_publisher; }; then
+  :
+elif ((PGXS_OK)) && make_tap_tree; then
+  RELEASE_ENV=()
+  if wanted TAP && [[ -n $RELEASES_PID ]]; then
+    # With the history at hand the update tests must run: they fail,
+    # not skip, without the releases.
+    RELEASE_ENV=(OUTBOX_RELEASES_REQUIRED=1)
+    if wait "$RELEASES_PID"; then
+      RELEASE_ENV+=("OUTBOX_RELEASES_DIR=$RELEASES_DIR")
+    else
+      echo "building the earlier releases failed: the update tests cannot run" >&2
+      failure_add TAP "the earlier releases (test/lib/releases.sh)" "$SUITE_LOGS/releases.log" tail
+    fi
+  fi
+  : >"$RUN_FILES/tap.records"
+  : >"$RUN_FILES/tap.failures"
+  in_background "$RUN_FILES/tap.out" tap_suites "${RELEASE_ENV[@]}"
+  TAP_PID=$BG_PID
+  echo "the TAP suites run in the background from here on ($(wanted TAP && echo TAP) $(wanted TAP_publisher && echo TAP_publisher))"
+else
+  why="PGXS build failed"
+  ((PGXS_OK)) && why="the private PostgreSQL tree for the TAP suites could not be made"
+  wanted TAP && record TAP fail "$why"
+  wanted TAP_publisher && record TAP_publisher fail "$why"
+fi
 
 # ---------------------------------------------------------------------------
 if wanted sanitizers; then
@@ -522,10 +644,8 @@ fi
 HARNESS_PID=""
 if wanted harness && ((PGXS_OK)); then
   HARNESS_DIR=$(mktemp -d /tmp/outbox-harness.XXXXXX)
-  timeout -k 30 "$(budget 1500)" bash test/harness_selftest.sh "$HARNESS_DIR" \
-    >"$SUITE_LOGS/harness.log" 2>&1 &
-  HARNESS_PID=$!
-  BACKGROUND_PIDS+=("$HARNESS_PID")
+  in_background "$SUITE_LOGS/harness.log" timeout -k 30 "$(budget 1500)" bash test/harness_selftest.sh "$HARNESS_DIR"
+  HARNESS_PID=$BG_PID
 elif wanted harness; then
   record harness fail "PGXS build failed"
 fi
@@ -538,28 +658,31 @@ fi
 # TAP suites everywhere mostly wait on servers and brokers. Each picks its
 # own free ports. Their output is shown at the end.
 declare -A CHROOT_RUN=()
+# chroot_run SUITE MAJOR LEVEL: the run in the chroot of SUITE; status 2
+# when the chroot could not be made.
+# shellcheck disable=SC2317 # called through in_background
+chroot_run() {
+  local suite=$1 major=$2 level=$3
+  # The chroot was being made since the start (a child of the main shell,
+  # so this background job cannot wait for it: it watches for its status
+  # file, which its preparation writes however it ends).
+  while [[ ! -s "$RUN_FILES/$suite.rc" ]] && ((SECONDS < RUN_DEADLINE)); do sleep 2; done
+  cat "$RUN_FILES/$suite.log"
+  if [[ "$(cat "$RUN_FILES/$suite.rc" 2>/dev/null)" != 0 ]]; then
+    echo "making the $suite chroot failed"
+    return 2
+  fi
+  # The run inside keeps to what is left of this run's budget, less the
+  # time to print its summary and have it read here.
+  OUTBOX_CHROOT_BUDGET=$(($(budget 2400) - 90)) \
+    OUTBOX_CHROOT_FAILURES="$RUN_FILES/pg$major.failures" \
+    timeout -k 30 "$(budget 2400)" bash test/chroot/run.sh "$CHROOT_BASE/$suite" "$major" "$level"
+}
 for spec in "${CHROOTS[@]}"; do
   read -r suite major level <<<"$spec"
   wanted "pg$major" || continue
-  log=$RUN_FILES/pg$major.run.log
-  (
-    # The chroot was being made since the start (a child of the main shell,
-    # so this subshell cannot wait for it: it watches for its status file,
-    # which its preparation writes however it ends).
-    while [[ ! -s "$RUN_FILES/$suite.rc" ]] && ((SECONDS < RUN_DEADLINE)); do sleep 2; done
-    cat "$RUN_FILES/$suite.log"
-    if [[ "$(cat "$RUN_FILES/$suite.rc" 2>/dev/null)" != 0 ]]; then
-      echo "making the $suite chroot failed"
-      exit 2
-    fi
-    # The run inside keeps to what is left of this run's budget, less the
-    # time to print its summary and have it read here.
-    OUTBOX_CHROOT_BUDGET=$(($(budget 2400) - 90)) \
-      OUTBOX_CHROOT_FAILURES="$RUN_FILES/pg$major.failures" \
-      timeout -k 30 "$(budget 2400)" bash test/chroot/run.sh "$CHROOT_BASE/$suite" "$major" "$level"
-  ) >"$log" 2>&1 &
-  CHROOT_RUN[$major]=$!
-  BACKGROUND_PIDS+=($!)
+  in_background "$RUN_FILES/pg$major.run.log" chroot_run "$suite" "$major" "$level"
+  CHROOT_RUN[$major]=$BG_PID
 done
 
 # ---------------------------------------------------------------------------
@@ -574,9 +697,8 @@ TIDY_PID=""
 if wanted tidy; then
   # The compile database comes from the CMake configure (the unit suite's).
   if timeout -k 30 600 cmake -S . -B build -DOUTBOX_WERROR=ON -DPG_CONFIG="$PG_CONFIG" >/dev/null; then
-    timeout -k 30 "$(budget 1200)" bash test/tidy.sh build >"$SUITE_LOGS/tidy.log" 2>&1 &
-    TIDY_PID=$!
-    BACKGROUND_PIDS+=("$TIDY_PID")
+    in_background "$SUITE_LOGS/tidy.log" timeout -k 30 "$(budget 1200)" bash test/tidy.sh build
+    TIDY_PID=$BG_PID
   else
     record tidy fail "the CMake configure for the compile database failed"
   fi
@@ -584,10 +706,9 @@ fi
 FUZZ_PID=""
 if wanted fuzz; then
   FUZZ_DIR=$(mktemp -d /tmp/outbox-fuzz.XXXXXX)
-  timeout -k 30 "$(budget 900)" env FUZZ_SECONDS="${FUZZ_SECONDS:-20}" bash test/fuzz/run.sh "$FUZZ_DIR" \
-    >"$SUITE_LOGS/fuzz.log" 2>&1 &
-  FUZZ_PID=$!
-  BACKGROUND_PIDS+=("$FUZZ_PID")
+  in_background "$SUITE_LOGS/fuzz.log" \
+    timeout -k 30 "$(budget 900)" env FUZZ_SECONDS="${FUZZ_SECONDS:-20}" bash test/fuzz/run.sh "$FUZZ_DIR"
+  FUZZ_PID=$BG_PID
 fi
 
 # ---------------------------------------------------------------------------
@@ -603,58 +724,14 @@ if wanted package; then
 fi
 
 # ---------------------------------------------------------------------------
-# The TAP suites last on this machine: they wait on servers and brokers most
-# of the time, as the other majors' suites do by then.
-# The publisher's suites and the fault suites: what the chroots run against
-# the other majors, at another default_transaction_isolation each (issue 13:
-# the publisher must not depend on the server's default).
-PUBLISHER_TAP_TESTS=(t/020_*.pl t/021_*.pl t/023_*.pl t/025_*.pl t/026_*.pl t/027_*.pl
-  t/030_*.pl t/032_*.pl t/034_*.pl t/036_*.pl t/040_*.pl t/042_*.pl t/043_*.pl
-  t/070_*.pl t/071_*.pl t/090_*.pl t/091_*.pl t/092_*.pl t/093_*.pl t/094_*.pl t/095_*.pl
-  t/096_*.pl t/097_*.pl t/098_*.pl t/101_*.pl t/062_*.pl)
-
-if ! { wanted TAP || wanted TAP_publisher; }; then
-  :
-elif ((PGXS_OK)); then
-  rm -f test/results/reliability.tsv.parts
-  if wanted TAP; then
-    banner "TAP tests (prove test/t/*.pl)"
-    RELEASE_ENV=()
-    if [[ -n $RELEASES_PID ]]; then
-      # With the history at hand the update tests must run: they fail,
-      # not skip, without the releases.
-      RELEASE_ENV=(OUTBOX_RELEASES_REQUIRED=1)
-      if wait "$RELEASES_PID"; then
-        RELEASE_ENV+=("OUTBOX_RELEASES_DIR=$RELEASES_DIR")
-      else
-        echo "building the earlier releases failed: the update tests cannot run" >&2
-        failure_add TAP "the earlier releases (test/lib/releases.sh)" "$SUITE_LOGS/releases.log" tail
-      fi
-    fi
-    # The globs are expanded where the tests are (test/), as prove sees them.
-    mapfile -t tests < <(cd test && for g in ${OUTBOX_TAP_FILES:-t/*.pl}; do compgen -G "$g"; done | LC_ALL=C sort)
-    if ((${#tests[@]} == 0)); then
-      record TAP fail "no test/t/*.pl"
-    else
-      run_tap TAP "$REPO/test/results/tap" "${RELEASE_ENV[@]}" -- "${tests[@]}" kafka/selftest.pl
-    fi
-  fi
-  if wanted TAP_publisher; then
-    level=${OUTBOX_TAP_ISOLATION:-read committed}
-    banner "TAP publisher and fault suites at default_transaction_isolation = '$level'"
-    if [[ -n ${OUTBOX_TAP_FILES:-} ]]; then read -r -a PUBLISHER_TAP_TESTS <<<"$OUTBOX_TAP_FILES"; fi
-    mapfile -t tests < <(cd test && for g in "${PUBLISHER_TAP_TESTS[@]}"; do compgen -G "$g"; done)
-    run_tap TAP_publisher "$REPO/test/results/tap-publisher" "OUTBOX_TEST_ISOLATION=$level" -- "${tests[@]}"
-  fi
-  if [[ -f test/results/reliability.tsv.parts ]]; then
-    # One header, then every row.
-    awk 'NR == 1 || $1 != "sink"' test/results/reliability.tsv.parts >test/results/reliability.tsv
-    rm -f test/results/reliability.tsv.parts
-    bash test/reliability_report.sh test/results/reliability.tsv || true
-  fi
-else
-  wanted TAP && record TAP fail "PGXS build failed"
-  wanted TAP_publisher && record TAP_publisher fail "PGXS build failed"
+# The TAP suites' results (they started after the builds above).
+if [[ -n $TAP_PID ]]; then
+  if wait "$TAP_PID"; then :; fi
+  cat "$RUN_FILES/tap.out"
+  while IFS=$'\t' read -r s r at n; do
+    record "$s" "$r" "$n" "$at"
+  done <"$RUN_FILES/tap.records"
+  cat "$RUN_FILES/tap.failures" >>"$FAILURES_FILE"
 fi
 
 # ---------------------------------------------------------------------------
@@ -662,7 +739,7 @@ if [[ -n $TIDY_PID ]]; then
   banner "clang-tidy: the static analyzer's checks (.clang-tidy, test/tidy.sh)"
   cat "$SUITE_LOGS/tidy.log"
   if wait "$TIDY_PID"; then
-    record tidy pass
+    record tidy pass "" "$(ended_at "$SUITE_LOGS/tidy.log")"
   else
     # test/tidy.sh prints "----- FILE -----" before each file's reports.
     while read -r f; do
@@ -670,7 +747,7 @@ if [[ -n $TIDY_PID ]]; then
         "$(awk -v f="$f" '$0 == "----- " f " -----" { on = 1; next } /^----- / { on = 0 } on' \
           "$SUITE_LOGS/tidy.log" | grep -E 'warning:|error:' | head -n 8)"
     done < <(sed -nE 's/^----- (.+) -----$/\1/p' "$SUITE_LOGS/tidy.log")
-    record tidy fail "reports above"
+    record tidy fail "reports above" "$(ended_at "$SUITE_LOGS/tidy.log")"
   fi
 fi
 
@@ -679,10 +756,10 @@ if [[ -n $FUZZ_PID ]]; then
   banner "Fuzzing the parsers and validators (test/fuzz/run.sh, ${FUZZ_SECONDS:-20} s per target)"
   cat "$SUITE_LOGS/fuzz.log"
   if wait "$FUZZ_PID"; then
-    record fuzz pass
+    record fuzz pass "" "$(ended_at "$SUITE_LOGS/fuzz.log")"
     rm -rf "$FUZZ_DIR"
   else
-    record fuzz fail "crash inputs named above"
+    record fuzz fail "crash inputs named above" "$(ended_at "$SUITE_LOGS/fuzz.log")"
   fi
 fi
 
@@ -691,11 +768,12 @@ if [[ -n $HARNESS_PID ]]; then
   banner "The summary names what failed (test/harness_selftest.sh)"
   if wait "$HARNESS_PID"; then
     cat "$SUITE_LOGS/harness.log"
-    record harness pass
+    record harness pass "" "$(ended_at "$SUITE_LOGS/harness.log")"
     rm -rf "$HARNESS_DIR"
   else
     cat "$SUITE_LOGS/harness.log"
-    record harness fail "the broken tests were not all named; the run in $HARNESS_DIR"
+    record harness fail "the broken tests were not all named; the run in $HARNESS_DIR" \
+      "$(ended_at "$SUITE_LOGS/harness.log")"
   fi
 fi
 
@@ -710,11 +788,12 @@ for spec in "${CHROOTS[@]}"; do
   cp "$log" "$SUITE_LOGS/pg$major.log"
   cat "$log"
   counts=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
+  ended=$(ended_at "$log")
   case $status in
-    0) record "pg$major" pass "$counts" ;;
-    2) record "pg$major" fail "the $suite chroot could not be made" ;;
-    124 | 137) record "pg$major" fail "out of time${counts:+ ($counts)}" ;;
-    *) record "pg$major" fail "$counts" ;;
+    0) record "pg$major" pass "$counts" "$ended" ;;
+    2) record "pg$major" fail "the $suite chroot could not be made" "$ended" ;;
+    124 | 137) record "pg$major" fail "out of time${counts:+ ($counts)}" "$ended" ;;
+    *) record "pg$major" fail "$counts" "$ended" ;;
   esac
   # The run inside named its failed tests: under this suite's name here.
   if ((status != 0)) && [[ -s $RUN_FILES/pg$major.failures ]]; then

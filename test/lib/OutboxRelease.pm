@@ -57,16 +57,21 @@ sub release_tree {
 
 # Install a staged release ('34385b2', '17f5436' or 'current') into the
 # tree, over whatever outbox it held: its library, control files and SQL
-# scripts. A release's scripts stay where a later one has none of that
-# name, as with a package upgrade.
+# scripts (releases.sh stages them as lib/ and extension/). A release's
+# scripts stay where a later one has none of that name, as with a package
+# upgrade.
 sub install_release {
 	my ($tree, $which) = @_;
-	# What `make install DESTDIR=` put there, under the tree's own absolute
-	# paths (usr/... for Debian's, or wherever a private copy lives).
 	my $stage = "$ENV{OUTBOX_RELEASES_DIR}/$which";
 	die "release $which is not staged in $ENV{OUTBOX_RELEASES_DIR}"
-	  unless -f "$stage/.staged" || $which eq 'current' && -d $stage;
-	copy_tree($stage, $tree->{root});
+	  unless -d "$stage/lib" && (-f "$stage/.staged" || $which eq 'current');
+	my $pg_config = "$tree->{install_path}/bin/pg_config";
+	my $pkglibdir = `$pg_config --pkglibdir`;
+	my $sharedir = `$pg_config --sharedir`;
+	chomp($pkglibdir, $sharedir);
+	die "$pg_config names no directories" unless $pkglibdir ne '' && $sharedir ne '';
+	copy_tree("$stage/lib", $pkglibdir);
+	copy_tree("$stage/extension", "$sharedir/extension");
 	return;
 }
 

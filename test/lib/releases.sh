@@ -7,13 +7,13 @@
 #   bash test/lib/releases.sh current DIR           # this checkout's build into DIR/current
 #
 # Each staged directory holds what `make install DESTDIR=...` put there for
-# the pg_config on PATH, under that tree's absolute paths (for Debian's:
-# usr/lib/postgresql/NN/lib/outbox.so, usr/share/postgresql/NN/extension/
-# outbox*): copying it over a copy of the PostgreSQL tree made under the
-# same paths (PostgreSQL::Test::Cluster's install_path, see OutboxRelease.pm)
-# installs that release there. A commit's build is kept
-# (DIR/COMMIT/.staged) and reused: a release never changes. Needs the git
-# history (a clone, not an export) and what the PGXS build needs.
+# the pg_config on PATH, by where it goes rather than under that tree's
+# paths: lib/ (the library, and its bitcode when the server has JIT) and
+# extension/ (control file and scripts). OutboxRelease.pm copies them into
+# any copy of a PostgreSQL tree of that major, the one under test or a
+# private copy of it. A commit's build is kept (DIR/COMMIT/.staged) and
+# reused: a release never changes. Needs the git history (a clone, not an
+# export) and what the PGXS build needs.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -26,6 +26,18 @@ DIR=${2:?directory}
 shift 2
 mkdir -p "$DIR"
 
+# install_staged SRC OUT: `make install` of SRC, moved into OUT/lib and
+# OUT/extension.
+install_staged() {
+  local src=$1 out=$2 dest
+  dest=$(mktemp -d)
+  make -C "$src" -s install PG_CONFIG="$PG_CONFIG" DESTDIR="$dest" || { rm -rf "$dest"; return 1; }
+  mkdir -p "$out"
+  mv "$dest$("$PG_CONFIG" --pkglibdir)" "$out/lib"
+  mv "$dest$("$PG_CONFIG" --sharedir)/extension" "$out/extension"
+  rm -rf "$dest"
+}
+
 case $cmd in
   stage)
     # Two runs on one machine may stage into one kept directory at once.
@@ -33,7 +45,7 @@ case $cmd in
     flock 9
     for commit in "$@"; do
       out=$DIR/$commit
-      if [[ -f $out/.staged && "$(cat "$out/.staged")" == "$PG_CONFIG" ]]; then
+      if [[ -f $out/.staged && -d $out/lib && "$(cat "$out/.staged")" == "$PG_CONFIG" ]]; then
         echo "releases: $commit already built for $PG_CONFIG"
         continue
       fi
@@ -47,7 +59,7 @@ case $cmd in
       echo "releases: building $commit ($(sed -nE "s/^default_version = '(.*)'/\1/p" "$src/outbox.control"))"
       # The release's own Makefile, as it was; warnings are not errors here.
       if ! make -C "$src" -s -j2 PG_CONFIG="$PG_CONFIG" >"$src/build.log" 2>&1 ||
-        ! make -C "$src" -s install PG_CONFIG="$PG_CONFIG" DESTDIR="$out" >>"$src/build.log" 2>&1; then
+        ! install_staged "$src" "$out" >>"$src/build.log" 2>&1; then
         tail -n 40 "$src/build.log" >&2
         rm -rf "$src"
         exit 1
@@ -59,7 +71,7 @@ case $cmd in
   current)
     out=$DIR/current
     rm -rf "$out"
-    make -C "$REPO" -s install PG_CONFIG="$PG_CONFIG" DESTDIR="$out" >/dev/null
+    install_staged "$REPO" "$out" >/dev/null
     ;;
   *)
     echo "releases: unknown command $cmd" >&2
