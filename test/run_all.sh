@@ -543,7 +543,8 @@ make_tap_tree() {
   local prefix sharedir
   prefix=$(dirname "$("$PG_CONFIG" --bindir)")
   sharedir=$("$PG_CONFIG" --sharedir)
-  TAP_ROOT=$(mktemp -d /tmp/outbox-pg.XXXXXX)
+  # Not /tmp/outbox-pg.*: reap_stale_clusters (lib/cluster.sh) removes those.
+  TAP_ROOT=$(mktemp -d /tmp/outbox-pgtree.XXXXXX)
   chmod 755 "$TAP_ROOT"
   # Under the same paths as the original: the share directory is found from
   # the binaries by the path between them.
