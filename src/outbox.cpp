@@ -4,7 +4,7 @@
 #include "pg_bridge.hpp"
 
 #include "hooks/config_changes.hpp"
-#include "hooks/database_guard.hpp"
+#include "hooks/process_utility.hpp"
 #include "shmem/emit_horizon.hpp"
 #include "guc.hpp"
 #include "shmem/commit_wakeup.hpp"
@@ -34,7 +34,7 @@ void _PG_init(void) {
   if (!loaded_at_preload || IsBinaryUpgrade) return;
   outbox::RequestSharedMemory();
   outbox::InstallSharedMemoryHooks();
-  outbox::InstallDatabaseGuard();
+  outbox::InstallProcessUtilityHook();
   outbox::InstallConfigChangeHook();
   // In this order: the emit horizon's callback runs before the wake-up's.
   outbox::InstallWakeCallback();

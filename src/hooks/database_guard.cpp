@@ -18,23 +18,12 @@
 // tablespace exists, differs and may be used, no other session and no
 // prepared transaction is in the database. A statement that passes them may
 // still fail later (a session connects meanwhile): the pause ends with it.
-//
-// The same hook does, for a COMMIT PREPARED, what the prepared transaction's
-// own commit would have done (commit_prepared.hpp), and wakes the launcher
-// after a CREATE DATABASE, so that a copy of a database that has the
-// extension publishes at once instead of at the launcher's next scan.
+// The ProcessUtility hook (process_utility.cpp) asks DatabaseToPause before
+// each statement and runs it inside PauseDatabase and ResumeDatabase.
 #include "hooks/database_guard.hpp"
-
-#include "hooks/config_changes.hpp"
-#include "hooks/extension_create.hpp"
-#include "hooks/extension_drop.hpp"
-#include "hooks/events_ddl_check.hpp"
-#include "hooks/restored_partition.hpp"
 
 #include "pg_bridge.hpp"
 
-#include "shmem/commit_prepared.hpp"
-#include "shmem/commit_wakeup.hpp"
 #include "shmem/shmem.hpp"
 
 extern "C" {
@@ -53,7 +42,6 @@ extern "C" {
 #include "commands/defrem.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
-#include "tcop/utility.h"
 #include "utils/acl.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
@@ -64,8 +52,6 @@ namespace {
 
 constexpr long kPauseMs = 60000;     // upper bound; normally it ends with the statement
 constexpr long kWaitExitMs = 10000;  // publishers stop within a few seconds
-
-ProcessUtility_hook_type prev_process_utility = nullptr;
 
 enum class Act { kDrop, kRename, kMove, kCopy };
 
@@ -192,28 +178,6 @@ Oid WillAct(const char *datname, Act act, const char *other, bool top_level, boo
   return dboid;
 }
 
-DatabaseSlot *PauseDatabase(Oid dboid) {
-  if (!OidIsValid(dboid)) return nullptr;
-  DatabaseSlot *slot = FindSlot(dboid);
-  if (slot == nullptr) return nullptr;
-  const TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), kPauseMs);
-  pg_atomic_write_u64(&slot->paused_until, static_cast<uint64>(until));
-  WakePublishers(dboid);
-  for (long waited = 0; waited < kWaitExitMs && AnyPublisher(slot); waited += 10) {
-    CHECK_FOR_INTERRUPTS();
-    pg_usleep(10 * 1000L);
-  }
-  return slot;
-}
-
-// The statement is over: the database's publishers may start again (after
-// DROP DATABASE there is none to start, and the launcher frees its slot).
-void Resume(DatabaseSlot *slot, Oid dboid) {
-  if (slot == nullptr || slot->dboid != dboid) return;
-  pg_atomic_write_u64(&slot->paused_until, 0);
-  WakeLauncher();
-}
-
 bool HasOption(List *options, const char *name) {
   ListCell *cell;
   foreach (cell, options) {
@@ -231,119 +195,55 @@ const char *DefElemString(List *options, const char *name) {
   return nullptr;
 }
 
-void RunUtility(PlannedStmt *pstmt, const char *query_string, bool read_only_tree,
-                ProcessUtilityContext context, ParamListInfo params, QueryEnvironment *query_env,
-                DestReceiver *dest, QueryCompletion *qc) {
-  if (prev_process_utility != nullptr) {
-    prev_process_utility(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc);
-  } else {
-    standard_ProcessUtility(pstmt, query_string, read_only_tree, context, params, query_env, dest,
-                            qc);
-  }
-}
-
-// Run the statement with the database's publishers paused, and end the pause
-// however the statement ends.
-void RunPaused(DatabaseSlot *slot, Oid dboid, PlannedStmt *pstmt, const char *query_string,
-               bool read_only_tree, ProcessUtilityContext context, ParamListInfo params,
-               QueryEnvironment *query_env, DestReceiver *dest, QueryCompletion *qc) {
-  // PG_CATCH and a re-throw rather than PG_FINALLY, whose flag GCC takes for
-  // a variable a longjmp may clobber.
-  PG_TRY();
-  { RunUtility(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc); }
-  PG_CATCH();
-  {
-    Resume(slot, dboid);
-    PG_RE_THROW();
-  }
-  PG_END_TRY();
-  Resume(slot, dboid);
-}
-
-void GuardedProcessUtility(PlannedStmt *pstmt, const char *query_string, bool read_only_tree,
-                           ProcessUtilityContext context, ParamListInfo params,
-                           QueryEnvironment *query_env, DestReceiver *dest, QueryCompletion *qc) {
-  Node *stmt = pstmt->utilityStmt;
-  const bool top_level = context == PROCESS_UTILITY_TOPLEVEL;
-  // Who may, before anything takes a lock (events_ddl_check.hpp).
-  RefuseLockingDdlOfNonOwners(stmt);
-  // Not a database statement: restoring a dump (restored_partition.hpp).
-  if (IsA(stmt, CreateStmt)) MakeRoomForRestoredPartition(castNode(CreateStmt, stmt));
-  // A dump's statement is a top-level one (maintenance's own ATTACH, run
-  // through SPI, has moved its rows already).
-  if (top_level && IsA(stmt, AlterTableStmt)) {
-    MoveDefaultRowsBeforeRestoredAttach(castNode(AlterTableStmt, stmt));
-  }
-  if (IsA(stmt, IndexStmt) && MadeByAttachingRestoredPartition(castNode(IndexStmt, stmt))) {
-    if (qc != nullptr) SetQueryCompletion(qc, CMDTAG_CREATE_INDEX, 0);
-    return;
-  }
-  if (IsA(stmt, CreateExtensionStmt)) CheckCreateExtension(castNode(CreateExtensionStmt, stmt));
-  // Sinks and routes changed by COPY, TRUNCATE or an update script: named
-  // now, noted once the statement ran (config_changes.hpp).
-  const bool changes_configuration = ChangesConfiguration(stmt);
-  Oid paused = InvalidOid;
-  bool created_database = false;
-  if (Shared() != nullptr) {
-    switch (nodeTag(stmt)) {
-      case T_DropdbStmt:
-        paused = WillAct(castNode(DropdbStmt, stmt)->dbname, Act::kDrop, nullptr, top_level,
-                         HasOption(castNode(DropdbStmt, stmt)->options, "force"));
-        break;
-      case T_CreatedbStmt: {
-        CreatedbStmt *create = castNode(CreatedbStmt, stmt);
-        paused = WillAct(DefElemString(create->options, "template"), Act::kCopy, create->dbname,
-                         top_level);
-        created_database = true;
-        break;
-      }
-      case T_RenameStmt: {
-        RenameStmt *rename = castNode(RenameStmt, stmt);
-        if (rename->renameType == OBJECT_DATABASE) {
-          paused = WillAct(rename->subname, Act::kRename, rename->newname, top_level);
-        }
-        break;
-      }
-      case T_AlterDatabaseStmt: {
-        AlterDatabaseStmt *alter = castNode(AlterDatabaseStmt, stmt);
-        const char *tablespace = DefElemString(alter->options, "tablespace");
-        if (tablespace != nullptr)
-          paused = WillAct(alter->dbname, Act::kMove, tablespace, top_level);
-        break;
-      }
-      case T_TransactionStmt:
-        if (castNode(TransactionStmt, stmt)->kind == TRANS_STMT_COMMIT_PREPARED) {
-          BeforeCommitPrepared(castNode(TransactionStmt, stmt)->gid);
-          RunUtility(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc);
-          AfterCommitPrepared();  // it ran: a refused one raised above
-          return;
-        }
-        break;
-      default:
-        break;
-    }
-  }
-  // DROP EXTENSION outbox: counted before, said after it ran.
-  const DroppedEvents dropped =
-      IsA(stmt, DropStmt) ? CountEventsDroppedWith(castNode(DropStmt, stmt)) : DroppedEvents{};
-  DatabaseSlot *slot = PauseDatabase(paused);
-  if (slot == nullptr) {
-    RunUtility(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc);
-    WarnOfDroppedEvents(dropped);
-    WarnOfDdlEmitWouldRefuse(stmt);
-  } else {
-    RunPaused(slot, paused, pstmt, query_string, read_only_tree, context, params, query_env, dest,
-              qc);
-  }
-  if (created_database) WakeLauncherAtCommit();  // a new database to look at
-  if (changes_configuration) ReloadConfigAtCommit();
-}
-
 }  // namespace
 
-void InstallDatabaseGuard() {
-  prev_process_utility = ProcessUtility_hook;
-  ProcessUtility_hook = GuardedProcessUtility;
+Oid DatabaseToPause(Node *stmt, bool top_level) {
+  if (Shared() == nullptr) return InvalidOid;
+  switch (nodeTag(stmt)) {
+    case T_DropdbStmt:
+      return WillAct(castNode(DropdbStmt, stmt)->dbname, Act::kDrop, nullptr, top_level,
+                     HasOption(castNode(DropdbStmt, stmt)->options, "force"));
+    case T_CreatedbStmt: {
+      CreatedbStmt *create = castNode(CreatedbStmt, stmt);
+      return WillAct(DefElemString(create->options, "template"), Act::kCopy, create->dbname,
+                     top_level);
+    }
+    case T_RenameStmt: {
+      RenameStmt *rename = castNode(RenameStmt, stmt);
+      if (rename->renameType != OBJECT_DATABASE) return InvalidOid;
+      return WillAct(rename->subname, Act::kRename, rename->newname, top_level);
+    }
+    case T_AlterDatabaseStmt: {
+      AlterDatabaseStmt *alter = castNode(AlterDatabaseStmt, stmt);
+      const char *tablespace = DefElemString(alter->options, "tablespace");
+      if (tablespace == nullptr) return InvalidOid;
+      return WillAct(alter->dbname, Act::kMove, tablespace, top_level);
+    }
+    default:
+      return InvalidOid;
+  }
+}
+
+DatabaseSlot *PauseDatabase(Oid dboid) {
+  if (!OidIsValid(dboid)) return nullptr;
+  DatabaseSlot *slot = FindSlot(dboid);
+  if (slot == nullptr) return nullptr;
+  const TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), kPauseMs);
+  pg_atomic_write_u64(&slot->paused_until, static_cast<uint64>(until));
+  WakePublishers(dboid);
+  for (long waited = 0; waited < kWaitExitMs && AnyPublisher(slot); waited += 10) {
+    CHECK_FOR_INTERRUPTS();
+    pg_usleep(10 * 1000L);
+  }
+  return slot;
+}
+
+// The statement is over: the database's publishers may start again (after
+// DROP DATABASE there is none to start, and the launcher frees its slot).
+void ResumeDatabase(DatabaseSlot *slot, Oid dboid) {
+  if (slot == nullptr || slot->dboid != dboid) return;
+  pg_atomic_write_u64(&slot->paused_until, 0);
+  WakeLauncher();
 }
 
 }  // namespace outbox

@@ -3,7 +3,7 @@
 // happen in its own session's commit callbacks, which never run for it. It
 // records what it needs when it prepares (emit_horizon.hpp), and the session
 // that runs COMMIT PREPARED does it, from the ProcessUtility hook
-// (database_guard.cpp).
+// (process_utility.cpp).
 #pragma once
 
 #include "pg_bridge.hpp"

@@ -137,7 +137,7 @@ void OnXactEvent(XactEvent event, void *arg) {
     case XACT_EVENT_PARALLEL_ABORT:
     case XACT_EVENT_PREPARE:
       // A prepared transaction's events become visible at COMMIT PREPARED,
-      // which wakes the publishers itself (database_guard.cpp).
+      // which wakes the publishers itself (process_utility.cpp).
       EndConfigChange();
       ClearFlags();
       break;
