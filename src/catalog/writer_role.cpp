@@ -241,9 +241,8 @@ void RefuseCodeOn(Oid relid) {
     ErrorData *error = CopyErrorData();
     if (error->sqlerrcode != ERRCODE_INSUFFICIENT_PRIVILEGE) PG_RE_THROW();
     FlushErrorState();
-    constexpr const char kEmit[] = "outbox: emit() does not write while ";
-    const char *what = error->message;
-    if (strncmp(what, kEmit, strlen(kEmit)) == 0) what += strlen(kEmit);
+    const char *what = RefusedCodeOf(error->message);
+    if (what == nullptr) what = error->message;
     ereport(ERROR,
             (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
              errmsg("outbox: %s, which outbox did not make", what),

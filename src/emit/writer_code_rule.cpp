@@ -148,12 +148,13 @@ const char *StoredExpressionWhyNot(const char *stored, bool is_default) {
   return walk.why;
 }
 
+constexpr const char kRefusal[] = "outbox: emit() does not write while ";
+
 [[noreturn]] void Refuse(Relation rel, const char *what, const char *why) {
   ereport(
       ERROR,
       (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-       errmsg("outbox: emit() does not write while outbox.%s has %s", RelationGetRelationName(rel),
-              what),
+       errmsg("%soutbox.%s has %s", kRefusal, RelationGetRelationName(rel), what),
        errdetail("%s. Only built-in code and outbox's own run when emit() writes an event.", why),
        errhint("Remove it. docs/security.md says what may be on outbox.events, and how to "
                "keep an audit trail without code on it.")));
@@ -351,6 +352,11 @@ void CheckPartitionKey(Relation rel) {
 }
 
 }  // namespace
+
+const char *RefusedCodeOf(const char *message) {
+  if (message == nullptr || strncmp(message, kRefusal, strlen(kRefusal)) != 0) return nullptr;
+  return message + strlen(kRefusal);
+}
 
 void RefuseCodeNotBuiltIn(Relation rel, void (*watch)(Oid)) {
   const char kind = rel->rd_rel->relkind;

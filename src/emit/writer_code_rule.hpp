@@ -49,4 +49,10 @@ namespace outbox {
 // context.
 void RefuseCodeNotBuiltIn(Relation rel, void (*watch)(Oid));
 
+// RefuseCodeNotBuiltIn's message is "outbox: emit() does not write while
+// outbox.<relation> has <object>": the part after "while " ("outbox.<relation>
+// has <object>"), for callers that give the same refusal in their own words;
+// nullptr for any other message.
+const char *RefusedCodeOf(const char *message);
+
 }  // namespace outbox

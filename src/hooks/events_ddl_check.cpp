@@ -212,10 +212,8 @@ void WarnOfDdlEmitWouldRefuse(Node *stmt) {
     CurrentResourceOwner = owner;
     if (error->sqlerrcode != ERRCODE_INSUFFICIENT_PRIVILEGE) ReThrowError(error);
     // "emit() does not write while X has Y" becomes what it will do.
-    constexpr const char kNow[] = "outbox: emit() does not write while ";
-    if (error->message != nullptr && strncmp(error->message, kNow, strlen(kNow)) == 0) {
-      error->message =
-          psprintf("outbox: emit() will refuse to write while %s", error->message + strlen(kNow));
+    if (const char *what = RefusedCodeOf(error->message); what != nullptr) {
+      error->message = psprintf("outbox: emit() will refuse to write while %s", what);
     }
     error->elevel = WARNING;
     ThrowErrorData(error);
