@@ -1,5 +1,6 @@
-// Details of the Kafka sink that its unit tests check directly. The sink
-// itself is built with MakeKafkaSink (below). No PostgreSQL header here.
+// Details of the Kafka sink that its unit tests check directly (its
+// judgement of error codes: kafka_errors.hpp). The sink itself is built with
+// MakeKafkaSink (below). No PostgreSQL header here.
 #pragma once
 
 #include <string>
@@ -7,18 +8,9 @@
 
 #include "core/names.hpp"  // IsValidKafkaTopic
 #include "core/sink.hpp"
+#include "sinks/kafka_errors.hpp"  // ClassifyKafkaError, KafkaErrorText
 
 namespace outbox {
-
-// How the publisher should treat a librdkafka error code (rd_kafka_resp_err_t)
-// that a message failed with: kRejected when the broker refused the message
-// itself (or the produce request that carried it: too large, not authorised,
-// invalid), kRetriable for everything else (broker down, timeouts, leader
-// changes, unknown topic, purged).
-DeliveryStatus ClassifyKafkaError(int err);
-
-// "NAME: description", e.g. "MSG_SIZE_TOO_LARGE: Broker: Message size too large".
-std::string KafkaErrorText(int err);
 
 // How long the sink waits for a batch's delivery reports before it gives the
 // batch up: message.timeout.ms plus margin_ms, or unlimited_ms plus margin_ms

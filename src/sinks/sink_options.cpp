@@ -1,4 +1,5 @@
 #include "sinks/sink_options.hpp"
+#include "sinks/kafka_config.hpp"
 
 #include <librdkafka/rdkafka.h>
 
@@ -200,10 +201,7 @@ KafkaPropertyUse ClassifyKafkaProperty(std::string_view key) {
 }
 
 std::optional<std::string> ValidateKafkaOptions(const SinkOptions &options, bool superuser) {
-  struct ConfDeleter {
-    void operator()(rd_kafka_conf_t *c) const { rd_kafka_conf_destroy(c); }
-  };
-  std::unique_ptr<rd_kafka_conf_t, ConfDeleter> conf(rd_kafka_conf_new());
+  KafkaConfPtr conf(rd_kafka_conf_new());
   bool has_bootstrap = false;
   std::string protocol;   // security.protocol, as last set
   std::string mechanism;  // sasl.mechanism(s), as last set
@@ -233,11 +231,7 @@ std::optional<std::string> ValidateKafkaOptions(const SinkOptions &options, bool
     errstr[0] = '\0';
     if (rd_kafka_conf_set(conf.get(), opt.key.c_str(), opt.text.c_str(), errstr, sizeof errstr) !=
         RD_KAFKA_CONF_OK) {
-      std::string message(errstr);
-      while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) {
-        message.pop_back();  // librdkafka ends some messages with a newline
-      }
-      return "option \"" + opt.key + "\": " + message;
+      return "option \"" + opt.key + "\": " + TrimmedKafkaText(errstr);
     }
     // The two names are aliases of one property: the last one set wins.
     if (opt.key == "bootstrap.servers" || opt.key == "metadata.broker.list") {
