@@ -55,9 +55,9 @@ SELECT name, setting, unit, context FROM pg_settings
 -- (the install script creates it); CREATE brings them back.
 DROP EXTENSION outbox;
 SELECT count(*) AS outbox_schemas_left FROM pg_namespace WHERE nspname = 'outbox';
--- A schema outbox someone else created first is never taken over (issue
--- 14, finding 2: its owner could plant functions the install script calls,
--- or drop partitions holding pending events later).
+-- A schema outbox someone else created first is never taken over (its
+-- owner could plant functions the install script calls, or drop partitions
+-- holding pending events later).
 CREATE ROLE regress_outbox_squatter;
 CREATE SCHEMA outbox AUTHORIZATION regress_outbox_squatter;
 CREATE FUNCTION outbox.prepare_partition(text) RETURNS void LANGUAGE sql AS 'SELECT';

@@ -13,7 +13,7 @@ SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"linger.ms": "5"}')
 SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"bootstrap.servers": ""}')$$);
 SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"bootstrap.servers": "h:1", "plugin.library.paths": "/tmp/x.so"}')$$);
 SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"bootstrap.servers": "h:1", "security.protocol": "sasl_plaintext", "sasl.mechanisms": "GSSAPI", "sasl.kerberos.kinit.cmd": "touch /tmp/outbox-pwned"}')$$);
--- An allowlist of producer properties (issue 14, finding 4): a property
+-- An allowlist of producer properties: a property
 -- librdkafka knows but a sink has no business setting is refused unset.
 SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"bootstrap.servers": "h:1", "log.queue": "false"}')$$);
 SELECT error_of($$SELECT outbox.create_sink('k1', 'kafka', '{"bootstrap.servers": "h:1", "interceptors": "x"}')$$);

@@ -144,9 +144,8 @@ $node->safe_psql('second', q{SELECT outbox.add_route('second.*', 'kafka')});
 $node->safe_psql('second', q{SELECT outbox.emit('second.db', '{"from": "second"}')});
 ok(defined wait_until(sub { pending_count($node, 'second') eq '0' }),
 	'the second database publishes');
-# outbox.workers shows this database's publishers only (issue 14, finding
-# 10: sink names, states and errors of other databases are not its users'
-# business).
+# outbox.workers shows this database's publishers only: sink names, states
+# and errors of other databases are not its users' business.
 is($node->safe_psql('second', q{SELECT string_agg(DISTINCT database, ',') FROM outbox.workers}),
 	'second', "outbox.workers in database second shows second's publisher only");
 is($node->safe_psql('postgres', q{SELECT string_agg(DISTINCT database, ',') FROM outbox.workers}),

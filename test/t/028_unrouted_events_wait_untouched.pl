@@ -3,9 +3,9 @@
 # xmax stays 0, next_attempt_at stays NULL), full scans included, and they
 # flow once a route takes them, in emit order per key. The same for a paused
 # route until it is resumed. outbox.stats and outbox.route_lag count them as
-# pending meanwhile. Guards issue 16, item 2: each such event used to be
-# claimed and parked with an UPDATE, one by one, which cost a running
-# publisher more CPU than the application's own inserts.
+# pending meanwhile. Each such event used to be claimed and parked with an
+# UPDATE, one by one, which cost a running publisher more CPU than the
+# application's own inserts.
 use strict;
 use warnings;
 use FindBin;

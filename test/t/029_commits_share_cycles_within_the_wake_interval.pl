@@ -1,8 +1,8 @@
 # outbox.wake_interval: commits that come faster than it share publish
 # cycles (each event waits at most about that long), and a commit after a
 # quiet spell is published at once. 0 gives every commit a cycle of its own.
-# Guards issue 16, item 1: the publisher ran a full cycle for every commit,
-# four times a polling relay's CPU per event.
+# The publisher used to run a full cycle for every commit, four times a
+# polling relay's CPU per event.
 use strict;
 use warnings;
 use FindBin;

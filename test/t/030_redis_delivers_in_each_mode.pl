@@ -23,7 +23,7 @@ my $redis = OutboxRedis->start(password => $password);
 my $kafka = OutboxKafka->start();
 $kafka->command('create_topic kafka.side 1');
 # The list sink takes its password from the server's environment instead of
-# SQL text (issue 14, finding 9): set before the server starts.
+# SQL text: set before the server starts.
 $ENV{OUTBOX_TEST_REDIS_PASSWORD} = $password;
 my $node = outbox_node('redis', "outbox.max_attempts = 3");
 $node->safe_psql('postgres', 'CREATE EXTENSION outbox');

@@ -5,7 +5,7 @@
 # today's partition held a handful of rows was a sequential scan, kept as
 # the partition grew: every batch read the whole partition, and at 5,000
 # events/s the publisher fell behind by seconds (bench/publisher_cpu, 2 of 3
-# rounds). Guards issue 16, item 1.
+# rounds).
 #
 # pg_stat_user_tables.seq_scan of today's partition must not move while the
 # publisher publishes batches in it (nothing else here reads the partition:

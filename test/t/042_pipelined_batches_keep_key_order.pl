@@ -1,4 +1,4 @@
-# Pipelined batches keep per-key order at the brokers (issue 13, defect 4).
+# Pipelined batches keep per-key order at the brokers.
 #
 # With outbox.batches_in_flight > 1 a publisher begins up to that many claimed
 # batches in one transaction (a window) before it finishes the first. Before

@@ -1,5 +1,5 @@
 # The launcher and the publishers recover from any exit, and a restarted
-# launcher never duplicates a publisher (issue 13, defects 5 and 6).
+# launcher never duplicates a publisher.
 #
 # What the old build did: a launcher that exited with an error (a
 # pg_cancel_backend was enough) was restarted 10 s later by the postmaster,

@@ -1,4 +1,4 @@
-# More databases than worker processes (issue 13, defect 7): every database
+# More databases than worker processes: every database
 # with the extension publishes while worker processes are free, and when
 # none is, a WARNING names the database that waits.
 #

@@ -1,4 +1,4 @@
-# No announcement of the extension is lost (issue 13, defect 8): after DROP
+# No announcement of the extension is lost: after DROP
 # EXTENSION + CREATE EXTENSION, and after CREATE DATABASE + CREATE EXTENSION,
 # the database publishes within seconds, every time.
 #

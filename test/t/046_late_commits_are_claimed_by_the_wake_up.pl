@@ -1,7 +1,7 @@
 # An event whose transaction commits long after emit() took its id (the id
 # is the emit time) is claimed right after that commit, by the claims its
 # commit wakes, whatever made the commit late and whatever the server's
-# settings (issue 13, defect 9). The publisher's ready claim starts from a
+# settings. The publisher's ready claim starts from a
 # remembered floor that it raises up to a bound below which no uncommitted
 # event can still appear; if the floor passes a late event, only the full
 # scan every 10 s finds it. Extends t/025 (a transaction open for 3 s, plain

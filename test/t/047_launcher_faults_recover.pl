@@ -4,8 +4,7 @@
 # the launcher has to start them again through the points it fails at): the
 # launcher is never down for more than a few seconds, there are never more
 # than outbox.workers publishers for the database nor two with one index, and
-# nothing committed is lost or arrives out of order per key (issue 13,
-# defects 5 and 6, under fault injection).
+# nothing committed is lost or arrives out of order per key.
 #
 # Why: the old build's launcher died on any ERROR (a cancel included) and
 # came back 10 s later knowing nothing of its publishers, so it started

@@ -1,7 +1,6 @@
 # What a transaction changes about publishing is never lost or applied late:
-# CREATE EXTENSION's announcement (issue 13, defect 8), and sink and route
-# changes, also when they commit with COMMIT PREPARED or race a publisher's
-# cycle.
+# CREATE EXTENSION's announcement, and sink and route changes, also when they
+# commit with COMMIT PREPARED or race a publisher's cycle.
 #
 # C. The exiting publisher's race, made certain: a publisher whose cycle just
 #    found the extension missing is held there (the fault injection build's

@@ -1,5 +1,5 @@
 # Any login role could stop publishing in any database with statements that
-# PostgreSQL then refuses (issue 14, finding 5): the ProcessUtility hook
+# PostgreSQL then refuses: the ProcessUtility hook
 # paused a database's publishers for 15 s before DROP DATABASE, CREATE
 # DATABASE ... TEMPLATE, ALTER DATABASE ... RENAME / SET TABLESPACE ran,
 # that is before PostgreSQL's permission checks. Now only a statement that

@@ -1,11 +1,11 @@
 # A transaction that emitted and PREPAREs while a publisher computes its
-# claims' safe bound is claimed as soon as COMMIT PREPARED commits (issue 13,
-# defect 9; red team). The bound lists pg_prepared_xacts, then reads the
-# backends' first-emit times; PREPARE makes the transaction listed before its
-# backend clears its time, so a publisher that listed just before and read
-# just after saw it nowhere, its floor passed the event, and the event waited
-# for the full scan (10 s). The bound now counts every prepared transaction
-# outbox recorded in this database, listed or not (emit_horizon.cpp).
+# claims' safe bound is claimed as soon as COMMIT PREPARED commits. The bound
+# lists pg_prepared_xacts, then reads the backends' first-emit times; PREPARE
+# makes the transaction listed before its backend clears its time, so a
+# publisher that listed just before and read just after saw it nowhere, its
+# floor passed the event, and the event waited for the full scan (10 s). The
+# bound now counts every prepared transaction outbox recorded in this
+# database, listed or not (emit_horizon.cpp).
 #
 # The interleaving is made certain with gdb: the publisher is held at the
 # entry of outbox::ReadEmitHorizon (after the listing) while the session that

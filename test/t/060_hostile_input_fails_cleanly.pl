@@ -1,4 +1,4 @@
-# Hostile input fails cleanly (issue 7, "Bad input").
+# Hostile input fails cleanly.
 #
 # Thousands of generated calls of outbox.emit(), create_sink(), drop_sink(),
 # add_route(), remove_route(), pause(), resume() and route_for() with quotes,

@@ -1,8 +1,7 @@
 # An application role that may only call emit() cannot make the publisher
-# hold more than outbox.max_batch_bytes per batch (issue 14, finding 6; red
-# team: a claim read up to outbox.batch_size rows whatever they weighed, so
-# 1000 events of 1 MiB, compressed to almost nothing in the table, cost the
-# publisher gigabytes).
+# hold more than outbox.max_batch_bytes per batch (a claim used to read up to
+# outbox.batch_size rows whatever they weighed, so 1000 events of 1 MiB,
+# compressed to almost nothing in the table, cost the publisher gigabytes).
 #
 # The emit()-only role commits events of 900 kB (a payload of repeated
 # characters: a few kB each in the table) in one transaction, twice, and the

@@ -1,9 +1,9 @@
 # The per-key order state costs the publisher a few dozen bytes per waiting
-# event, whatever the keys weigh, and rebuilding it reads the waiting events
-# a chunk at a time (issue 14, finding 6: the order guard kept every waiting
-# key in full, and a reload read every waiting keyed event into memory at
-# once, so an emit()-only role whose events wait could make each reload cost
-# the publisher their keys' total size).
+# event, whatever the keys weigh, and rebuilding it reads the waiting events a
+# chunk at a time (the old build's order guard kept every waiting key in full,
+# and a reload read every waiting keyed event into memory at once, so an
+# emit()-only role whose events wait could make each reload cost the publisher
+# their keys' total size).
 #
 # An emit()-only role emits 30,000 events on 3,000 keys of 4 kB (120 MB of
 # key text) to a Redis route whose target key holds a string: each key's first

@@ -19,8 +19,8 @@
 # their keys): the old build settled a later batch with an aborted batch's
 # results and recorded such refused events as published.
 #
-# This is the issue 13 regression net for defects 1 (an error mid-window) and
-# 2 (exceptions), under the load of the fault suites (OutboxFaults.pm); each
+# This is the regression net for an error in the middle of a window and for
+# C++ exceptions, under the load of the fault suites (OutboxFaults.pm); each
 # scenario is one row of the reliability table (docs/reliability.md).
 use strict;
 use warnings;

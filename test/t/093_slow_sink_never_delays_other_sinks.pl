@@ -1,10 +1,10 @@
 # One sink's slowness never delays another sink's outcomes, and a topic the
-# Kafka cluster lacks is the events' fault, not the sink's (issue 14,
-# finding 7). librdkafka holds a message for an unknown topic until
-# message.timeout.ms: before outbox.ack_wait, every cycle that carried one
-# waited that long before recording anything, so a Redis route's events
-# waited with it; and when such events were a cycle's only Kafka events the
-# sink was judged down and they never used their attempts.
+# Kafka cluster lacks is the events' fault, not the sink's. librdkafka holds a
+# message for an unknown topic until message.timeout.ms: before
+# outbox.ack_wait, every cycle that carried one waited that long before
+# recording anything, so a Redis route's events waited with it; and when such
+# events were a cycle's only Kafka events the sink was judged down and they
+# never used their attempts.
 #
 # Here a Kafka route goes to a topic the cluster refuses (UNKNOWN_TOPIC_OR_PART
 # in its metadata), a second Kafka route to a topic that exists, and a Redis

@@ -4,9 +4,8 @@
 # takes. The first claim, made with the old routes, passes over never-tried
 # events of a topic no route took yet; a next claim made with the new
 # routes, starting above the first one's last row, took a later event of
-# such a topic's key and sent it before the earlier one (found by the red
-# team of issue 16). Now the cycle ends after that first batch and the next
-# one starts from the beginning.
+# such a topic's key and sent it before the earlier one. Now the cycle ends
+# after that first batch and the next one starts from the beginning.
 #
 # Made certain with the fault injection build: every claim stalls 2 s first
 # (publisher.before_claim=stall), and the route for the new topic is added

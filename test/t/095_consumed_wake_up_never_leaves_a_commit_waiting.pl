@@ -6,7 +6,7 @@
 # then went to sleep with the request standing, and later commits, seeing
 # it standing, set no latch: their events waited for the next statistics
 # flush or poll (p99 of 950 ms at 5,000 events/s in bench/publisher_cpu;
-# up to outbox.poll_interval). Guards issue 16, item 1.
+# up to outbox.poll_interval).
 #
 # The fault injection action `latch` plays such a wait: after the claim of
 # event A, the cycle waits on its latch; event B's commit sets it and the

@@ -1,4 +1,4 @@
-# pg_dump / pg_restore of a database with outbox (issue 15, item 2). The
+# pg_dump / pg_restore of a database with outbox lose nothing. The
 # restore used to fail on the partitions CREATE EXTENSION makes for the days
 # around today, and on the partition indexes that attaching a partition makes,
 # since the dump creates both again; and the events the default partition
@@ -134,7 +134,7 @@ for my $format ('custom', 'plain') {
 # schema as a member (the dump of an updated database used to say CREATE
 # EXTENSION outbox WITH SCHEMA outbox, which the restore refused, and then
 # every outbox object and event failed with it).
-# Before that, the update itself (issue 15, item 3): events emitted under
+# Before that, the update itself: events emitted under
 # 0.1.0, pending across ALTER EXTENSION UPDATE (their route paused), and
 # events emitted after it are all delivered, in emit order per key.
 $node->safe_psql('postgres', 'CREATE DATABASE upd');

@@ -1692,7 +1692,7 @@ TEST_F(DispatcherTest, BatchesInFlightEachGetTheirOwnOutcomesInOrder) {
   EXPECT_TRUE(Is(later[1], Outcome::kPublished));
 }
 
-// Issue 13, defect 4: with two batches in flight, a later event of a key
+// With two batches in flight, a later event of a key
 // must not reach the broker while an earlier one's fate is unknown: the
 // consumer saw 0, 2, 1 when event 1 failed and event 2 had already gone.
 TEST_F(DispatcherTest, LaterBatchWaitsForAnEarlierBatchOfItsKey) {
@@ -1844,7 +1844,7 @@ TEST_F(DispatcherTest, FinishOfAnUnknownBatchLeavesItsRowsAlone) {
   EXPECT_TRUE(Is(begun->out[0], Outcome::kPublished));
 }
 
-// Issue 13, defect 1: an ERROR between Begin and Finish freed the batch's
+// In the old build an ERROR between Begin and Finish freed the batch's
 // rows and outcome array; the next cycle's batch, allocated at the same
 // address, was settled with the old batch's results.
 TEST_F(DispatcherTest, AbandonedBatchesAreNeverTouchedAgain) {

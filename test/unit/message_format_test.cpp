@@ -158,7 +158,7 @@ TEST(MessageFormat, CloudEventsKafkaWithoutOtherHeadersHasNoOutboxHeaders) {
   EXPECT_EQ(Kafka(none.m).size(), 6u);
 }
 
-// Issue 15, item 7: a header is the same attribute whichever broker carries
+// A header is the same attribute whichever broker carries
 // the event. Names: valid, reserved (set or reserved by outbox), too long,
 // not lowercase alphanumeric.
 TEST(MessageFormat, CloudEventsMapsUserHeadersAlikeOnKafkaAndRedis) {
@@ -196,7 +196,7 @@ TEST(MessageFormat, CloudEventsMapsUserHeadersAlikeOnKafkaAndRedis) {
                            others_member + R"(,"data":{"n":1}})");
 }
 
-// Issue 14, finding 8: a user header never stands in for one outbox sets (a
+// A user header never stands in for one outbox sets (a
 // consumer reading the last header of a name, or folding case, would take
 // the caller's event id, type or source).
 TEST(MessageFormat, UserHeadersNeverForgeOurs) {

@@ -135,7 +135,7 @@ TEST(KafkaSinkOptions, PropertiesThatRunCodeOrBreakDeliveryAreNotAllowed) {
   }
 }
 
-// Issue 14, finding 4: an allowlist. Known librdkafka properties that are
+// Kafka options are an allowlist. Known librdkafka properties that are
 // not on it are refused without being set (some act as they are set).
 TEST(KafkaSinkOptions, KnownPropertiesOffTheAllowlistAreRefused) {
   for (const char *key :
