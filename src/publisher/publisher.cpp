@@ -25,6 +25,10 @@
 // The session's settings are pinned (worker_session.hpp): READ COMMITTED
 // whatever the server's default isolation, no timeouts, a safe search_path.
 //
+// The waits between transactions (the idle sleep, the backoff after an
+// error, the wake interval) are idle_wait.hpp's; what this process shows in
+// the outbox.workers view, publisher_stats.hpp's.
+//
 // Signals: SIGHUP reloads settings; SIGTERM makes a delivery in flight stop
 // waiting (what was acknowledged is recorded, the rest stays pending) and the
 // process exit within a few seconds.
@@ -38,15 +42,15 @@
 
 #include "publisher/claim.hpp"
 #include "publisher/configuration.hpp"
+#include "publisher/idle_wait.hpp"
 #include "catalog/database_home.hpp"
 #include "fault_injection.hpp"
 #include "guc.hpp"
 #include "publisher/key_ownership.hpp"
 #include "catalog/partition.hpp"
 #include "shmem/shmem.hpp"
+#include "publisher/publisher_stats.hpp"
 #include "publisher/worker_session.hpp"
-
-#include <malloc.h>
 
 extern "C" {
 #include "access/xact.h"
@@ -59,7 +63,6 @@ extern "C" {
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/pmsignal.h"
-#include "storage/latch.h"
 #include "storage/proc.h"
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
@@ -109,45 +112,6 @@ bool MaintainsPartitions() {
   return true;
 }
 
-PublisherStats *MyStats() { return &slot->stats[worker_index]; }
-
-void ReportState(const char *state) {
-  PublisherStats *st = MyStats();
-  SpinLockAcquire(&st->mutex);
-  strlcpy(st->state, state, sizeof st->state);
-  SpinLockRelease(&st->mutex);
-}
-
-void ReportError(const char *error) {
-  PublisherStats *st = MyStats();
-  const TimestampTz now = GetCurrentTimestamp();
-  SpinLockAcquire(&st->mutex);
-  st->failures++;
-  strlcpy(st->last_error, error, sizeof st->last_error);
-  st->last_error_at = now;
-  SpinLockRelease(&st->mutex);
-}
-
-void ReportCycle(const CycleStats &cycle, double ms) {
-  char sinks[sizeof(PublisherStats::sinks)];
-  dispatcher->SinkStates(sinks, sizeof sinks);
-  PublisherStats *st = MyStats();
-  const TimestampTz now = GetCurrentTimestamp();
-  SpinLockAcquire(&st->mutex);
-  strlcpy(st->sinks, sinks, sizeof st->sinks);
-  st->published += static_cast<uint64>(cycle.published);
-  st->failures += static_cast<uint64>(cycle.failed);
-  if (cycle.failed > 0) {
-    strlcpy(st->last_error, cycle.last_error, sizeof st->last_error);
-    st->last_error_at = now;
-  }
-  if (cycle.claimed > 0) {
-    st->last_batch_size = cycle.claimed;
-    st->last_batch_ms = ms;
-  }
-  SpinLockRelease(&st->mutex);
-}
-
 // Checked while a delivery waits for the brokers: stop waiting on SIGTERM, a
 // cancel (pg_cancel_backend: the ERROR follows at the next interrupt check),
 // postmaster death, or a pause (DROP DATABASE waits for us).
@@ -160,11 +124,7 @@ bool Interrupted() {
 void Unregister(int code, Datum arg) {
   if (slot == nullptr) return;
   LeaveKeySlots(slot, worker_index);
-  PublisherStats *st = MyStats();
-  SpinLockAcquire(&st->mutex);
-  st->pid = 0;
-  strlcpy(st->state, "stopped", sizeof st->state);
-  SpinLockRelease(&st->mutex);
+  ReportStopped();
   GivePublisherPlaceBack(slot, worker_index, static_cast<uint32>(MyProcIndex()));
   AnnounceMembership(slot);
   // The launcher that started us may not be the one running now (it would
@@ -324,7 +284,7 @@ int RunCycle() {
   // flushes at most once a second by itself.
   (void)pgstat_report_stat(false);
   pgstat_report_activity(STATE_IDLE, nullptr);
-  ReportCycle(cycle, static_cast<double>(GetCurrentTimestamp() - started) / 1000.0);
+  ReportCycle(dispatcher, cycle, static_cast<double>(GetCurrentTimestamp() - started) / 1000.0);
   FlushDispatcherLogs();
   return claimed;
 }
@@ -371,78 +331,6 @@ long IdleWaitMs(long stats_flush_ms) {
   if (until_maintenance < wait) wait = until_maintenance < 0 ? 0 : until_maintenance;
   if (stats_flush_ms > 0 && stats_flush_ms < wait) wait = stats_flush_ms;
   return wait;
-}
-
-// While a sink's late answers are awaited (dispatch.hpp, "Slow sinks"),
-// how often the idle publisher looks for them: a look costs a few µs of
-// librdkafka's queue (KafkaSink::Wait without waiting), so the wait costs
-// well under 1 % of a core (TAP 096), and an answer is recorded within this
-// long of its arrival, which came after outbox.ack_wait anyway.
-constexpr long kLatePollMs = 25;
-
-// After a busy spell (a backlog drained, a sink's late answers settled) the
-// heap holds megabytes freed in small pieces, which glibc keeps: when idle,
-// and more than kTrimFreeBytes lie free, give those pages back to the
-// system. Looked at no more than every kTrimCheckMs (mallinfo2 walks the
-// heap's free lists).
-constexpr long kTrimCheckMs = 1000;
-constexpr size_t kTrimFreeBytes = 4 * 1024 * 1024;
-TimestampTz last_trim_check = 0;
-
-void ReturnFreedMemory() {
-  const TimestampTz now = GetCurrentTimestamp();
-  if (now - last_trim_check < kTrimCheckMs * 1000L) return;
-  last_trim_check = now;
-  if (mallinfo2().fordblks > kTrimFreeBytes) (void)malloc_trim(0);
-}
-
-void Sleep(long ms) {
-  if (ms <= 0) return;
-  const TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ms);
-  for (;;) {
-    long slice = static_cast<long>((until - GetCurrentTimestamp()) / 1000);
-    if (slice <= 0) return;
-    // Late answers come through the sinks' queues, not the latch: look for
-    // them every few ms while any are awaited.
-    const bool late = dispatcher->HasLate();
-    if (late && slice > kLatePollMs) slice = kLatePollMs;
-    const int rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, slice,
-                             PG_WAIT_EXTENSION);
-    ResetLatch(MyLatch);
-    if ((rc & WL_LATCH_SET) != 0 || !late || dispatcher->LateArrived()) return;
-  }
-}
-
-// The backoff after an error: commits setting our latch do not cut it
-// short (they would turn a failing cycle into a busy loop); SIGTERM and a
-// pause (DROP DATABASE waits for us to leave) do.
-void Backoff(long ms) {
-  const TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ms);
-  for (;;) {
-    const long left = static_cast<long>((until - GetCurrentTimestamp()) / 1000);
-    if (left <= 0 || ShutdownRequestPending || PausedNow()) return;
-    (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, left,
-                    PG_WAIT_EXTENSION);
-    ResetLatch(MyLatch);
-  }
-}
-
-// The wake interval (outbox.wake_interval): a cycle that commits asked for
-// starts no sooner than this after the previous cycle started, so that under
-// load one cycle takes what many commits brought. Commits setting our latch
-// meanwhile do not cut it short (their cycle is the one waited for); SIGTERM
-// and a pause do. A cycle right after a quiet spell waits for nothing.
-void WaitForWakeInterval(TimestampTz last_cycle_start) {
-  if (guc::wake_interval_ms <= 0 || last_cycle_start == 0) return;
-  const TimestampTz until = TimestampTzPlusMilliseconds(last_cycle_start, guc::wake_interval_ms);
-  for (;;) {
-    const long left_us = static_cast<long>(until - GetCurrentTimestamp());
-    if (left_us <= 0 || ShutdownRequestPending || PausedNow()) return;
-    // WaitLatch counts milliseconds: round up, or the last one would spin.
-    (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-                    (left_us + 999) / 1000, PG_WAIT_EXTENSION);
-    ResetLatch(MyLatch);
-  }
 }
 
 // Before a cycle's claims: take the cycles commits asked for (a commit after
@@ -492,15 +380,7 @@ void PublisherMain(Datum main_arg) {
                             worker_index, dboid)));
     proc_exit(0);
   }
-  {
-    PublisherStats *st = MyStats();
-    SpinLockAcquire(&st->mutex);
-    memset(reinterpret_cast<char *>(st) + offsetof(PublisherStats, pid), 0,
-           sizeof *st - offsetof(PublisherStats, pid));
-    st->pid = MyProcPid;
-    strlcpy(st->state, "starting", sizeof st->state);
-    SpinLockRelease(&st->mutex);
-  }
+  ReportStarting(slot, worker_index);
   on_shmem_exit(Unregister, 0);
   MarkPublisherProcess();
   pg_atomic_write_u32(&slot->cycle_requested[worker_index], 0);
@@ -574,13 +454,13 @@ void PublisherMain(Datum main_arg) {
     long wait = kErrorBackoffMinMs << (consecutive_errors < 10 ? consecutive_errors - 1 : 9);
     if (wait > kErrorBackoffMaxMs) wait = kErrorBackoffMaxMs;
     ReportState("backing off after an error");
-    Backoff(wait);
+    Backoff(wait, PausedNow);
   }
   PG_exception_stack = &local_sigjmp_buf;
 
   bool backlog = false;  // the last cycle left events to claim at once
   for (;;) {
-    if (!backlog) WaitForWakeInterval(last_cycle_start);
+    if (!backlog) WaitForWakeInterval(last_cycle_start, PausedNow);
     HandleSignals();
     if (ShutdownRequestPending || PausedNow()) break;
 
@@ -651,7 +531,7 @@ void PublisherMain(Datum main_arg) {
     // What the last cycles left of table statistics goes out at most once a
     // second (PostgreSQL's own pace), and before a long sleep.
     const long stats_flush_ms = pgstat_report_stat(false);
-    Sleep(IdleWaitMs(stats_flush_ms));
+    Sleep(dispatcher, IdleWaitMs(stats_flush_ms));
   }
   proc_exit(0);
 }

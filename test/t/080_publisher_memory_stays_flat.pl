@@ -32,7 +32,7 @@ ok(defined wait_until(sub {
 	$pid =~ /^\d+$/ }), 'a publisher runs');
 
 # The publisher's private resident memory, in kB.
-# The idle publisher gives freed heap back to the system (publisher.cpp,
+# The idle publisher gives freed heap back to the system (idle_wait.cpp,
 # ReturnFreedMemory, looked at once a second): a sample taken 1.5 s after the
 # work is done sees its steady size, not what glibc kept of a busy spell.
 sub rss_anon {
