@@ -88,7 +88,6 @@
 #include <cstdint>
 #include <deque>
 #include <map>
-#include <memory>
 #include <random>
 #include <set>
 #include <string>
@@ -96,17 +95,14 @@
 #include <vector>
 
 #include "core/dispatch_rows.hpp"
-#include "core/order_guard.hpp"
+#include "core/late_answers.hpp"
 #include "core/log_buffer.hpp"
+#include "core/order_guard.hpp"
 #include "core/sink.hpp"
+#include "core/sink_registry.hpp"
+#include "core/verdict.hpp"
 
 namespace outbox {
-
-// Sinks are created by this factory; tests substitute fakes. `privileged`:
-// see SinkRow.
-using SinkFactory = std::unique_ptr<Sink> (*)(std::string_view name, std::string_view kind,
-                                              const SinkOptions &options, bool privileged,
-                                              std::string *error);
 
 class Dispatcher {
  public:
@@ -114,6 +110,9 @@ class Dispatcher {
 
   explicit Dispatcher(SinkFactory factory);
   ~Dispatcher();
+  // Never copied: its parts point at each other.
+  Dispatcher(const Dispatcher &) = delete;
+  Dispatcher &operator=(const Dispatcher &) = delete;
   // A new Dispatcher, or nullptr when it cannot be built (out of memory, no
   // random source). Never throws.
   static Dispatcher *Create(SinkFactory factory) noexcept;
@@ -151,21 +150,17 @@ class Dispatcher {
   // memory): the caller must load the configuration again.
   bool NoteDead(const EventRow &event) noexcept;
 
-  // Decide and deliver a claimed batch; rows must be in id order. Fills
-  // out[0..n). `interrupted` is checked while waiting for brokers.
-  // False when it failed (see Begin and Finish): no row has an outcome.
-  bool Dispatch(const EventRow *rows, size_t n, const DispatchSettings &settings, RowOutcome *out,
-                Sink::InterruptCheck interrupted) noexcept;
-
-  // Dispatch in two halves, so that several batches can be in flight at
-  // once: Begin decides and sends a batch without waiting for the brokers
-  // (except for events deferred behind an earlier batch, see above) and
-  // returns its ticket; Finish(ticket) waits for that batch's answers and
-  // fills its out[0..n). Batches are begun in id order (a later batch holds
-  // only later events) and finished in the order begun: finishing a batch
-  // first finishes any batch begun before it. A ticket Finish does not know
-  // (abandoned, already finished) is ignored. rows, settings' strings and
-  // out must stay valid until Finish or AbandonAll.
+  // Decide and deliver a claimed batch (rows in id order) in two halves, so
+  // that several batches can be in flight at once: Begin decides and sends
+  // a batch without waiting for the brokers (except for events deferred
+  // behind an earlier batch, see above) and returns its ticket;
+  // Finish(ticket) waits for that batch's answers and fills its out[0..n).
+  // `interrupted` is checked while waiting for brokers. Batches are begun in
+  // id order (a later batch holds only later events) and finished in the
+  // order begun: finishing a batch first finishes any batch begun before it.
+  // A ticket Finish does not know (abandoned, already finished) is ignored.
+  // rows, settings' strings and out must stay valid until Finish or
+  // AbandonAll.
   // Failure: Begin returns 0, Finish false, when an exception (out of memory)
   // interrupted the work. Every batch in flight has then been abandoned
   // (AbandonAll): the outcome arrays of the whole window say nothing that
@@ -204,25 +199,15 @@ class Dispatcher {
   bool LateArrived() noexcept;
   bool SettleLate(const DispatchSettings &settings) noexcept;
   bool NextLateOutcome(LateOutcome *out) noexcept;
-  // How long a later event of a key waits, at a time, behind an event of
-  // that key whose sink has not answered yet.
-  static constexpr int64_t kLateRecheckUs = 1000000;
-  // Added to a sink's SettleLimitMs when parking its late events.
-  static constexpr int64_t kLateMarginMs = 2000;
-  // Most groups awaiting late answers at once (their events' ids and keys
-  // are copied): beyond, a group is waited for in full.
-  static constexpr size_t kMaxLateGroups = 64;
-  // How long a topic some of whose events went unanswered while its sink
-  // answered others stays suspect (see "Slow sinks").
-  static constexpr int64_t kSuspectTopicMs = 60000;
-  // A sink with one group that got no answer is not held yet: its next
-  // group goes, as a probe. If the broker answers that one, the first was
-  // its topics' trouble (a topic the cluster lacks, seen first in a quiet
-  // moment); if it does not either, the sink is held until answers come.
-  static constexpr long kHeldAfterWholeGroups = 2;
-  // A sink with this many events awaiting late answers takes no new group
-  // either (SinkHeld): what its producer holds stays bounded.
-  static constexpr size_t kHeldAfterLateEvents = 1000;
+  // The bounds of "Slow sinks", as verdict.hpp (kLateRecheckUs: how long a
+  // later event of a key waits, at a time, behind an event of that key
+  // whose sink has not answered yet) and late_answers.hpp define them.
+  static constexpr int64_t kLateRecheckUs = Verdicts::kLateRecheckUs;
+  static constexpr int64_t kLateMarginMs = LateAnswers::kLateMarginMs;
+  static constexpr size_t kMaxLateGroups = LateAnswers::kMaxLateGroups;
+  static constexpr int64_t kSuspectTopicMs = LateAnswers::kSuspectTopicMs;
+  static constexpr long kHeldAfterWholeGroups = LateAnswers::kHeldAfterWholeGroups;
+  static constexpr size_t kHeldAfterLateEvents = LateAnswers::kHeldAfterLateEvents;
 
   // Serve the sinks' background work while idle.
   void Poll() noexcept;
@@ -252,7 +237,7 @@ class Dispatcher {
   // kMaxTopicsBehindDownSinks topics are tracked; beyond that the others are
   // claimed and parked as before.
   std::vector<std::string> TopicsBehindDownSinks(int64_t now_us) const;  // may throw bad_alloc
-  static constexpr size_t kMaxTopicsBehindDownSinks = 64;
+  static constexpr size_t kMaxTopicsBehindDownSinks = SinkRegistry::kMaxTopicsBehindDownSinks;
 
   // The next log line, oldest first, copied into text[0..size) (cut on a
   // byte boundary, NUL-terminated); false when there is none.
@@ -263,49 +248,6 @@ class Dispatcher {
   void SinkStates(char *text, size_t size) const noexcept;
 
  private:
-  struct SinkState {
-    std::string kind;
-    SinkOptions options;
-    bool privileged = false;
-    std::unique_ptr<Sink> sink;
-    int failures = 0;         // consecutive calls that delivered nothing
-    int64_t retry_at_us = 0;  // while down: when to try again
-    bool down = false;
-    bool slow = false;  // its last batch was left to late answers, unanswered
-    // When it last answered anything (SteadyMs; 0: never): whether a group
-    // with nothing answered means the sink is slow or its topics are.
-    int64_t last_answer_ms = 0;
-    // The slowest recent answer (ms; 0: none yet), and per topic it
-    // answered: what an unanswered event is measured by (CollectGroup,
-    // NoteAnsweredTopic).
-    int64_t answer_ms = 0;
-    std::map<std::string, int64_t, std::less<>> answered_topics;
-    // A late answer refused a message sent with others, which could not be
-    // retried alone then (its payload was gone): the sink's next groups are
-    // waited for in full, so that such a refusal is retried alone at once.
-    bool wait_in_full = false;
-    std::string last_error;
-  };
-  struct Route {
-    std::string pattern;
-    std::string sink;
-    bool has_target = false;
-    std::string target;
-    bool paused = false;
-    MessageFormat format = MessageFormat::kRaw;
-  };
-
-  // A batch's events for one sink, sent together.
-  struct Group {
-    std::string sink_name;
-    std::vector<size_t> members;  // rows of the batch, in id order
-    std::vector<OutMessage> messages;
-    std::vector<Delivery> results;  // what the sink fills, member by member
-    Sink *sink = nullptr;           // null: never sent (no producer)
-    uint64_t sink_ticket = 0;       // the sink's Send ticket (0: nothing to collect)
-    int64_t sent_ms = 0;            // SteadyMs when it was sent
-    int64_t sent_unix_us = 0;       // UnixNowUs then (answers' latency)
-  };
   // A batch between Begin and Finish.
   struct Flight {
     Ticket ticket = 0;
@@ -314,76 +256,18 @@ class Dispatcher {
     DispatchSettings settings;
     RowOutcome *out = nullptr;
     std::vector<int> route_of;  // per row: index in routes_, or -1
-    std::vector<Group> groups;
+    std::vector<SinkGroup> groups;
     // Rows whose route and key had an event in an earlier batch in flight
     // when this one began: decided and sent by Finish, in id order.
     std::vector<size_t> deferred;
   };
-  using RouteKey = std::pair<std::string, std::string>;  // route pattern, key
 
-  // A group whose sink had not answered by the ack wait: what is needed to
-  // judge it later, copied (the batch's rows are the caller's and go).
-  struct LateRow {
-    std::string id, topic, key;
-    std::string pattern;  // its route's (routes may be reloaded meanwhile)
-    bool has_key = false;
-    int attempts = 0;
-    int64_t created_at = 0;
-  };
-  struct Late {
-    std::string sink_name;
-    Sink *sink = nullptr;
-    uint64_t sink_ticket = 0;  // 0 until the group is fully copied
-    bool complete = false;     // every answer is in
-    int64_t parked_until_us = 0;
-    // Nothing of its group was answered: the sink is slow as a whole and
-    // takes no new group until this is settled (SinkHeld).
-    bool whole = true;
-    // Its sink was changed or removed since it was sent: `sink` is a
-    // producer kept in retired_sinks_ until its answers are in. Says
-    // nothing of the sink now under that name (not held, not slow, not
-    // down; see RetireLateOf).
-    bool retired = false;
-    int64_t sent_unix_us = 0;  // Group::sent_unix_us
-    std::vector<LateRow> rows;
-    std::vector<size_t> result_of;  // per row: its answer's index in results
-    std::vector<Delivery> results;  // the sink fills these (its Send's `out`)
-  };
-
-  // What Judge needs to decide a group's rows from its sink's answers.
-  struct Judging {
-    const EventRow *rows = nullptr;
-    const int *route_of = nullptr;
-    const std::vector<size_t> *members = nullptr;
-    const std::vector<Delivery> *results = nullptr;
-    const DispatchSettings *settings = nullptr;
-    RowOutcome *out = nullptr;
-    const std::string *sink_name = nullptr;
-    // For retrying a refused message alone; null for late groups (their
-    // rows' payloads are gone): a refusal then counts an attempt at once.
-    Sink *solo_sink = nullptr;
-    const Flight *solo_flight = nullptr;
-    // Part of a group whose sink answered others (see "Slow sinks"):
-    // transient failures are the events' trouble, not the sink's.
-    bool partial = false;
-    // A late group of a retired producer: judged without touching the
-    // state of the sink now under its name.
-    bool retired = false;
-  };
-
-  void NoteBehindDownSink(std::string_view topic, const std::string &sink);
-  void NoteOvertaken(const Judging &j) noexcept;
-  // Most event ids one NoteOvertaken line names.
-  static constexpr size_t kMaxOvertakenNamed = 20;
   int RouteIndex(std::string_view topic) const;
-  Sink *SinkFor(const std::string &name, SinkState *state, bool may_recreate = true);
   void Log(LogLevel level, std::string text);
   void LogFailure(const char *what, const char *why) noexcept;
-  void DrainSinkLogs();
   void FinishFront(Sink::InterruptCheck interrupted);
   void FailWindow(const char *why) noexcept;
   void ForgetKeysOf(Ticket ticket) noexcept;
-  void NoteUntouched(const Route &route, const EventRow &row);
   // Decide row i of the flight: an outcome now (no route, paused, sink down,
   // behind an earlier event of its key) or a place in `groups` (sink name ->
   // rows to send, in id order). `admitted` holds the ids already sent in
@@ -392,48 +276,22 @@ class Dispatcher {
               std::map<std::string, std::vector<size_t>> *groups);
   void SendGroups(Flight *flight, std::map<std::string, std::vector<size_t>> *groups,
                   Sink::InterruptCheck interrupted);
-  double Random();
-  OutMessage MessageFor(const Flight &flight, size_t i) const;
-  void SendGroup(const Flight &flight, Group *group, Sink::InterruptCheck interrupted);
-  void SettleGroup(const Flight &flight, Group *group, Sink::InterruptCheck interrupted);
-  bool CollectGroup(Group *group, int64_t deadline_ms, const DispatchSettings &settings,
-                    Sink::InterruptCheck interrupted);
-  bool AnsweredRecently(const SinkState &state, const Group &group,
-                        const DispatchSettings &settings) const;
-  void FinishGroup(const Flight &flight, Group *group, int64_t deadline_ms,
+  void SendGroup(const Flight &flight, SinkGroup *group, Sink::InterruptCheck interrupted);
+  void SettleGroup(const Flight &flight, SinkGroup *group, Sink::InterruptCheck interrupted);
+  void FinishGroup(const Flight &flight, SinkGroup *group, int64_t deadline_ms,
                    Sink::InterruptCheck interrupted);
-  void MakeLate(const Flight &flight, Group *group, Sink::InterruptCheck interrupted);
-  void Judge(const Judging &j, Sink::InterruptCheck interrupted);
-  void DropLate() noexcept;
-  void RetireLateOf(const std::string &sink, std::unique_ptr<Sink> *producer);
-  void FreeRetiredSinks() noexcept;
-  bool SinkHasLate(const std::string &sink) const;
-  // kHeldAfterWholeGroups late groups without an answer (see "Slow sinks"),
-  // or kHeldAfterLateEvents events awaiting late answers: a sink that went
-  // down right after it answered would otherwise take a group per cycle,
-  // each given up early as its topics' trouble, their messages piling up in
-  // its producer (the publisher's memory) until the outage is found.
-  bool SinkHeld(const std::string &sink) const;
-  void SinkAnswers(SinkState *state, const std::string &sink);
-  bool IsSuspect(std::string_view topic, int64_t now_ms) const;
-  bool OnlyStragglersLeft(const SinkState &state, const Group &group, int64_t now_ms) const;
-  bool OnlySuspectsLeft(const Group &group, int64_t now_ms) const;
-  void NoteAnsweredTopic(SinkState *state, std::string_view topic, int64_t latency_ms);
-  static constexpr size_t kMaxAnsweredTopics = 10000;
-  static constexpr int64_t kMinGraceMs = 20;
-  static constexpr int64_t kStragglerFactor = 4;
-  bool ParkBehindEarlier(const EventRow &row, const Route &route,
-                         const std::set<std::string> *in_batch, int64_t now_us,
-                         std::string_view error, RowOutcome *out);
-  void Attempted(const EventRow &row, const Route &route, const Delivery &delivery,
-                 const DispatchSettings &settings, RowOutcome *out);
 
-  SinkFactory factory_;
-  std::vector<Route> routes_;
+  std::vector<DispatchRoute> routes_;
   // Views of routes_[i].pattern, built once per Configure for route lookups.
   std::vector<std::string_view> patterns_;
-  std::map<std::string, SinkState> sinks_;
+  LogBuffer logs_{"publisher log line(s)"};
+  std::mt19937_64 rng_;
   OrderGuard guard_;
+  SinkRegistry sinks_;
+  // late_ before verdicts_, which reads its keys; verdicts_ is only pointed
+  // at until then.
+  LateAnswers late_;
+  Verdicts verdicts_;
   std::deque<Flight> flights_;  // begun, not finished; oldest first
   Ticket last_ticket_ = 0;      // never reused: a 64-bit counter
   // While a window is being finished: when its ack wait ends (SteadyMs), 0
@@ -447,27 +305,8 @@ class Dispatcher {
     bool deferred;
   };
   std::map<RouteKey, KeyInFlight> keys_in_flight_;
-  // (route, key) of events left as they were (interrupted) in the batches
-  // finished so far while others are in flight: their deferred successors
-  // wait too.
-  std::set<RouteKey> untouched_keys_;
-  // Topic -> its sink, for topics with events parked while the sink is down.
-  std::map<std::string, std::string, std::less<>> behind_down_sinks_;
-  // Groups awaiting late answers, oldest first; the keys of their events.
-  std::deque<Late> late_;
-  std::set<RouteKey> late_keys_;
-  // Producers of sinks changed or removed while late groups awaited their
-  // answers: kept until those answers are in, so that an event the broker
-  // took is recorded as published rather than sent again.
-  std::vector<std::unique_ptr<Sink>> retired_sinks_;
-  // Topic -> until when (SteadyMs) it is suspect (see "Slow sinks").
-  std::map<std::string, int64_t, std::less<>> suspect_topics_;
-  std::vector<LateOutcome> late_outcomes_;
-  size_t next_late_outcome_ = 0;
-  LogBuffer logs_{"publisher log line(s)"};
   std::vector<LogLine> taken_logs_;  // being handed out by NextLog
   size_t next_log_ = 0;
-  std::mt19937_64 rng_;
 };
 
 }  // namespace outbox

@@ -1,4 +1,4 @@
-// The sink factory the publisher hands to the dispatcher (core/dispatch.hpp,
+// The sink factory the publisher hands to the dispatcher (core/sink_registry.hpp,
 // SinkFactory): the one place that knows every kind of sink. A new kind of
 // sink is one more line here (sinks/README.md).
 #pragma once

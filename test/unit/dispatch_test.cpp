@@ -3,6 +3,8 @@
 // message on its own, count attempts and let events die. Runs the Dispatcher
 // against fake sinks that record what reached the "broker".
 #include "core/dispatch.hpp"
+#include "dispatch_support.hpp"
+#include "fake_sink.hpp"
 #include "test_support.hpp"
 
 #include <gtest/gtest.h>
@@ -27,240 +29,7 @@ namespace {
 
 using namespace test_support;
 
-// ------------------------------------------------------------ fake broker
-
-// A message as the sink saw it, copied (the views die with the Publish call).
-struct SentMessage {
-  std::string id, topic, target;
-  bool has_key = false;
-  std::string key, payload;
-  std::vector<std::pair<std::string, std::string>> headers;
-  std::string headers_json;
-};
-
-// Decides one message's fate; `call` counts this sink name's Publish calls
-// from 0, across recreations.
-using Script = std::function<Delivery(const OutMessage &m, int call)>;
-
-Delivery Delivered() { return Delivery{DeliveryStatus::kDelivered, ""}; }
-Delivery Retriable(std::string error = "Local: Broker transport failure") {
-  return Delivery{DeliveryStatus::kRetriable, std::move(error)};
-}
-Delivery Rejected(std::string error = "Broker: Message size too large") {
-  return Delivery{DeliveryStatus::kRejected, std::move(error)};
-}
-
-// Everything about one sink name: how it answers, what it was sent, how often
-// it was built. Outlives the sinks built from it (they hold a shared_ptr).
-struct FakeBroker {
-  Script script = [](const OutMessage &, int) { return Delivered(); };
-  std::vector<std::vector<SentMessage>> calls;
-  int created = 0;
-  int destroyed = 0;
-  int polls = 0;
-  bool fail_create = false;      // the factory returns nullptr with create_error
-  bool throw_on_create = false;  // the factory runs out of memory (std::bad_alloc)
-  std::string create_error;
-  bool needs_recreate = false;  // reported by the live sink; cleared on creation
-  std::string state = "connected";
-  std::vector<LogLine> pending_logs;  // handed out by the next TakeLogs
-  std::string last_kind;
-  SinkOptions last_options;
-  // Pipelined: Send only records (the messages are "on the wire"); the
-  // script decides each outcome at Collect, as a broker answering later.
-  bool pipelined = false;
-  int abandoned = 0;  // AbandonAll calls that found open Sends
-  // Pipelined and slow: CollectFor finds no answer yet (the Send stays open)
-  // until this is cleared.
-  bool slow = false;
-  // Pipelined: the messages of these topics get no answer (a topic the
-  // cluster lacks, a partition without a leader) until removed; the others
-  // are answered (answered_at_us set, as a real sink does).
-  std::set<std::string> stuck_topics;
-  std::set<std::string> stuck_ids;  // the same, message by message
-  // Pipelined: the messages of these topics are answered this many ms after
-  // they were sent (a slower broker), not at once.
-  std::map<std::string, int> answer_after_ms;
-
-  // Ids of the messages of call c, in the order the sink got them.
-  std::vector<std::string> Ids(size_t c) const {
-    std::vector<std::string> ids;
-    if (c < calls.size()) {
-      for (const SentMessage &m : calls[c]) ids.push_back(m.id);
-    }
-    return ids;
-  }
-  // Every id sent, over all calls, in order.
-  std::vector<std::string> AllIds() const {
-    std::vector<std::string> ids;
-    for (const auto &call : calls) {
-      for (const SentMessage &m : call) ids.push_back(m.id);
-    }
-    return ids;
-  }
-};
-
-std::map<std::string, std::shared_ptr<FakeBroker>> g_brokers;
-bool g_interrupted = false;
-bool Interrupted() { return g_interrupted; }
-
-std::shared_ptr<FakeBroker> BrokerNamed(const std::string &name) {
-  std::shared_ptr<FakeBroker> &b = g_brokers[name];
-  if (!b) b = std::make_shared<FakeBroker>();
-  return b;
-}
-
-class FakeSink : public Sink {
- public:
-  explicit FakeSink(std::shared_ptr<FakeBroker> broker) : broker_(std::move(broker)) {}
-  ~FakeSink() override { ++broker_->destroyed; }
-
-  void Publish(const OutMessage *messages, size_t n, Delivery *out,
-               InterruptCheck interrupted) override {
-    (void)interrupted;
-    const int call = static_cast<int>(broker_->calls.size());
-    Record(messages, n);
-    for (size_t i = 0; i < n; ++i) out[i] = broker_->script(messages[i], call);
-  }
-
- private:
-  struct Open {
-    uint64_t ticket;
-    int call;
-    Delivery *out;
-    std::vector<SentMessage> copies;
-    std::vector<bool> answered;
-    std::chrono::steady_clock::time_point sent = std::chrono::steady_clock::now();
-  };
-
-  // Answer the open Send's messages whose topics are not stuck (all, unless
-  // `stuck_ok`); true when every message has its answer.
-  bool Answer(Open *o, bool stuck_ok) {
-    bool all = true;
-    for (size_t i = 0; i < o->copies.size(); ++i) {
-      if (o->answered[i]) continue;
-      const SentMessage &c = o->copies[i];
-      if (stuck_ok &&
-          (broker_->stuck_topics.count(c.topic) != 0 || broker_->stuck_ids.count(c.id) != 0)) {
-        all = false;
-        continue;
-      }
-      auto delay = broker_->answer_after_ms.find(c.topic);
-      if (stuck_ok && delay != broker_->answer_after_ms.end() &&
-          std::chrono::steady_clock::now() - o->sent < std::chrono::milliseconds(delay->second)) {
-        all = false;
-        continue;
-      }
-      OutMessage m;
-      m.id = c.id;
-      m.topic = c.topic;
-      m.target = c.target;
-      m.has_key = c.has_key;
-      m.key = c.key;
-      o->out[i] = broker_->script(m, o->call);
-      o->out[i].answered_at_us = UnixNowUs();
-      o->answered[i] = true;
-    }
-    return all;
-  }
-
-  void Record(const OutMessage *messages, size_t n) {
-    broker_->calls.emplace_back();
-    for (size_t i = 0; i < n; ++i) {
-      const OutMessage &m = messages[i];
-      SentMessage s;
-      s.id = std::string(m.id);
-      s.topic = std::string(m.topic);
-      s.target = std::string(m.target);
-      s.has_key = m.has_key;
-      s.key = std::string(m.key);
-      s.payload = std::string(m.payload);
-      for (size_t h = 0; h < m.header_count; ++h) {
-        s.headers.emplace_back(std::string(m.headers[h].name), std::string(m.headers[h].value));
-      }
-      s.headers_json = std::string(m.headers_json);
-      broker_->calls.back().push_back(std::move(s));
-    }
-  }
-
- public:
-  uint64_t Send(const OutMessage *messages, size_t n, Delivery *out,
-                InterruptCheck interrupted) override {
-    if (!broker_->pipelined) return Sink::Send(messages, n, out, interrupted);
-    const int call = static_cast<int>(broker_->calls.size());
-    Record(messages, n);
-    open_.push_back(Open{++tickets_, call, out, {}, std::vector<bool>(n, false)});
-    for (size_t i = 0; i < n; ++i) open_.back().copies.push_back(broker_->calls.back()[i]);
-    return tickets_;
-  }
-  void Collect(uint64_t ticket, InterruptCheck interrupted) override {
-    for (auto it = open_.begin(); it != open_.end(); ++it) {
-      if (it->ticket != ticket) continue;
-      Answer(&*it, false);
-      open_.erase(it);
-      return;
-    }
-  }
-  bool CollectFor(uint64_t ticket, int64_t wait_ms, InterruptCheck interrupted) override {
-    (void)wait_ms;
-    for (auto it = open_.begin(); it != open_.end(); ++it) {
-      if (it->ticket != ticket) continue;
-      if (broker_->slow) return false;
-      if (!Answer(&*it, true)) return false;
-      open_.erase(it);
-      return true;
-    }
-    return true;
-  }
-  int64_t SettleLimitMs() const override { return broker_->pipelined ? 10000 : 0; }
-  void AbandonAll(const char *reason) noexcept override {
-    if (open_.empty()) return;
-    ++broker_->abandoned;
-    for (Open &o : open_) {
-      for (size_t i = 0; i < o.copies.size(); ++i)
-        o.out[i] = Delivery{DeliveryStatus::kRetriable, reason};
-    }
-    open_.clear();
-  }
-  void Poll() override { ++broker_->polls; }
-  std::vector<LogLine> TakeLogs() override {
-    std::vector<LogLine> logs;
-    logs.swap(broker_->pending_logs);
-    return logs;
-  }
-  bool NeedsRecreate() const override { return broker_->needs_recreate; }
-  std::string State() const override { return broker_->state; }
-
- private:
-  std::shared_ptr<FakeBroker> broker_;
-  std::vector<Open> open_;
-  uint64_t tickets_ = 0;
-};
-
-std::unique_ptr<Sink> FakeFactory(std::string_view name, std::string_view kind,
-                                  const SinkOptions &options, bool privileged, std::string *error) {
-  (void)privileged;
-  std::shared_ptr<FakeBroker> b = BrokerNamed(std::string(name));
-  if (b->fail_create) {
-    *error = b->create_error;
-    return nullptr;
-  }
-  if (b->throw_on_create) throw std::bad_alloc();
-  ++b->created;
-  b->needs_recreate = false;
-  b->last_kind = std::string(kind);
-  b->last_options = options;
-  return std::make_unique<FakeSink>(b);
-}
-
 // ------------------------------------------------------------ test data
-
-// Canonical UUIDv7 text for the n-th emitted event: byte order is emit order.
-std::string Id(int n) {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "01900000-0000-7000-8000-%012d", n);
-  return buf;
-}
 
 struct Event {
   std::string id;
@@ -300,31 +69,6 @@ SinkDef SinkNamed(std::string name) {
   SinkDef s;
   s.name = std::move(name);
   return s;
-}
-
-const char *Name(Outcome o) {
-  switch (o) {
-    case Outcome::kPublished:
-      return "kPublished";
-    case Outcome::kRetry:
-      return "kRetry";
-    case Outcome::kDead:
-      return "kDead";
-    case Outcome::kPark:
-      return "kPark";
-    case Outcome::kParkNoRoute:
-      return "kParkNoRoute";
-    case Outcome::kUntouched:
-      return "kUntouched";
-  }
-  return "?";
-}
-
-// Lets gtest print outcomes by name.
-::testing::AssertionResult Is(const RowOutcome &out, Outcome expected) {
-  if (out.outcome == expected) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "outcome is " << Name(out.outcome) << ", expected "
-                                       << Name(expected) << " (error \"" << out.error << "\")";
 }
 
 constexpr int64_t kNow = 1'700'000'000'000'000;  // microseconds
@@ -418,7 +162,7 @@ class DispatcherTest : public ::testing::Test {
     for (size_t i = 0; i < events.size(); ++i) rows.push_back(Row(events[i], &headers[i]));
     const DispatchSettings settings = Settings(now_us);
     std::vector<RowOutcome> out(events.size());
-    dispatcher_.Dispatch(rows.data(), rows.size(), settings, out.data(), &Interrupted);
+    BeginAndFinish(&dispatcher_, rows.data(), rows.size(), settings, out.data(), &Interrupted);
     return out;
   }
 
@@ -1522,7 +1266,7 @@ TEST_F(DispatcherTest, DispatcherClosesItsSinksWhenDestroyed) {
   DispatchSettings settings;
   settings.now_us = kNow;
   RowOutcome out;
-  d->Dispatch(&row, 1, settings, &out, nullptr);
+  BeginAndFinish(d.get(), &row, 1, settings, &out, nullptr);
   EXPECT_TRUE(Is(out, Outcome::kPublished));
   d.reset();
   EXPECT_EQ(Broker("kafka").destroyed, 1);

@@ -1,0 +1,326 @@
+#include "core/late_answers.hpp"
+
+#include <algorithm>
+#include <utility>
+
+namespace outbox {
+
+LateAnswers::LateAnswers(const std::vector<DispatchRoute> *routes, OrderGuard *guard,
+                         SinkRegistry *sinks, Verdicts *verdicts, LogBuffer *logs)
+    : routes_(routes), guard_(guard), sinks_(sinks), verdicts_(verdicts), logs_(logs) {}
+
+// What the sink answered is judged now, when the sink answers others (see
+// "Slow sinks"); the rest is parked until the sink must have settled it, its
+// keys held back, and what is needed to judge its answers when they come is
+// kept (Settle). May throw (out of memory): the Late is complete
+// (sink_ticket set) only once the answers' array has changed hands, so an
+// abandon in between leaves nothing the sink could write into after it is
+// freed.
+void LateAnswers::Take(SinkGroup *group, const EventRow *rows, const int *route_of, RowOutcome *out,
+                       const DispatchSettings &settings, Sink::InterruptCheck interrupted) {
+  SinkState &state = (*sinks_)[group->sink_name];
+  const int64_t now_ms = SteadyMs();
+  std::vector<size_t> answered, unanswered;  // positions in the group
+  for (size_t k = 0; k < group->members.size(); ++k) {
+    (group->results[k].answered_at_us != 0 ? answered : unanswered).push_back(k);
+  }
+  const bool broker_answered = std::any_of(answered.begin(), answered.end(), [group](size_t k) {
+    return FromBroker(group->results[k]);
+  });
+  const bool answers_others =
+      broker_answered || state.AnsweredRecently(group->sent_ms, settings.ack_wait_ms);
+  if (broker_answered) SinkAnswers(&state, group->sink_name);
+  if (!answered.empty()) {
+    std::vector<size_t> members;
+    std::vector<Delivery> results;
+    members.reserve(answered.size());
+    results.reserve(answered.size());
+    for (size_t k : answered) {
+      members.push_back(group->members[k]);
+      results.push_back(group->results[k]);
+      if (group->results[k].status == DeliveryStatus::kDelivered) {
+        sinks_->NoteAnsweredTopic(&state, group->messages[k].topic,
+                                  (group->results[k].answered_at_us - group->sent_unix_us) / 1000);
+      }
+    }
+    Judging j;
+    j.rows = rows;
+    j.route_of = route_of;
+    j.members = &members;
+    j.results = &results;
+    j.settings = &settings;
+    j.out = out;
+    j.sink_name = &group->sink_name;
+    j.solo_sink = group->sink;
+    j.partial = true;
+    verdicts_->Judge(j, interrupted);
+  }
+
+  late_.emplace_back();
+  Late &late = late_.back();
+  late.sink_name = group->sink_name;
+  late.sink = group->sink;
+  late.whole = !answers_others;
+  late.sent_unix_us = group->sent_unix_us;
+  // From now, not from the cycle's start: it was sent at the latest now.
+  const int64_t now_us = settings.clock_us != nullptr
+                             ? std::max(settings.now_us, settings.clock_us())
+                             : settings.now_us;
+  late.parked_until_us = now_us + (group->sink->SettleLimitMs() + kLateMarginMs) * kUsecPerMs;
+  late.rows.reserve(unanswered.size());
+  late.result_of.reserve(unanswered.size());
+  for (size_t k : unanswered) {
+    const EventRow &row = rows[group->members[k]];
+    late.rows.push_back(LateRow{std::string(row.id), std::string(row.topic), std::string(row.key),
+                                (*routes_)[route_of[group->members[k]]].pattern, row.has_key,
+                                row.attempts, row.created_at});
+    late.result_of.push_back(k);
+  }
+  const std::string why = "waiting for sink \"" + group->sink_name + "\" to answer";
+  std::string new_suspects;
+  for (size_t k : unanswered) {
+    const size_t i = group->members[k];
+    const EventRow &row = rows[i];
+    RowOutcome &row_out = out[i];
+    row_out.outcome = Outcome::kPark;
+    row_out.next_attempt_us = late.parked_until_us;
+    SetError(&row_out, why);
+    if (row.has_key) {
+      const std::string &pattern = (*routes_)[route_of[i]].pattern;
+      guard_->Block(pattern, row.key, row.id, late.parked_until_us);
+      late_keys_.emplace(pattern, std::string(row.key));
+    }
+    if (answers_others) {
+      if (!sinks_->IsSuspect(row.topic, now_ms) &&
+          new_suspects.find("\"" + std::string(row.topic) + "\"") == std::string::npos) {
+        new_suspects += (new_suspects.empty() ? "\"" : ", \"") + std::string(row.topic) + "\"";
+      }
+      sinks_->SetSuspect(row.topic, now_ms + kSuspectTopicMs);
+    }
+  }
+  if (!answers_others) {
+    if (!state.slow) {
+      Log(LogLevel::kInfo, "sink \"" + group->sink_name +
+                               "\" has not answered within outbox.ack_wait; its outcomes are "
+                               "recorded when it answers, the other sinks' go ahead");
+    }
+    state.slow = true;
+  } else if (!new_suspects.empty()) {
+    Log(LogLevel::kInfo, "sink \"" + group->sink_name + "\" answers, but not for topic(s) " +
+                             new_suspects +
+                             " within outbox.ack_wait (a topic the cluster lacks, or a partition "
+                             "without a leader?); their outcomes are recorded when it answers, "
+                             "and its other topics go ahead");
+  }
+  late.results.swap(group->results);  // the sink writes here from now on
+  late.sink_ticket = group->sink_ticket;
+  group->sink = nullptr;  // the group is now the Late's
+  group->sink_ticket = 0;
+}
+
+std::vector<std::string> LateAnswers::Ids() const {
+  std::vector<std::string> ids;
+  for (const Late &late : late_) {
+    for (const LateRow &row : late.rows) ids.push_back(row.id);
+  }
+  return ids;
+}
+
+bool LateAnswers::Arrived() noexcept {
+  bool any = false;
+  for (Late &late : late_) {
+    if (!late.complete && late.sink_ticket != 0) {
+      late.complete = late.sink->CollectFor(late.sink_ticket, 0, nullptr);
+      if (late.complete && !late.retired &&
+          std::any_of(late.results.begin(), late.results.end(), FromBroker)) {
+        SinkState *state = sinks_->Find(late.sink_name);
+        if (state != nullptr) state->last_answer_ms = SteadyMs();
+      }
+    }
+    any = any || late.complete;
+  }
+  return any;
+}
+
+void LateAnswers::Settle(const DispatchSettings &settings) {
+  (void)Arrived();
+  for (auto it = late_.begin(); it != late_.end();) {
+    if (!it->complete) {
+      ++it;
+      continue;
+    }
+    Late &late = *it;
+    const size_t n = late.rows.size();
+    std::vector<EventRow> rows(n);
+    std::vector<int> route_of(n, -1);
+    std::vector<size_t> members;
+    std::vector<RowOutcome> out(n);
+    for (size_t k = 0; k < n; ++k) {
+      const LateRow &r = late.rows[k];
+      rows[k].id = r.id;
+      rows[k].topic = r.topic;
+      rows[k].has_key = r.has_key;
+      rows[k].key = r.key;
+      rows[k].attempts = r.attempts;
+      rows[k].created_at = r.created_at;
+      out[k].attempts = r.attempts;
+      if (r.has_key) {
+        // Judged afresh below: the hold Take put on the key (until the
+        // sink's whole timeout) goes, and the verdict sets the new one.
+        late_keys_.erase(RouteKey(r.pattern, r.key));
+        guard_->Release(r.pattern, r.key, r.id);
+      }
+      for (size_t x = 0; x < routes_->size(); ++x) {
+        if ((*routes_)[x].pattern == r.pattern) route_of[k] = static_cast<int>(x);
+      }
+      if (route_of[k] < 0 && late.results[late.result_of[k]].status == DeliveryStatus::kDelivered) {
+        // Its route went while the answer was awaited, but the broker
+        // took it: published, as it is (sending it again would duplicate).
+        out[k].outcome = Outcome::kPublished;
+        continue;
+      }
+      if (route_of[k] < 0) {
+        // Its route went while the answer was awaited: no verdict under a
+        // route it no longer has; due now, routed afresh.
+        out[k].outcome = Outcome::kPark;
+        out[k].next_attempt_us = settings.now_us;
+        SetError(&out[k], "its route changed while its sink's answer was awaited");
+        continue;
+      }
+      members.push_back(k);
+    }
+    // Judge reads results member by member, in members' order.
+    std::vector<Delivery> results;
+    results.reserve(members.size());
+    for (size_t k : members) results.push_back(late.results[late.result_of[k]]);
+    if (SinkState *state = sinks_->Find(late.sink_name); !late.retired && state != nullptr) {
+      for (size_t x = 0; x < members.size(); ++x) {
+        if (results[x].status == DeliveryStatus::kDelivered) {
+          sinks_->NoteAnsweredTopic(state, late.rows[members[x]].topic,
+                                    (results[x].answered_at_us - late.sent_unix_us) / 1000);
+        }
+      }
+    }
+    Judging j;
+    j.rows = rows.data();
+    j.route_of = route_of.data();
+    j.members = &members;
+    j.results = &results;
+    j.settings = &settings;
+    j.out = out.data();
+    j.sink_name = &late.sink_name;
+    j.partial = !late.whole || late.retired;
+    j.retired = late.retired;
+    verdicts_->Judge(j, nullptr);
+    for (size_t k = 0; k < n; ++k) {
+      if (out[k].outcome == Outcome::kUntouched) continue;
+      LateOutcome o;
+      CopyOut(late.rows[k].id, o.id, sizeof o.id);
+      o.created_at = late.rows[k].created_at;
+      o.attempts = late.rows[k].attempts;
+      o.parked_until_us = late.parked_until_us;
+      o.answered_at_us = late.results[late.result_of[k]].answered_at_us;
+      o.outcome = out[k];
+      outcomes_.push_back(o);
+    }
+    it = late_.erase(it);
+  }
+  FreeRetiredSinks();
+}
+
+bool LateAnswers::NextOutcome(LateOutcome *out) noexcept {
+  if (next_outcome_ >= outcomes_.size()) return false;
+  *out = outcomes_[next_outcome_++];
+  return true;
+}
+
+void LateAnswers::HoldKeys() {
+  for (const Late &late : late_) {
+    for (const LateRow &r : late.rows) {
+      if (r.has_key) guard_->Block(r.pattern, r.key, r.id, late.parked_until_us);
+    }
+  }
+}
+
+// The sink's late groups keep its producer (moved to retired_sinks_) and
+// go on waiting for their answers; they no longer count as the sink's (the
+// new one under its name is not held or slow because of them). May throw
+// bad_alloc, only before it changes anything (the room is reserved first):
+// then the producer and its late groups stay as they were, and the caller's
+// boundary gives up (Configure routes nothing; SinkFor's batch fails).
+void LateAnswers::Retire(const std::string &sink, std::unique_ptr<Sink> *producer) {
+  if (*producer == nullptr || !SinkHasLate(sink)) return;
+  retired_sinks_.reserve(retired_sinks_.size() + 1);
+  retired_sinks_.push_back(std::move(*producer));  // cannot throw now
+  for (Late &late : late_) {
+    if (!late.retired && late.sink_name == sink) late.retired = true;
+  }
+}
+
+// Retired producers none of whose late groups is left.
+void LateAnswers::FreeRetiredSinks() noexcept {
+  for (auto it = retired_sinks_.begin(); it != retired_sinks_.end();) {
+    Sink *sink = it->get();
+    const bool waited_on =
+        std::any_of(late_.begin(), late_.end(), [sink](const Late &l) { return l.sink == sink; });
+    it = waited_on ? std::next(it) : retired_sinks_.erase(it);
+  }
+}
+
+void LateAnswers::Drop() noexcept {
+  if (late_.empty()) return;
+  try {
+    Log(LogLevel::kDebug, std::to_string(late_.size()) +
+                              " batch(es) awaiting late answers given up; their events wait");
+  } catch (...) {
+  }
+  // The sinks first, while the answer arrays they write into exist.
+  for (const Late &late : late_) {
+    if (late.sink != nullptr && late.sink_ticket != 0) {
+      late.sink->AbandonAll("abandoned: its late answers were given up");
+    }
+  }
+  late_.clear();
+  late_keys_.clear();
+  retired_sinks_.clear();
+}
+
+bool LateAnswers::SinkHasLate(const std::string &sink) const {
+  return std::any_of(late_.begin(), late_.end(),
+                     [&sink](const Late &l) { return !l.retired && l.sink_name == sink; });
+}
+
+bool LateAnswers::SinkHasWholeLate(const std::string &sink) const noexcept {
+  return std::any_of(late_.begin(), late_.end(), [&sink](const Late &l) {
+    return l.whole && !l.retired && l.sink_name == sink;
+  });
+}
+
+bool LateAnswers::SinkHeld(const std::string &sink) const {
+  long whole = 0;
+  size_t unanswered = 0;
+  for (const Late &l : late_) {
+    if (l.retired || l.sink_name != sink) continue;
+    if (l.whole) ++whole;
+    unanswered += l.rows.size();
+  }
+  return whole >= kHeldAfterWholeGroups || unanswered >= kHeldAfterLateEvents;
+}
+
+// Its groups that got no answer were its topics' trouble, not the sink's
+// (they become partial, their topics suspect), and it takes new events.
+void LateAnswers::SinkAnswers(SinkState *state, const std::string &sink) {
+  state->last_answer_ms = SteadyMs();
+  const int64_t until = state->last_answer_ms + kSuspectTopicMs;
+  for (Late &late : late_) {
+    if (!late.whole || late.retired || late.sink_name != sink) continue;
+    late.whole = false;
+    for (const LateRow &row : late.rows) sinks_->SetSuspect(row.topic, until);
+  }
+  if (state->slow) {
+    state->slow = false;
+    Log(LogLevel::kInfo, "sink \"" + sink + "\" answers within outbox.ack_wait again");
+  }
+}
+
+}  // namespace outbox

@@ -1,0 +1,151 @@
+// Late answers: the groups a slow sink had not answered by the ack wait
+// (dispatch.hpp, "Slow sinks"). Taking one parks its unanswered rows until
+// the sink must have settled them, holds their keys back, and keeps what is
+// needed to judge them later (copies: the batch's rows are the caller's and
+// go). Settling judges the groups whose answers are all in into late
+// outcomes. PostgreSQL-free.
+//
+// Threading and ownership: the publisher's main thread only. A late group's
+// answer array is written by its sink (its Send's `out`) until the group is
+// settled or dropped, so the sink is told to abandon it (Drop) before the
+// array goes. A group whose sink was changed or removed keeps its producer
+// here (Retire) until its answers are in. Every pointer given to
+// LateAnswers is the Dispatcher's and outlives it. Take and Settle may throw
+// (out of memory): the Dispatcher gives everything late up then.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/dispatch_rows.hpp"
+#include "core/log_buffer.hpp"
+#include "core/order_guard.hpp"
+#include "core/sink.hpp"
+#include "core/sink_registry.hpp"
+#include "core/verdict.hpp"
+
+namespace outbox {
+
+class LateAnswers {
+ public:
+  LateAnswers(const std::vector<DispatchRoute> *routes, OrderGuard *guard, SinkRegistry *sinks,
+              Verdicts *verdicts, LogBuffer *logs);
+
+  bool empty() const { return late_.empty(); }
+  size_t size() const { return late_.size(); }
+  // (route, key) of the events awaiting late answers.
+  const std::set<RouteKey> &keys() const { return late_keys_; }
+  // The ids of the events awaiting late answers (Dispatcher::LateIds).
+  std::vector<std::string> Ids() const;  // may throw bad_alloc
+
+  // The group's sink has not answered all of it by the ack wait. What it
+  // answered is judged now; the rest is parked, and the group is kept
+  // until its answers come. `rows`, `route_of`, `out`: the group's batch.
+  void Take(SinkGroup *group, const EventRow *rows, const int *route_of, RowOutcome *out,
+            const DispatchSettings &settings, Sink::InterruptCheck interrupted);
+
+  // Gathers what has arrived without waiting; true when some late group is
+  // complete.
+  bool Arrived() noexcept;
+  // Judges the complete groups (with this cycle's settings) into late
+  // outcomes, which NextOutcome hands out one by one, and forgets them.
+  void Settle(const DispatchSettings &settings);
+  bool NextOutcome(LateOutcome *out) noexcept;
+  void ClearOutcomes() noexcept {
+    outcomes_.clear();
+    next_outcome_ = 0;
+  }
+
+  // Block every late group's keys in the order guard again (after it was
+  // cleared): the late groups still hold them back.
+  void HoldKeys();
+  // The sink's producer is about to be closed: its late groups keep it.
+  void Retire(const std::string &sink, std::unique_ptr<Sink> *producer);
+  // Give up every late group: their sinks stop writing their answers.
+  void Drop() noexcept;
+
+  // Whether the sink (not a retired producer of its name) has late groups.
+  bool SinkHasLate(const std::string &sink) const;
+  // Whether one of them got no answer at all (the sink is slow as a whole).
+  bool SinkHasWholeLate(const std::string &sink) const noexcept;
+  // kHeldAfterWholeGroups late groups without an answer (see "Slow sinks"),
+  // or kHeldAfterLateEvents events awaiting late answers: a sink that went
+  // down right after it answered would otherwise take a group per cycle,
+  // each given up early as its topics' trouble, their messages piling up in
+  // its producer (the publisher's memory) until the outage is found.
+  bool SinkHeld(const std::string &sink) const;
+  // The broker answered this sink's events.
+  void SinkAnswers(SinkState *state, const std::string &sink);
+
+  // Added to a sink's SettleLimitMs when parking its late events.
+  static constexpr int64_t kLateMarginMs = 2000;
+  // Most groups awaiting late answers at once (their events' ids and keys
+  // are copied): beyond, a group is waited for in full.
+  static constexpr size_t kMaxLateGroups = 64;
+  // How long a topic some of whose events went unanswered while its sink
+  // answered others stays suspect (see "Slow sinks").
+  static constexpr int64_t kSuspectTopicMs = 60000;
+  // A sink with one group that got no answer is not held yet: its next
+  // group goes, as a probe. If the broker answers that one, the first was
+  // its topics' trouble (a topic the cluster lacks, seen first in a quiet
+  // moment); if it does not either, the sink is held until answers come.
+  static constexpr long kHeldAfterWholeGroups = 2;
+  // A sink with this many events awaiting late answers takes no new group
+  // either (SinkHeld): what its producer holds stays bounded.
+  static constexpr size_t kHeldAfterLateEvents = 1000;
+
+ private:
+  // A group whose sink had not answered by the ack wait: what is needed to
+  // judge it later, copied (the batch's rows are the caller's and go).
+  struct LateRow {
+    std::string id, topic, key;
+    std::string pattern;  // its route's (routes may be reloaded meanwhile)
+    bool has_key = false;
+    int attempts = 0;
+    int64_t created_at = 0;
+  };
+  struct Late {
+    std::string sink_name;
+    Sink *sink = nullptr;
+    uint64_t sink_ticket = 0;  // 0 until the group is fully copied
+    bool complete = false;     // every answer is in
+    int64_t parked_until_us = 0;
+    // Nothing of its group was answered: the sink is slow as a whole and
+    // takes no new group until this is settled (SinkHeld).
+    bool whole = true;
+    // Its sink was changed or removed since it was sent: `sink` is a
+    // producer kept in retired_sinks_ until its answers are in. Says
+    // nothing of the sink now under that name (not held, not slow, not
+    // down; see Retire).
+    bool retired = false;
+    int64_t sent_unix_us = 0;  // SinkGroup::sent_unix_us
+    std::vector<LateRow> rows;
+    std::vector<size_t> result_of;  // per row: its answer's index in results
+    std::vector<Delivery> results;  // the sink fills these (its Send's `out`)
+  };
+
+  void Log(LogLevel level, std::string text) { logs_->Add(level, std::move(text)); }
+  void FreeRetiredSinks() noexcept;
+
+  const std::vector<DispatchRoute> *routes_;
+  OrderGuard *guard_;
+  SinkRegistry *sinks_;
+  Verdicts *verdicts_;
+  LogBuffer *logs_;
+  // Groups awaiting late answers, oldest first; the keys of their events.
+  std::deque<Late> late_;
+  std::set<RouteKey> late_keys_;
+  // Producers of sinks changed or removed while late groups awaited their
+  // answers: kept until those answers are in, so that an event the broker
+  // took is recorded as published rather than sent again.
+  std::vector<std::unique_ptr<Sink>> retired_sinks_;
+  std::vector<LateOutcome> outcomes_;
+  size_t next_outcome_ = 0;
+};
+
+}  // namespace outbox

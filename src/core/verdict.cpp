@@ -1,0 +1,305 @@
+#include "core/verdict.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "core/backoff.hpp"
+
+namespace outbox {
+
+namespace {
+
+std::string Seconds(int64_t us) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(us) / 1e6);
+  return buf;
+}
+
+}  // namespace
+
+void SetError(RowOutcome *out, std::string_view text) {
+  const size_t n = std::min(text.size(), sizeof out->error - 1);
+  std::memcpy(out->error, text.data(), n);
+  out->error[n] = '\0';
+}
+
+OutMessage MessageOf(const EventRow &row, const DispatchRoute &route, std::string_view source) {
+  OutMessage m;
+  m.id = row.id;
+  m.topic = row.topic;
+  m.target = route.has_target ? std::string_view(route.target) : row.topic;
+  m.has_key = row.has_key;
+  m.key = row.key;
+  m.payload = row.payload;
+  m.headers = row.headers;
+  m.header_count = row.header_count;
+  m.headers_json = row.headers_json;
+  m.format = route.format;
+  m.created_at = row.created_at;
+  m.source = source;
+  return m;
+}
+
+Verdicts::Verdicts(const std::vector<DispatchRoute> *routes, OrderGuard *guard, SinkRegistry *sinks,
+                   const std::set<RouteKey> *late_keys, LogBuffer *logs, std::mt19937_64 *rng)
+    : routes_(routes),
+      guard_(guard),
+      sinks_(sinks),
+      late_keys_(late_keys),
+      logs_(logs),
+      rng_(rng) {}
+
+double Verdicts::Random() { return std::uniform_real_distribution<double>(0.0, 1.0)(*rng_); }
+
+void Verdicts::NoteUntouched(const DispatchRoute &route, const EventRow &row) {
+  if (row.has_key) untouched_keys_.emplace(route.pattern, std::string(row.key));
+}
+
+// Per key, a group's events reach the broker in id order, and the broker
+// takes or refuses them together, except where librdkafka split them over
+// two Produce requests and the broker refused the first and took the second
+// (README, Limits): the refused event then arrives after a later one of its
+// key, whatever is decided below. Say so, naming the events that will
+// arrive late, so that an operator (and the fault suites) can tell this
+// known break of per-key order from any other. Never throws: out of memory
+// only loses the line.
+void Verdicts::NoteOvertaken(const Judging &j) noexcept {
+  try {
+    const std::vector<size_t> &members = *j.members;
+    const std::vector<Delivery> &results = *j.results;
+    std::set<RouteKey> failed;  // keys with an earlier member not delivered
+    std::vector<std::string_view> late;
+    for (size_t k = 0; k < members.size(); ++k) {
+      const EventRow &row = j.rows[members[k]];
+      if (!row.has_key) continue;
+      RouteKey key((*routes_)[j.route_of[members[k]]].pattern, std::string(row.key));
+      if (results[k].status != DeliveryStatus::kDelivered) {
+        failed.insert(std::move(key));
+      } else if (failed.count(key) != 0) {
+        // Delivered past an earlier event of its key: that one is late.
+        for (size_t e = 0; e < k; ++e) {
+          const EventRow &earlier = j.rows[members[e]];
+          if (results[e].status != DeliveryStatus::kDelivered && earlier.has_key &&
+              earlier.key == row.key && j.route_of[members[e]] == j.route_of[members[k]] &&
+              std::find(late.begin(), late.end(), earlier.id) == late.end()) {
+            late.push_back(earlier.id);
+          }
+        }
+      }
+    }
+    if (late.empty()) return;
+    std::string text = "sink \"" + *j.sink_name + "\": " + std::to_string(late.size()) +
+                       " event(s) will arrive after a later event of their key, which the broker" +
+                       " took while refusing them (one batch split over two requests): ";
+    for (size_t i = 0; i < late.size() && i < kMaxOvertakenNamed; ++i) {
+      if (i > 0) text += ", ";
+      text += late[i];
+    }
+    if (late.size() > kMaxOvertakenNamed) text += ", ...";
+    Log(LogLevel::kWarning, std::move(text));
+  } catch (...) {
+    // The line is lost; nothing else depends on it.
+  }
+}
+
+void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
+  NoteOvertaken(j);
+  Sink *sink = j.solo_sink;
+  const std::string &sink_name = *j.sink_name;
+  // A retired producer's answers say nothing of the sink now under its name
+  // (which may not exist: operator[] would make one).
+  SinkState retired_state;
+  SinkState *state = j.retired ? &retired_state : &(*sinks_)[sink_name];
+  const std::vector<size_t> &members = *j.members;
+  const std::vector<Delivery> &results = *j.results;
+  const EventRow *rows = j.rows;
+  const int *route_of = j.route_of;
+  const DispatchSettings &settings = *j.settings;
+  RowOutcome *out = j.out;
+
+  size_t delivered = 0, transient = 0, held_back = 0, target_refused = 0;
+  for (const Delivery &d : results) {
+    if (d.status == DeliveryStatus::kDelivered) ++delivered;
+    if (d.status == DeliveryStatus::kRetriable) ++transient;
+    // Held back behind an earlier failure of its key (which decides).
+    if (d.status == DeliveryStatus::kNotSent) ++held_back;
+    if (d.status == DeliveryStatus::kTargetRefused) ++target_refused;
+  }
+  const bool interrupted_now = interrupted != nullptr && interrupted();
+
+  // Nothing delivered and nothing refused, only transient failures (beside
+  // targets a broker refused, which say nothing of the others: a refused
+  // topic next to a partition without a leader must not make that
+  // partition's events count attempts): the sink is down. Park those events
+  // until the sink's backoff expires, without counting attempts; the
+  // refused targets' events count theirs.
+  if (!j.partial && delivered == 0 && transient > 0 &&
+      transient + held_back + target_refused == results.size() && !interrupted_now) {
+    state->failures++;
+    const int64_t wait_ms =
+        BackoffMs(state->failures, settings.backoff_min_ms, settings.backoff_max_ms, Random());
+    state->retry_at_us = settings.now_us + wait_ms * kUsecPerMs;
+    state->last_error = results.empty() ? state->last_error : results.front().error;
+    if (!state->down) {
+      Log(LogLevel::kWarning, "sink \"" + sink_name + "\" is unavailable (" + state->last_error +
+                                  "); its events wait, retrying in " +
+                                  Seconds(wait_ms * kUsecPerMs));
+    }
+    state->down = true;
+    for (size_t k = 0; k < members.size(); ++k) {
+      const size_t i = members[k];
+      if (results[k].status == DeliveryStatus::kTargetRefused) {
+        Attempted(rows[i], (*routes_)[route_of[i]], results[k], settings, &out[i]);
+        continue;
+      }
+      out[i].outcome = Outcome::kPark;
+      out[i].next_attempt_us = state->retry_at_us;
+      SetError(&out[i], results[k].error);
+      if (rows[i].has_key) {
+        guard_->Block((*routes_)[route_of[i]].pattern, rows[i].key, rows[i].id, state->retry_at_us);
+      }
+      sinks_->NoteBehindDown(rows[i].topic, sink_name);
+    }
+    return;
+  }
+
+  if (delivered > 0 || !interrupted_now) {
+    if (state->down) {
+      Log(LogLevel::kInfo, "sink \"" + sink_name + "\" is available again");
+      sinks_->ForgetBehindDown(sink_name);
+    }
+    state->down = false;
+    state->failures = 0;
+  }
+
+  auto stopping = [&] { return interrupted != nullptr && interrupted(); };
+  for (size_t k = 0; k < members.size(); ++k) {
+    const size_t i = members[k];
+    const DispatchRoute &route = (*routes_)[route_of[i]];
+    Delivery result = results[k];
+    if (result.status == DeliveryStatus::kRetriable && interrupted_now) {
+      out[i].outcome = Outcome::kUntouched;  // shutting down: no verdict
+      NoteUntouched(route, rows[i]);
+      continue;
+    }
+    if (result.status == DeliveryStatus::kRetriable && j.partial) {
+      // The sink answers others: this event's topic or partition is in
+      // trouble (a partition without a leader times out), which is neither
+      // the event's fault (no attempt) nor the sink's (it stays up).
+      if (ParkBehindEarlier(rows[i], route, nullptr, settings.now_us, kWaitingForKey, &out[i])) {
+        continue;
+      }
+      out[i].outcome = Outcome::kPark;
+      out[i].next_attempt_us =
+          settings.now_us +
+          BackoffMs(1, settings.backoff_min_ms, settings.backoff_max_ms, Random()) * kUsecPerMs;
+      SetError(&out[i], result.error);
+      if (rows[i].has_key) {
+        guard_->Block(route.pattern, rows[i].key, rows[i].id, out[i].next_attempt_us);
+      }
+      continue;
+    }
+    if (result.status == DeliveryStatus::kNotSent) {
+      // Held back behind an earlier failure of its key in this call (handled
+      // above, in id order): wait as long as that one waits, or go at once
+      // if it died.
+      const std::string_view why = result.error.empty() ? kWaitingForKey : result.error;
+      if (!ParkBehindEarlier(rows[i], route, nullptr, settings.now_us, why, &out[i])) {
+        out[i].outcome = Outcome::kPark;
+        out[i].next_attempt_us = settings.now_us;
+        SetError(&out[i], why);
+      }
+      continue;
+    }
+    if (result.status == DeliveryStatus::kRejected && members.size() > 1 && sink == nullptr) {
+      // A late answer (no payload left to retry it alone): Kafka refuses a
+      // whole request for one message, so this may be a neighbour's fault.
+      // No attempt; it is sent again soon, and the sink's next group is
+      // waited for in full, where a refusal is retried alone.
+      state->wait_in_full = true;
+      if (ParkBehindEarlier(rows[i], route, nullptr, settings.now_us, kWaitingForKey, &out[i])) {
+        continue;
+      }
+      out[i].outcome = Outcome::kPark;
+      out[i].next_attempt_us = settings.now_us + settings.backoff_min_ms * kUsecPerMs;
+      SetError(&out[i], result.error + " (sent with others: retried alone)");
+      if (rows[i].has_key) {
+        guard_->Block(route.pattern, rows[i].key, rows[i].id, out[i].next_attempt_us);
+      }
+      continue;
+    }
+    if (result.status == DeliveryStatus::kRejected && members.size() > 1 && sink != nullptr) {
+      // Kafka fails every message of a produce request when the broker
+      // refuses one (too large, invalid): try this one alone before
+      // counting it against the event. Not while shutting down (no verdict,
+      // no attempt), and not while an earlier event of its key has just
+      // failed in this call: sent alone it would overtake that one, so it
+      // waits behind it instead.
+      if (interrupted_now || stopping()) {
+        out[i].outcome = Outcome::kUntouched;
+        NoteUntouched(route, rows[i]);
+        continue;
+      }
+      if (ParkBehindEarlier(rows[i], route, nullptr, settings.now_us, kWaitingForKey, &out[i])) {
+        continue;
+      }
+      OutMessage alone = MessageOf(rows[i], route, settings.source);
+      Delivery solo;
+      sink->Publish(&alone, 1, &solo, interrupted);
+      if (solo.status == DeliveryStatus::kRetriable && stopping()) {
+        out[i].outcome = Outcome::kUntouched;  // interrupted while alone: no verdict
+        NoteUntouched(route, rows[i]);
+        continue;
+      }
+      result = solo;
+    }
+    Attempted(rows[i], route, result, settings, &out[i]);
+  }
+}
+
+bool Verdicts::ParkBehindEarlier(const EventRow &row, const DispatchRoute &route,
+                                 const std::set<std::string> *in_batch, int64_t now_us,
+                                 std::string_view error, RowOutcome *out) {
+  int64_t until = now_us;
+  if (!row.has_key || guard_->MayDeliver(route.pattern, row.key, row.id, in_batch, &until)) {
+    return false;
+  }
+  out->outcome = Outcome::kPark;
+  out->next_attempt_us = std::max(until, now_us);
+  if (!late_keys_->empty() &&
+      late_keys_->count(RouteKey(route.pattern, std::string(row.key))) != 0) {
+    // Behind an event whose sink has not answered yet: its answer may come
+    // any moment (the earlier event is parked for the sink's whole timeout).
+    out->next_attempt_us = std::min(out->next_attempt_us, now_us + kLateRecheckUs);
+  }
+  SetError(out, error);
+  guard_->Block(route.pattern, row.key, row.id, out->next_attempt_us);
+  return true;
+}
+
+void Verdicts::Attempted(const EventRow &row, const DispatchRoute &route, const Delivery &delivery,
+                         const DispatchSettings &settings, RowOutcome *out) {
+  if (delivery.status == DeliveryStatus::kDelivered) {
+    out->outcome = Outcome::kPublished;
+    if (row.has_key) guard_->Release(route.pattern, row.key, row.id);
+    return;
+  }
+  out->attempts = row.attempts + 1;
+  SetError(out, delivery.error);
+  if (out->attempts >= settings.max_attempts) {
+    out->outcome = Outcome::kDead;
+    if (row.has_key) guard_->Release(route.pattern, row.key, row.id);
+    Log(LogLevel::kWarning, "event " + std::string(row.id) + " (topic \"" + std::string(row.topic) +
+                                "\") is dead after " + std::to_string(out->attempts) +
+                                " attempts: " + delivery.error);
+    return;
+  }
+  out->outcome = Outcome::kRetry;
+  out->next_attempt_us = settings.now_us + BackoffMs(out->attempts, settings.backoff_min_ms,
+                                                     settings.backoff_max_ms, Random()) *
+                                               kUsecPerMs;
+  if (row.has_key) guard_->Block(route.pattern, row.key, row.id, out->next_attempt_us);
+}
+
+}  // namespace outbox

@@ -1,0 +1,123 @@
+// Verdicts: what a sink's answers make of each row of a group (published,
+// retried, dead, parked), what they say of the sink (down, available again),
+// and the per-key order rule every verdict keeps (an event never goes ahead
+// of an earlier waiting event of its route and key). The rules are the
+// Dispatcher's (dispatch.hpp); this applies them to one group at a time.
+// PostgreSQL-free.
+//
+// Threading: the publisher's main thread only. Every pointer given to
+// Verdicts is the Dispatcher's, outlives it, and is used by nothing else
+// while a verdict is made. Methods may throw (out of memory): the
+// Dispatcher's boundaries give up the whole window then.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/dispatch_rows.hpp"
+#include "core/log_buffer.hpp"
+#include "core/order_guard.hpp"
+#include "core/sink.hpp"
+#include "core/sink_registry.hpp"
+
+namespace outbox {
+
+constexpr int64_t kUsecPerMs = 1000;
+inline constexpr std::string_view kWaitingForKey = "waiting for an earlier event with the same key";
+
+// A route as the dispatcher keeps it (Configure copies each RouteRow).
+struct DispatchRoute {
+  std::string pattern;
+  std::string sink;
+  bool has_target = false;
+  std::string target;
+  bool paused = false;
+  MessageFormat format = MessageFormat::kRaw;
+};
+using RouteKey = std::pair<std::string, std::string>;  // route pattern, key
+
+// Copy `text` into out->error, cut to fit.
+void SetError(RowOutcome *out, std::string_view text);
+
+// The message a row becomes on its route: views of the row, the route and
+// `source` (the settings' CloudEvents source).
+OutMessage MessageOf(const EventRow &row, const DispatchRoute &route, std::string_view source);
+
+// What Judge needs to decide a group's rows from its sink's answers.
+struct Judging {
+  const EventRow *rows = nullptr;
+  const int *route_of = nullptr;
+  const std::vector<size_t> *members = nullptr;
+  const std::vector<Delivery> *results = nullptr;
+  const DispatchSettings *settings = nullptr;
+  RowOutcome *out = nullptr;
+  const std::string *sink_name = nullptr;
+  // For retrying a refused message alone; null for late groups (their
+  // rows' payloads are gone): a refusal then counts an attempt at once.
+  Sink *solo_sink = nullptr;
+  // Part of a group whose sink answered others (dispatch.hpp, "Slow sinks"):
+  // transient failures are the events' trouble, not the sink's.
+  bool partial = false;
+  // A late group of a retired producer: judged without touching the
+  // state of the sink now under its name.
+  bool retired = false;
+};
+
+class Verdicts {
+ public:
+  // routes: the routes route_of indexes; late_keys: (route, key) pairs
+  // whose earlier event awaits a late answer (late_answers.hpp).
+  Verdicts(const std::vector<DispatchRoute> *routes, OrderGuard *guard, SinkRegistry *sinks,
+           const std::set<RouteKey> *late_keys, LogBuffer *logs, std::mt19937_64 *rng);
+
+  // Decide a group's rows from its sink's answers (all in), and the sink's
+  // state from them. `interrupted`: shutting down leaves rows without a
+  // verdict (kUntouched, see untouched()).
+  void Judge(const Judging &j, Sink::InterruptCheck interrupted);
+
+  // If an earlier event of row's route and key waits (and is not admitted to
+  // this batch ahead of it), park row behind it until that one's time, and
+  // note row as waiting too. Returns whether it parked.
+  bool ParkBehindEarlier(const EventRow &row, const DispatchRoute &route,
+                         const std::set<std::string> *in_batch, int64_t now_us,
+                         std::string_view error, RowOutcome *out);
+
+  // An attempt's verdict: published, retried after a backoff, or dead
+  // after settings.max_attempts (which releases its key).
+  void Attempted(const EventRow &row, const DispatchRoute &route, const Delivery &delivery,
+                 const DispatchSettings &settings, RowOutcome *out);
+
+  // (route, key) of events left as they were (interrupted) in the batches
+  // finished so far while others are in flight: their deferred successors
+  // wait too.
+  const std::set<RouteKey> &untouched() const { return untouched_keys_; }
+  void ClearUntouched() noexcept { untouched_keys_.clear(); }
+
+  // How long a later event of a key waits, at a time, behind an event of
+  // that key whose sink has not answered yet.
+  static constexpr int64_t kLateRecheckUs = 1000000;
+  // Most event ids one NoteOvertaken line names.
+  static constexpr size_t kMaxOvertakenNamed = 20;
+
+ private:
+  double Random();
+  void Log(LogLevel level, std::string text) { logs_->Add(level, std::move(text)); }
+  void NoteOvertaken(const Judging &j) noexcept;
+  void NoteUntouched(const DispatchRoute &route, const EventRow &row);
+
+  const std::vector<DispatchRoute> *routes_;
+  OrderGuard *guard_;
+  SinkRegistry *sinks_;
+  const std::set<RouteKey> *late_keys_;
+  LogBuffer *logs_;
+  std::mt19937_64 *rng_;
+  std::set<RouteKey> untouched_keys_;
+};
+
+}  // namespace outbox
