@@ -56,9 +56,6 @@ bool HasDeliverableRoutes();
 // as the last cycle left it; *known false when a cycle must read it again
 // (it then claims due retries first). No transaction needed.
 TimestampTz KnownRetryDue(bool *known);
-// Dispatcher::LateIds as a text[] in CurrentMemoryContext (ERROR when out of
-// memory).
-Datum LateAnswerIds(const Dispatcher *dispatcher);
 // When the last cycle's claims were made (0 before the first): what they
 // left alone and why was decided as of then.
 TimestampTz LastClaimsAt();
