@@ -151,8 +151,8 @@ class ClaimFloor {
   // report was taken, at the cycle's start or after a ready claim). The floor
   // this cycle leaves stays at or below that emit. Returns whether the next
   // claim must start lower (the emit lies below where the last one started:
-  // its snapshot may have seen events of that transaction it did not take,
-  // while later ones of their keys were); the remembered floor goes down
+  // its snapshot may have seen events of that transaction below its start,
+  // while it took later ones of their keys); the remembered floor goes down
   // there too, for good: an abort keeps it. A transaction that first emitted
   // at or above where the claim started has all its events in the range a
   // claim from there covers, in id order.

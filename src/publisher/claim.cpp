@@ -1,6 +1,7 @@
 // The SQL half of a publish cycle (see claim.hpp): the claims, and the window
 // of batches in flight. Where the ready claims start is ClaimFloor's
-// (core/claim_floor.hpp); the rows a claim takes are read into batches by
+// (core/claim_floor.hpp), and whether a cycle claims due retries is
+// retry_due.cpp's; the rows a claim takes are read into batches by
 // claim_rows.cpp, and outcomes are written by outcomes.cpp.
 //
 // Index use (see the install script): due retries come from events_retry_idx
@@ -20,6 +21,7 @@
 #include "publisher/claim_lists.hpp"
 #include "publisher/claim_rows.hpp"
 #include "publisher/key_ownership.hpp"
+#include "publisher/retry_due.hpp"
 #include "publisher/outcomes.hpp"
 #include "publisher/spi_rows.hpp"
 
@@ -51,9 +53,9 @@ constexpr const char kClaimRetrySql[] =
 // $1 limit, $2 floor (inclusive), $3 owned key slots (NULL: all), $4
 // ceiling (exclusive), $5 topics left alone, $6 and $7 the created_at range
 // the ids in [$2, $4) can have (ClaimFloor::CreatedAtRange: only the
-// partitions that can hold them are scanned), $8 the LIKE patterns of the routes that deliver
-// (Dispatcher::DeliverableLikePatterns: events of other topics stay where
-// they are, at no cost, until a route takes them).
+// partitions that can hold them are scanned), $8 the LIKE patterns of the
+// routes that deliver (Dispatcher::DeliverableLikePatterns: events of other
+// topics stay where they are, at no cost, until a route takes them).
 constexpr const char kClaimReadySql[] =
     "SELECT " CLAIM_COLUMNS
     " FROM outbox.events WHERE status = 'pending' AND next_attempt_at IS NULL"
@@ -78,16 +80,6 @@ void PreparePlans() {
 // transaction's memory.
 ClaimFloor claim_floor;
 
-// What the claims know about the retry index (our keys' events waiting for a
-// time): the earliest next_attempt_at there, 0 for none. Exact when read
-// (NextRetryAt) in a cycle's transaction, then lowered by every time this
-// process writes; unknown again after anything else may have written one (a
-// reload releasing events, outbox.wakeup(), key slots gained, an error) and
-// at least once a second, for writers nobody tells us about.
-constexpr int64 kRetryRecheckUs = USECS_PER_SEC;
-bool retry_known = false;
-TimestampTz retry_due = 0;
-TimestampTz retry_read_at = 0;
 TimestampTz last_claims_at = 0;  // LastClaimsAt
 
 // The database's prepared transactions, when there can be any.
@@ -167,8 +159,6 @@ ClaimedRows RunClaim(SPIPlanPtr plan, int limit, int64 *bytes_left, TimestampTz 
   return claimed;
 }
 
-TimestampTz NextRetryAt();
-
 // The dispatcher gave up the window (Dispatcher::Begin and Finish): the
 // cycle goes with it, so that nothing it decided is written; the worker's
 // error path reloads the order state from the database.
@@ -242,17 +232,16 @@ int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted,
   // why each holds until a ready claim runs).
   if (SetSkippedTopics(dispatcher, now)) claim_floor.TopicsTakenAgain();
   // Slots gained: their events, and their retry times.
-  if (claim_floor.KeySlotsAre(OwnedSlots().generation)) retry_known = false;
+  if (claim_floor.KeySlotsAre(OwnedSlots().generation)) ForgetRetryDue();
   // Events were put where the floor may have passed them, or given a retry
   // time this process does not know.
-  if (claim_floor.ResetCountIs(ClaimFloorResets())) retry_known = false;
+  if (claim_floor.ResetCountIs(ClaimFloorResets())) ForgetRetryDue();
   claim_floor.BeginCycle(now, bound);
   // Passed transactions that committed since the last cycle looked: its
   // claims start no higher than their first emit.
   (void)LookBackForHolders();
-  // Retries are claimed only when one may be due (retry_known above).
-  if (now - retry_read_at >= kRetryRecheckUs) retry_known = false;
-  const bool claim_retries = !retry_known || (retry_due != 0 && retry_due <= now);
+  // Retries are claimed only when one may be due (retry_due.hpp).
+  const bool claim_retries = RetriesMayBeDue(now);
   bool retries_left = false;  // the retry claim came back full
 
   // The window: claim a batch and send it; while the brokers answer, claim
@@ -365,19 +354,9 @@ int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted,
 
   for (int w = 0; w < nbatches; ++w) FinishBatch(dispatcher, window[w], interrupted, stats);
 
-  // What the retry index holds now. After a retry claim that took every
-  // due retry, read its earliest time again (our outcomes are written:
-  // this transaction sees them); otherwise it is what it was, or earlier
-  // if this cycle wrote an earlier time.
-  if (claim_retries && !retries_left) {
-    retry_due = NextRetryAt();
-    retry_known = true;
-    retry_read_at = now;
-  } else if (claim_retries) {
-    retry_known = false;  // more are due: claim them next cycle
-  } else if (stats->earliest_retry != 0 && (retry_due == 0 || stats->earliest_retry < retry_due)) {
-    retry_due = stats->earliest_retry;
-  }
+  // What the retry index holds now (our outcomes are written: this
+  // transaction sees them).
+  NoteRetriesAfterCycle(now, claim_retries, retries_left, stats->earliest_retry);
   return stats->claimed;
 }
 
@@ -385,7 +364,7 @@ void CommitClaimFloor() { claim_floor.Committed(); }
 
 void ForgetClaimFloor() {
   claim_floor.Aborted();
-  retry_known = false;  // the aborted cycle's reading went with it
+  ForgetRetryDue();  // the aborted cycle's reading went with it
 }
 
 void NoteRoutesLoaded(const Dispatcher *dispatcher) {
@@ -393,15 +372,10 @@ void NoteRoutesLoaded(const Dispatcher *dispatcher) {
   // place while none did: start from the beginning (at once, and at the
   // commit of a window that is open).
   if (SetDeliverablePatterns(dispatcher)) claim_floor.RoutesChanged();
-  retry_known = false;  // the load released events waiting for a route, due now
+  ForgetRetryDue();  // the load released events waiting for a route, due now
 }
 
 bool HasDeliverableRoutes() { return DeliverableCount() > 0; }
-
-TimestampTz KnownRetryDue(bool *known) {
-  *known = retry_known;
-  return retry_due;
-}
 
 TimestampTz LastClaimsAt() { return last_claims_at; }
 
@@ -410,38 +384,5 @@ const char *PublisherStatement(const char *name) {
   if (strcmp(name, "claim_ready") == 0) return kClaimReadySql;
   return nullptr;
 }
-
-namespace {
-
-// When the earliest event of our keys that waits for a time, and that a
-// retry claim may take, is due (0 if none). Sees this transaction's own
-// outcomes. Events of the topics the claims leave alone (behind a sink that
-// is down or owes late answers) do not count: the claims would not take
-// them when due, and the idle publisher would wake for nothing, at once and
-// again (it spun through thousands of empty transactions a second while a
-// sink's answers were late). What ends their wait wakes it anyway: the
-// sink's retry time (Dispatcher::NextSinkRetryUs) or its answers.
-TimestampTz NextRetryAt() {
-  // Prepared once: planning a min() over every partition costs more than
-  // running it.
-  static SPIPlanPtr plan = nullptr;
-  if (plan == nullptr) {
-    Oid types[2] = {BYTEAOID, TEXTARRAYOID};
-    plan = KeepPlan(
-        "SELECT min(next_attempt_at) FROM outbox.events"
-        " WHERE status = 'pending' AND next_attempt_at IS NOT NULL"
-        " AND next_attempt_at < 'infinity' AND topic <> ALL($2) AND" OWNED_KEYS("$1"),
-        2, types);
-  }
-  Datum args[2] = {OwnedBitmap(), SkippedTopics()};
-  if (SPI_execute_plan(plan, args, nullptr, false, 1) != SPI_OK_SELECT || SPI_processed != 1) {
-    return 0;
-  }
-  bool isnull = false;
-  Datum d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-  return isnull ? 0 : DatumGetTimestampTz(d);
-}
-
-}  // namespace
 
 }  // namespace outbox

@@ -37,6 +37,7 @@
 #include "catalog/events_owner.hpp"
 
 #include "publisher/claim.hpp"
+#include "publisher/retry_due.hpp"
 #include "publisher/configuration.hpp"
 #include "catalog/database_home.hpp"
 #include "fault_injection.hpp"
