@@ -16,8 +16,9 @@
 // naming a partition (maintenance, a restore's COPY). The publishers' ready
 // claims start from a remembered position that a never-tried row may lie
 // below, and they know when the earliest retry is due only from what they
-// wrote themselves (publisher/claim.cpp): at commit, they start from the
-// beginning again and read the retry times afresh.
+// wrote themselves (core/claim_floor.hpp, publisher/retry_due.hpp): at
+// commit, they start from the beginning again and read the retry times
+// afresh.
 //
 // Memory: everything in the trigger's call context (per query); the plan is
 // kept for the backend. Runs as whoever ran the statement, with the

@@ -52,13 +52,6 @@ void NoteRoutesLoaded(const Dispatcher *dispatcher);
 // wake the publisher.
 bool HasDeliverableRoutes();
 
-// When the earliest event of our keys that waits for a time is due (0: none),
-// as the last cycle left it; *known false when a cycle must read it again
-// (it then claims due retries first). No transaction needed.
-TimestampTz KnownRetryDue(bool *known);
-// Dispatcher::LateIds as a text[] in CurrentMemoryContext (ERROR when out of
-// memory).
-Datum LateAnswerIds(const Dispatcher *dispatcher);
 // When the last cycle's claims were made (0 before the first): what they
 // left alone and why was decided as of then.
 TimestampTz LastClaimsAt();

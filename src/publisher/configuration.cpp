@@ -7,6 +7,7 @@
 
 #include "guc.hpp"
 #include "publisher/claim.hpp"
+#include "publisher/claim_lists.hpp"
 #include "publisher/key_ownership.hpp"
 #include "publisher/spi_rows.hpp"
 #include "catalog/sink_catalog.hpp"

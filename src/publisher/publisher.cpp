@@ -41,6 +41,7 @@
 #include "catalog/events_owner.hpp"
 
 #include "publisher/claim.hpp"
+#include "publisher/retry_due.hpp"
 #include "publisher/configuration.hpp"
 #include "publisher/idle_wait.hpp"
 #include "catalog/database_home.hpp"

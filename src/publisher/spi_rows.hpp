@@ -1,6 +1,6 @@
-// What the publisher's SQL code shares (claim.cpp, outcomes.cpp,
-// configuration.cpp): plans kept for the life of the process, and text
-// columns read as views.
+// What the publisher's SQL code shares (claim.cpp, claim_rows.cpp,
+// outcomes.cpp, configuration.cpp): plans kept for the life of the process,
+// and text columns read as views.
 //
 // Memory: a kept plan lives until the process exits or SPI_freeplan; the
 // strings TextColumn returns are palloc'd in the current memory context.

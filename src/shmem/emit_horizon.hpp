@@ -1,13 +1,14 @@
 // The emit horizon: how far back an event that is not committed yet may lie.
 //
-// The publisher's ready claim starts from a remembered position (claim.cpp)
-// and may only move it up to a bound below which no event can still appear.
-// An event appears when its transaction commits, with the id (the time) it
-// got when emit() ran, however long before. So every transaction that has
-// emitted and not ended publishes here, in shared memory, a time no later
-// than its first event's id; the bound is the oldest of them (and of the
-// prepared transactions that emitted) in the database, but for those a
-// publisher chose to pass (ReadEmitHorizon), which report their commit.
+// The publisher's ready claim starts from a remembered position (claim.cpp,
+// core/claim_floor.hpp) and may only move it up to a bound below which no
+// event can still appear. An event appears when its transaction commits,
+// with the id (the time) it got when emit() ran, however long before. So
+// every transaction that has emitted and not ended publishes here, in shared
+// memory, a time no later than its first event's id; the bound is the oldest
+// of them (and of the prepared transactions that emitted) in the database,
+// but for those a publisher chose to pass (ReadEmitHorizon), which report
+// their commit.
 //
 // Why not pg_stat_activity: an emit() that waited for a lock took its id
 // before its transaction had an xid, so it was invisible there;

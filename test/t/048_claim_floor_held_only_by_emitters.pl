@@ -1,5 +1,5 @@
-# The publisher's ready claim starts from a remembered floor (claim.cpp,
-# "The ready claim's starting point"), raised after each cycle up to a bound
+# The publisher's ready claim starts from a remembered floor
+# (src/core/claim_floor.hpp), raised after each cycle up to a bound
 # below which no uncommitted event can still appear (emit_horizon.hpp). This
 # file proves what holds that floor back and what moves it:
 #  (d) a long transaction that writes but never emits (an xid held 15-20 s)

@@ -5,8 +5,7 @@
 # (draining 50,000 events went from 0.8 s to 3.2 s over 300,000 events on
 # 0.2.0). The claims' floor now passes such a transaction once it has been
 # open a second, and looks back to its first emit once when it commits
-# (claim.cpp, "The ready claim's starting point"; emit_horizon.cpp,
-# "Passing").
+# (src/core/claim_floor.hpp; emit_horizon.cpp, "Passing").
 #
 # For each kind of holder (open, then prepared), 300,000 events are emitted
 # and published in chunks of 50,000 while the holder stays. What a chunk

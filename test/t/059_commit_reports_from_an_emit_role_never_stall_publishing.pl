@@ -7,7 +7,7 @@
 # three tries give it up and start over: nothing was published for the
 # length of the flood (45 s of latency in a 65 s flood). Now a report makes a
 # claim look again only when its transaction's first emit lies below where
-# that claim started (claim.cpp, LookBackForHolders): a legitimate
+# that claim started (claim_floor.hpp, HolderCommitted): a legitimate
 # application's events (topic "legit", routed, one every 0.25 s) go out
 # within 5 s throughout. RT_ITER makes the flood longer.
 use strict;
