@@ -13,6 +13,8 @@ set -euo pipefail
 WORK=${1:?work directory}
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 COPY=$WORK/checkout
+# shellcheck source-path=SCRIPTDIR source=lib/processes.sh
+source "$REPO/test/lib/processes.sh"
 mkdir -p "$COPY"
 chmod 755 "$WORK" # the TAP suite runs as the server's OS user, under the copy
 tar -C "$REPO" --exclude=./.git --exclude='./build*' --exclude=./test/results \
@@ -82,11 +84,7 @@ check "the TAP file by name" '^--- TAP: t/000_harness_smoke\.pl '
 check "the TAP file's log" 'TAP file broken on purpose'
 check "the killed TAP file by name" '^--- TAP: t/001_harness_killed\.pl '
 # Nothing the killed file started is left: no process works in the copy.
-left=()
-for pid in /proc/[0-9]*; do
-  pid=${pid#/proc/}
-  [[ "$(readlink "/proc/$pid/cwd" 2>/dev/null)" == "$COPY"/* ]] && left+=("$pid")
-done
+mapfile -t left < <(processes_in "$COPY")
 if ((${#left[@]} == 0)); then
   echo "ok: nothing the killed TAP file started is left running"
 else

@@ -80,6 +80,8 @@ budget() {
 
 # shellcheck source-path=SCRIPTDIR source=lib/failures.sh
 source "$REPO/test/lib/failures.sh"
+# shellcheck source-path=SCRIPTDIR source=lib/processes.sh
+source "$REPO/test/lib/processes.sh"
 SUITE_LOGS=$REPO/test/results/logs
 
 banner() { printf '\n===== %s =====\n' "$*"; }
@@ -497,22 +499,12 @@ run_tap() {
 # the time budget kills never reaches its END block: its servers (pg_ctl puts
 # each postmaster in a session of its own, out of reach of timeout's signal)
 # and the brokers it started would keep the machine busy for the rest of the
-# run. Each of them works in DIR (a postmaster's working directory is its
-# data directory) or names it on its command line; processes of other runs
-# and of the chroots (their own PID namespaces) name other directories.
+# run (lib/processes.sh says which processes count).
 # shellcheck disable=SC2317 # runs in tap_suites, a background job
 reap_tap_dir() {
-  local dir=$1 pid cwd pids=() round
+  local dir=$1 pids=() round
   for round in QUIT KILL; do
-    pids=()
-    for pid in /proc/[0-9]*; do
-      pid=${pid#/proc/}
-      ((pid == $$ || pid == BASHPID)) && continue
-      cwd=$(readlink "/proc/$pid/cwd" 2>/dev/null) || continue
-      if [[ $cwd == "$dir"/* ]] || tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$dir/"; then
-        pids+=("$pid")
-      fi
-    done
+    mapfile -t pids < <(processes_in "$dir")
     ((${#pids[@]})) || return 0
     echo "stopping ${#pids[@]} processes the TAP run in $dir left running (SIG$round)"
     kill -"$round" "${pids[@]}" 2>/dev/null || true

@@ -47,8 +47,10 @@ SPIPlanPtr prepared_plan = nullptr;
 // due.
 constexpr const char kClaimRetrySql[] =
     "SELECT " CLAIM_COLUMNS
-    " FROM outbox.events WHERE status = 'pending' AND next_attempt_at IS NOT NULL"
-    " AND next_attempt_at <= now() AND topic <> ALL($3) AND" OWNED_KEYS(
+    " FROM outbox.events WHERE status OPERATOR(pg_catalog.=) 'pending'::pg_catalog.text"
+    " AND next_attempt_at IS NOT NULL"
+    " AND next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now()"
+    " AND topic OPERATOR(pg_catalog.<>) ALL ($3) AND" OWNED_KEYS(
         "$2") " ORDER BY next_attempt_at, id LIMIT $1 FOR UPDATE SKIP LOCKED";
 // $1 limit, $2 floor (inclusive), $3 owned key slots (NULL: all), $4
 // ceiling (exclusive), $5 topics left alone, $6 and $7 the created_at range
@@ -58,10 +60,12 @@ constexpr const char kClaimRetrySql[] =
 // topics stay where they are, at no cost, until a route takes them).
 constexpr const char kClaimReadySql[] =
     "SELECT " CLAIM_COLUMNS
-    " FROM outbox.events WHERE status = 'pending' AND next_attempt_at IS NULL"
-    " AND created_at >= $6 AND created_at <= $7 AND id >= $2 AND id < $4"
-    " AND topic LIKE ANY($8) AND topic <> ALL($5) AND" OWNED_KEYS(
-        "$3") " ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED";
+    " FROM outbox.events WHERE status OPERATOR(pg_catalog.=) 'pending'::pg_catalog.text"
+    " AND next_attempt_at IS NULL"
+    " AND created_at OPERATOR(pg_catalog.>=) $6 AND created_at OPERATOR(pg_catalog.<=) $7"
+    " AND id OPERATOR(pg_catalog.>=) $2 AND id OPERATOR(pg_catalog.<) $4"
+    " AND topic OPERATOR(pg_catalog.~~) ANY ($8) AND topic OPERATOR(pg_catalog.<>) ALL ($5) "
+    "AND" OWNED_KEYS("$3") " ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED";
 constexpr Oid kClaimRetryTypes[] = {INT4OID, BYTEAOID, TEXTARRAYOID};
 constexpr Oid kClaimReadyTypes[] = {INT4OID,      UUIDOID,        BYTEAOID,       UUIDOID,
                                     TEXTARRAYOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTARRAYOID};

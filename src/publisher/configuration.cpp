@@ -136,21 +136,18 @@ void LoadConfiguration(Dispatcher *dispatcher) {
   // new events, which keeps the ready claim's starting point valid).
   // Only those of keys we own (and keyless ones): another publisher's are
   // its business, and updating them could wait for its row locks.
-  Oid types[1] = {BYTEAOID};
-  Datum args[1] = {OwnedBitmap()};
+  // Only those a route may now take: events of topics no route matches stay
+  // as they are, at no cost per reload. The patterns are the ready claims'
+  // (NoteRoutesLoaded, above: the routes that are not paused and name a sink
+  // that exists, as LIKE patterns).
+  Oid types[2] = {BYTEAOID, TEXTARRAYOID};
+  Datum args[2] = {OwnedBitmap(), DeliverablePatterns()};
   if (SPI_execute_with_args(
-          "UPDATE outbox.events SET next_attempt_at = now()"
-          " WHERE status = 'pending' AND next_attempt_at = 'infinity' AND" OWNED_KEYS("$1")
-          // Only those a route may now take: events of topics no route
-          // matches stay as they are, at no cost per reload (patterns are
-          // [A-Za-z0-9._-*]: only '_' needs escaping for LIKE, with '!',
-          // which neither holds, whatever standard_conforming_strings says).
-          // A route naming a sink that does not exist delivers nothing either.
-          " AND EXISTS (SELECT FROM ONLY outbox.routes r WHERE NOT r.paused AND topic LIKE"
-          " pg_catalog.replace(pg_catalog.replace(r.pattern, '_', '!_'), '*', '%') ESCAPE '!'"
-          " AND EXISTS (SELECT FROM ONLY outbox.sinks s WHERE s.name OPERATOR(pg_catalog.=) "
-          "r.sink))",
-          1, types, args, nullptr, false, 0) != SPI_OK_UPDATE) {
+          "UPDATE outbox.events SET next_attempt_at = pg_catalog.now()"
+          " WHERE status OPERATOR(pg_catalog.=) 'pending'::pg_catalog.text"
+          " AND next_attempt_at OPERATOR(pg_catalog.=) 'infinity'::pg_catalog.timestamptz"
+          " AND topic OPERATOR(pg_catalog.~~) ANY ($2) AND" OWNED_KEYS("$1"),
+          2, types, args, nullptr, false, 0) != SPI_OK_UPDATE) {
     elog(ERROR, "outbox: cannot release events that waited for a route");
   }
 

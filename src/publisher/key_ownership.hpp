@@ -60,7 +60,7 @@ inline Datum OwnedBitmap() { return PointerGetDatum(OwnedSlots().bitmap); }
 // publisher does: the filter then costs nothing per row).
 #define OWNED_KEYS(param)                                            \
   " (" param " IS NULL OR key IS NULL OR pg_catalog.get_byte(" param \
-  ", outbox.key_slot(key)) = "                                       \
+  ", outbox.key_slot(key)) OPERATOR(pg_catalog.=) "                  \
   "1)"
 
 }  // namespace outbox

@@ -59,21 +59,24 @@ const OutcomePlans &PlansFor(Oid partition) {
   const char *qname = quote_identifier(name);
   Oid published_types[1] = {TIDARRAYOID};
   slot.published = KeepPlan(
-      psprintf("UPDATE outbox.%s SET status = 'published', published_at = clock_timestamp(),"
-               " last_error = NULL WHERE ctid = ANY($1)",
-               qname),
+      psprintf(
+          "UPDATE outbox.%s SET status = 'published', published_at = pg_catalog.clock_timestamp(),"
+          " last_error = NULL WHERE ctid OPERATOR(pg_catalog.=) ANY ($1)",
+          qname),
       1, published_types);
   Oid failed_types[5] = {TIDARRAYOID, TEXTARRAYOID, INT4ARRAYOID, TIMESTAMPTZARRAYOID,
                          TEXTARRAYOID};
   // Planned for each call's arrays (a custom plan): a generic plan cannot
   // know how many rows unnest() yields and hash-joins a scan of the whole
   // partition, where a handful of failures wants a nested loop.
-  slot.failed = KeepPlan(psprintf("UPDATE outbox.%s e SET status = u.status, attempts = u.attempts,"
-                                  " next_attempt_at = u.next, last_error = u.error"
-                                  " FROM unnest($1, $2, $3, $4, $5) AS u(t, status, attempts, next,"
-                                  " error) WHERE e.ctid = u.t",
-                                  qname),
-                         5, failed_types, CURSOR_OPT_CUSTOM_PLAN);
+  slot.failed = KeepPlan(
+      psprintf("UPDATE outbox.%s e SET status = u.status, attempts = u.attempts,"
+               " next_attempt_at = u.next, last_error = u.error"
+               " FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
+               " pg_catalog.unnest($3), pg_catalog.unnest($4), pg_catalog.unnest($5))"
+               " AS u(t, status, attempts, next, error) WHERE e.ctid OPERATOR(pg_catalog.=) u.t",
+               qname),
+      5, failed_types, CURSOR_OPT_CUSTOM_PLAN);
   slot.partition = partition;
   namestrcpy(&slot.name, name);
   return slot;

@@ -34,9 +34,11 @@ TimestampTz NextRetryAt() {
   if (plan == nullptr) {
     Oid types[2] = {BYTEAOID, TEXTARRAYOID};
     plan = KeepPlan(
-        "SELECT min(next_attempt_at) FROM outbox.events"
-        " WHERE status = 'pending' AND next_attempt_at IS NOT NULL"
-        " AND next_attempt_at < 'infinity' AND topic <> ALL($2) AND" OWNED_KEYS("$1"),
+        "SELECT pg_catalog.min(next_attempt_at) FROM outbox.events"
+        " WHERE status OPERATOR(pg_catalog.=) 'pending'::pg_catalog.text"
+        " AND next_attempt_at IS NOT NULL"
+        " AND next_attempt_at OPERATOR(pg_catalog.<) 'infinity'::pg_catalog.timestamptz"
+        " AND topic OPERATOR(pg_catalog.<>) ALL ($2) AND" OWNED_KEYS("$1"),
         2, types);
   }
   Datum args[2] = {OwnedBitmap(), SkippedTopics()};

@@ -116,6 +116,7 @@ use File::Spec;
 use File::Temp ();
 use IPC::Run ();
 use JSON::PP ();
+use Time::HiRes ();
 
 my $KAFKA_DIR =
   File::Spec->rel2abs(File::Basename::dirname(__FILE__) . '/../kafka');
@@ -312,10 +313,30 @@ sub _consume_once
 
 	my ($out, $err) = ('', '');
 	local $SIG{PIPE} = 'IGNORE';
-	# The tool bounds itself (idle timeout); this only catches a hung process
-	# (generous: reading thousands of messages takes a while on a loaded machine).
-	my $guard = IPC::Run::timeout($PATIENCE + 2 * $timeout_ms / 1000);
-	my $ok = eval { IPC::Run::run(\@cmd, '<', \undef, '>', \$out, '2>', \$err, $guard) };
+	# The tool bounds itself (its idle timeout); this only catches a hung
+	# process: one that printed no message for that long. A read of tens of
+	# thousands of messages may take minutes on a loaded machine, and goes on
+	# as long as messages keep coming.
+	my $stall = $PATIENCE + 2 * $timeout_ms / 1000;
+	my $ok = eval {
+		my $h = IPC::Run::start(\@cmd, '<', \undef, '>', \$out, '2>', \$err);
+		my ($seen, $since) = (0, time());
+		while ($h->pumpable)
+		{
+			$h->pump_nb;
+			if (length($out) != $seen)
+			{
+				($seen, $since) = (length($out), time());
+			}
+			elsif (time() - $since > $stall)
+			{
+				$h->kill_kill;
+				die "no message for $stall s\n";
+			}
+			Time::HiRes::usleep(20_000);
+		}
+		$h->finish;
+	};
 	croak "kafka_consume failed: " . ($@ || "exit status " . ($? >> 8)) . "\n$err"
 	  unless $ok;
 
