@@ -22,6 +22,31 @@ PG_DIRS = src src/emit src/shmem src/catalog src/hooks src/publisher
 FREE_DIRS = src/core src/sinks
 PG_SRCS = $(sort $(wildcard $(addsuffix /*.cpp,$(PG_DIRS))))
 FREE_SRCS = $(sort $(wildcard $(addsuffix /*.cpp,$(FREE_DIRS))))
+
+# The AMQP (RabbitMQ) and NATS sinks are built when pkg-config finds their
+# client libraries (librabbitmq-dev, libnats-dev); without one, its
+# src/sinks/<kind>_*.cpp are left out and create_sink() of that kind says the
+# build lacks it. OUTBOX_SINKS=all makes a missing library an error (CI and
+# the Debian package).
+HAVE_AMQP := $(shell pkg-config --exists librabbitmq && echo yes)
+HAVE_NATS := $(shell pkg-config --exists libnats && echo yes)
+ifeq ($(OUTBOX_SINKS),all)
+ifneq ($(HAVE_AMQP)$(HAVE_NATS),yesyes)
+$(error OUTBOX_SINKS=all: librabbitmq-dev and libnats-dev are needed (pkg-config librabbitmq libnats))
+endif
+endif
+ifeq ($(HAVE_AMQP),yes)
+SINK_DEFINES += -DOUTBOX_WITH_AMQP
+SINK_LIBS += $(shell pkg-config --libs librabbitmq)
+else
+FREE_SRCS := $(filter-out src/sinks/amqp_%,$(FREE_SRCS))
+endif
+ifeq ($(HAVE_NATS),yes)
+SINK_DEFINES += -DOUTBOX_WITH_NATS
+SINK_LIBS += $(shell pkg-config --libs libnats)
+else
+FREE_SRCS := $(filter-out src/sinks/nats_%,$(FREE_SRCS))
+endif
 OBJS = $(PG_SRCS:.cpp=.o) $(FREE_SRCS:.cpp=.o)
 
 REGRESS = setup emit tracing sinks routes controls stats partitions privileges emit_runs_only_built_in_code emit_writes_like_insert extension writer_role
@@ -32,7 +57,7 @@ ISOLATION_OPTS = --inputdir=test/isolation --outputdir=test/results/isolation
 PG_CONFIG ?= pg_config
 
 # Headers are included by their path under src/ ("core/dispatch.hpp").
-PG_CPPFLAGS = -I$(srcdir)/src
+PG_CPPFLAGS = -I$(srcdir)/src $(SINK_DEFINES)
 # -Wno-cast-function-type: from 16 on, PGXS passes -Wcast-function-type, and
 # nodeFuncs.h's walker casts from `bool (*)()`, which C calls unprototyped and
 # C++ calls a function of no arguments.
@@ -41,7 +66,7 @@ PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Wno-unused-parameter \
 ifeq ($(WERROR),1)
 PG_CXXFLAGS += -Werror
 endif
-SHLIB_LINK = -lrdkafka -lhiredis -lstdc++
+SHLIB_LINK = -lrdkafka -lhiredis $(SINK_LIBS) -lstdc++
 
 # Track header dependencies in every build (.deps/): a header change, such as
 # a new member in a class another file allocates, must rebuild every file

@@ -1,8 +1,9 @@
 -- outbox 0.2.0 -> 0.3.0. Never edit it once released.
 -- Brings a 0.2.0 installation to what outbox--0.3.0.sql installs (the
 -- regression test "extension" compares the two). DDL only: no statement
--- here reads or writes a row of outbox's tables, so no trigger or rule
--- anyone planted on them runs as the superuser who updates.
+-- here writes a row of outbox's tables (one constraint check reads
+-- outbox.sinks), so no trigger or rule anyone planted on them runs as the
+-- superuser who updates.
 
 \echo Use "ALTER EXTENSION outbox UPDATE TO '0.3.0'" to load this file. \quit
 
@@ -12,6 +13,13 @@
 -- PostgreSQL's default one, the same whether 0.2.0 was installed or
 -- updated from 0.1.0.
 ALTER TABLE outbox.routes DROP CONSTRAINT routes_sink_fkey;
+
+-- 0.3.0: the AMQP (RabbitMQ) and NATS JetStream sinks. Checking the new
+-- constraint reads outbox.sinks' rows and evaluates only this built-in
+-- comparison (no trigger, rule or policy runs for it). The name is the one
+-- PostgreSQL gave the old constraint, so updated and fresh installs agree.
+ALTER TABLE outbox.sinks DROP CONSTRAINT sinks_kind_check,
+    ADD CONSTRAINT sinks_kind_check CHECK (kind IN ('kafka', 'redis', 'amqp', 'nats'));
 
 -- 0.3.0: outbox.home and outbox.publish_here(). The INSERT writes a table
 -- made just above: nobody could have put code on it.

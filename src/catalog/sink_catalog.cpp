@@ -20,7 +20,7 @@
 #include "shmem/commit_wakeup.hpp"
 #include "shmem/shmem.hpp"
 #include "catalog/sink_catalog.hpp"
-#include "sinks/sink_options.hpp"
+#include "sinks/sink_factory.hpp"
 
 extern "C" {
 #include "access/htup_details.h"
@@ -47,8 +47,8 @@ enum class Validation { kValid, kInvalid, kInternal };
 // never calls PostgreSQL; its containers die before it returns.
 constexpr int kMaxOptionErrorBytes = 400;
 
-Validation ValidateOptions(bool kafka, const OptionView *raw, int n, bool privileged, char *err,
-                           size_t errlen) noexcept {
+Validation ValidateOptions(std::string_view kind, const OptionView *raw, int n, bool privileged,
+                           char *err, size_t errlen) noexcept {
   try {
     SinkOptions options;
     options.reserve(static_cast<size_t>(n));
@@ -56,11 +56,24 @@ Validation ValidateOptions(bool kafka, const OptionView *raw, int n, bool privil
       options.push_back(SinkOption{std::string(raw[i].key), raw[i].kind, std::string(raw[i].text),
                                    raw[i].from_environment});
     }
-    std::optional<std::string> error = CheckSecretSources(options, privileged);
-    if (!error) {
-      error =
-          kafka ? ValidateKafkaOptions(options, privileged) : ParseRedisOptions(options, nullptr);
-    }
+    const std::optional<std::string> error = ValidateSinkOptions(kind, options, privileged);
+    if (!error) return Validation::kValid;
+    strlcpy(err, error->c_str(), errlen);
+    return Validation::kInvalid;
+  } catch (const std::exception &e) {
+    strlcpy(err, e.what(), errlen);
+    return Validation::kInternal;
+  }
+}
+
+// The route rules of a sink's kind (sink_factory.hpp) for `target` (may be
+// absent) and `format`: kValid, or kInvalid with the reason in err. Never
+// throws, never calls PostgreSQL.
+Validation ValidateRoute(std::string_view kind, const std::string_view *target,
+                         MessageFormat format, char *err, size_t errlen) noexcept {
+  try {
+    std::optional<std::string> error = CheckRouteFormat(kind, format);
+    if (!error && target != nullptr) error = CheckRouteTarget(kind, *target);
     if (!error) return Validation::kValid;
     strlcpy(err, error->c_str(), errlen);
     return Validation::kInvalid;
@@ -229,11 +242,17 @@ OUTBOX_SQL_FUNCTION_HIDING_STATEMENT(outbox_create_sink) {
   text *kind = RequireText(fcinfo, 1, "kind");
   CheckSinkName(name);
   const std::string_view kind_view = View(kind);
-  const bool kafka = kind_view == "kafka";
-  if (!kafka && kind_view != "redis") {
+  if (!IsSinkKind(kind_view)) {
     ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                     errmsg("invalid sink kind %s", QuoteText(kind)),
-                    errhint("kind is 'kafka' or 'redis'.")));
+                    errhint("kind is %s.", SinkKindList())));
+  }
+  if (!SinkKindBuilt(kind_view)) {
+    ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                    errmsg("this build of outbox has no %s sink", text_to_cstring(kind)),
+                    errhint("Build outbox where pkg-config finds %s.",
+                            kind_view == "amqp" ? "librabbitmq (librabbitmq-dev)"
+                                                : "libnats (libnats-dev)")));
   }
   if (PG_ARGISNULL(2)) {
     ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("options must not be NULL"),
@@ -246,7 +265,7 @@ OUTBOX_SQL_FUNCTION_HIDING_STATEMENT(outbox_create_sink) {
   OptionView *raw = FlattenSinkOptions(options, &n, privileged);
   char err[1024];
   // Options that open files, fetch URLs or run Kerberos: a superuser's.
-  const Validation result = ValidateOptions(kafka, raw, n, privileged, err, sizeof err);
+  const Validation result = ValidateOptions(kind_view, raw, n, privileged, err, sizeof err);
   // The validators quote keys and values into fixed buffers cut at a byte
   // count, possibly inside a character: end the message on a whole
   // character (and keep it short), or the client could not even decode it.
@@ -254,7 +273,7 @@ OUTBOX_SQL_FUNCTION_HIDING_STATEMENT(outbox_create_sink) {
   if (result == Validation::kInternal) elog(ERROR, "outbox: option validation failed: %s", err);
   if (result == Validation::kInvalid) {
     ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                    errmsg("invalid options for %s sink \"%s\": %s", kafka ? "kafka" : "redis",
+                    errmsg("invalid options for %s sink \"%s\": %s", text_to_cstring(kind),
                            text_to_cstring(name), err)));
   }
 
@@ -317,7 +336,8 @@ OUTBOX_SQL_FUNCTION(outbox_add_route) {
   }
   text *target = PG_ARGISNULL(2) ? nullptr : PG_GETARG_TEXT_PP(2);
   text *format = RequireText(fcinfo, 3, "format");
-  if (!ParseMessageFormat(View(format))) {
+  const std::optional<MessageFormat> parsed_format = ParseMessageFormat(View(format));
+  if (!parsed_format) {
     ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                     errmsg("invalid format %s", QuoteText(format)),
                     errdetail("A route's format is raw, cloudevents, debezium or "
@@ -333,17 +353,26 @@ OUTBOX_SQL_FUNCTION(outbox_add_route) {
             (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("sink %s does not exist", QuoteText(sink))));
   }
   const char *kind = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-  if (target != nullptr) {
-    const bool kafka = strcmp(kind, "kafka") == 0;
-    if (kafka ? !IsValidKafkaTopic(View(target)) : VARSIZE_ANY_EXHDR(target) == 0) {
+  // The format first, then the target: each refusal names what it refuses.
+  char err[512];
+  Validation route = ValidateRoute(kind, nullptr, *parsed_format, err, sizeof err);
+  if (route == Validation::kInvalid) {
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("invalid format %s for %s sink \"%s\"", QuoteText(format), kind,
+                           text_to_cstring(sink)),
+                    errdetail("%s", err)));
+  }
+  if (route == Validation::kValid && target != nullptr) {
+    const std::string_view target_view = View(target);
+    route = ValidateRoute(kind, &target_view, *parsed_format, err, sizeof err);
+    if (route == Validation::kInvalid) {
       ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                       errmsg("invalid target %s for %s sink \"%s\"", QuoteText(target), kind,
                              text_to_cstring(sink)),
-                      errdetail(kafka ? "A Kafka topic is 1 to 249 characters of [A-Za-z0-9._-], "
-                                        "and neither \".\" nor \"..\"."
-                                      : "A Redis key must not be empty.")));
+                      errdetail("%s", err)));
     }
   }
+  if (route == Validation::kInternal) elog(ERROR, "outbox: route validation failed: %s", err);
   Oid insert_types[4] = {TEXTOID, TEXTOID, TEXTOID, TEXTOID};
   Datum insert_values[4] = {PointerGetDatum(pattern), PointerGetDatum(sink),
                             target != nullptr ? PointerGetDatum(target) : (Datum)0,

@@ -22,7 +22,8 @@ std::optional<std::string> CheckSecretSources(const SinkOptions &options, bool s
                                                "ssl.key.pem",
                                                "sasl.oauthbearer.client.secret",
                                                "sasl.oauthbearer.config",
-                                               "password"};
+                                               "password",
+                                               "token"};
   for (const SinkOption &opt : options) {
     if (!opt.from_environment) continue;
     if (!superuser) {
