@@ -86,6 +86,11 @@ bool ReservedOnKafka(std::string_view name) {
          FoldsTo(name, "content-type") || FoldsTo(name, "ce_", true) || FoldsTo(name, "ce-", true);
 }
 
+// The same for brokers of body and headers, where raw also sets outbox-key.
+bool ReservedOnHeadered(std::string_view name) {
+  return ReservedOnKafka(name) || FoldsTo(name, "outbox-key");
+}
+
 // Whether a user header named `name` would stand in for one of the `n`
 // Kafka headers outbox sent first: a consumer that reads the last header of
 // a name (Java's lastHeader) or folds case would otherwise take the caller's
@@ -447,6 +452,66 @@ void AppendJsonString(std::string_view text, std::string *out) {
     }
   }
   out->push_back('"');
+}
+
+bool HeaderedFormat(MessageFormat format) {
+  return format == MessageFormat::kRaw || format == MessageFormat::kCloudEvents;
+}
+
+std::string_view HeaderedBody(const OutMessage &m, CloudEventsMode mode, std::string *scratch) {
+  scratch->clear();
+  if (m.format != MessageFormat::kCloudEvents || mode == CloudEventsMode::kBinary) {
+    return JsonPayload(m);
+  }
+  AppendCloudEvent(m, scratch);
+  return *scratch;
+}
+
+void HeaderedHeaders(const OutMessage &m, CloudEventsMode mode, std::string *scratch,
+                     std::vector<Header> *out) {
+  out->clear();
+  scratch->clear();
+  if (m.format == MessageFormat::kCloudEvents) {
+    if (mode == CloudEventsMode::kStructured) return;
+    // As KafkaHeaders' binary mode, with the protocol bindings' "ce-"
+    // prefix and the key as an attribute (there is no record key). What
+    // the views point to is built first, as *scratch must not grow after.
+    AppendRfc3339(m.created_at, scratch);
+    const size_t time_end = scratch->size();
+    for (size_t i = 0; i < m.header_count; ++i) {
+      if (!IsExtensionHeader(m.headers[i])) continue;
+      scratch->append("ce-");
+      scratch->append(m.headers[i].name);
+    }
+    const size_t names_end = scratch->size();
+    AppendOtherHeaders(m, scratch);
+    const std::string_view built(*scratch);
+    out->push_back({"ce-specversion", "1.0"});
+    out->push_back({"ce-id", m.id});
+    out->push_back({"ce-source", m.source});
+    out->push_back({"ce-type", m.topic});
+    out->push_back({"ce-time", built.substr(0, time_end)});
+    out->push_back({"content-type", kJsonContentType});
+    if (m.has_key) out->push_back({"ce-partitionkey", m.key});
+    size_t at = time_end;
+    for (size_t i = 0; i < m.header_count; ++i) {
+      if (!IsExtensionHeader(m.headers[i])) continue;
+      const size_t length = 3 + m.headers[i].name.size();
+      out->push_back({built.substr(at, length), m.headers[i].value});
+      at += length;
+    }
+    if (built.size() > names_end) out->push_back({"ce-outboxheaders", built.substr(names_end)});
+    return;
+  }
+  out->push_back({"outbox-id", m.id});
+  out->push_back({"outbox-topic", m.topic});
+  if (m.has_key) out->push_back({"outbox-key", m.key});
+  for (size_t i = 0; i < m.header_count; ++i) {
+    // Not taken: a name outbox sets in this format or another (as on
+    // Kafka); user headers may repeat each other's names as they like.
+    if (ReservedOnHeadered(m.headers[i].name)) continue;
+    out->push_back(m.headers[i]);
+  }
 }
 
 }  // namespace outbox

@@ -79,6 +79,33 @@ void RedisStreamFields(const OutMessage &message, std::string *scratch,
 // Appends the body that Redis modes "publish" and "list" send.
 void AppendRedisBody(const OutMessage &message, std::string *out);
 
+// Brokers whose messages are a body and named headers (AMQP, NATS JetStream):
+// which route formats they take (raw and cloudevents; the Debezium formats
+// are Kafka's and Redis's), the body, and the headers.
+bool HeaderedFormat(MessageFormat format);
+
+// How a CloudEvent travels: attributes as headers and the payload as the
+// body (binary content mode: NATS), or one JSON object as the body
+// (structured content mode, application/cloudevents+json: AMQP).
+enum class CloudEventsMode { kBinary, kStructured };
+
+// The body of `m`: the payload (raw, and cloudevents in binary mode), or the
+// structured CloudEvent (as Redis carries it) built in *scratch (cleared
+// first). *scratch must outlive the view and not be modified meanwhile.
+std::string_view HeaderedBody(const OutMessage &m, CloudEventsMode mode, std::string *scratch);
+
+// The headers of `m`, in order. raw: outbox-id, outbox-topic, outbox-key
+// (only when the event has a key), then the user's headers but those a
+// format of outbox sets (as on Kafka, and outbox-key). cloudevents, binary
+// mode: ce-specversion, ce-id, ce-source, ce-type, ce-time, content-type
+// (application/json), ce-partitionkey (keyed events), ce-<name> per user
+// header that is an extension attribute, ce-outboxheaders (the others, as
+// a JSON object in text); structured mode: none. Views point into `m`,
+// static strings or *scratch (cleared first), which must outlive their use.
+// A sink drops, besides, the names its own protocol gives a meaning.
+void HeaderedHeaders(const OutMessage &m, CloudEventsMode mode, std::string *scratch,
+                     std::vector<Header> *out);
+
 // Appends a timestamptz (microseconds since 2000-01-01 UTC) as RFC 3339 in
 // UTC with microseconds: "2026-11-21T10:00:00.123456Z". Formatted here, and
 // only for the formats that show it, not for every claimed event.

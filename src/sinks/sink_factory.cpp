@@ -97,9 +97,9 @@ std::unique_ptr<Sink> MakeSink(std::string_view name, std::string_view kind,
 #ifdef OUTBOX_WITH_NATS
   if (kind == "nats") return MakeNatsSink(std::string(name), options, error);
 #endif
-  *error = IsSinkKind(kind) ? NotBuilt(kind)
-                            : "sinks of kind \"" + std::string(kind) +
-                                  "\" are not supported by this version";
+  *error = IsSinkKind(kind)
+               ? NotBuilt(kind)
+               : "sinks of kind \"" + std::string(kind) + "\" are not supported by this version";
   return nullptr;
 }
 

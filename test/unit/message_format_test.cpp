@@ -464,5 +464,88 @@ TEST(MessageFormat, AttributeNamesAreLowercaseAlphanumericUpTo20) {
   }
 }
 
+Pairs Headered(const OutMessage &m, CloudEventsMode mode) {
+  std::string scratch;
+  std::vector<Header> headers;
+  HeaderedHeaders(m, mode, &scratch, &headers);
+  return Flatten(headers);
+}
+
+TEST(MessageFormat, HeaderedBrokersTakeRawAndCloudEventsOnly) {
+  EXPECT_TRUE(HeaderedFormat(MessageFormat::kRaw));
+  EXPECT_TRUE(HeaderedFormat(MessageFormat::kCloudEvents));
+  EXPECT_FALSE(HeaderedFormat(MessageFormat::kDebezium));
+  EXPECT_FALSE(HeaderedFormat(MessageFormat::kDebeziumExpanded));
+  EXPECT_FALSE(HeaderedFormat(MessageFormat::kDebezium010));
+}
+
+TEST(MessageFormat, RawHeaderedMessageIsThePayloadWithIdTopicAndKeyHeaders) {
+  Fixture f(MessageFormat::kRaw);
+  std::string scratch;
+  EXPECT_EQ(HeaderedBody(f.m, CloudEventsMode::kBinary, &scratch), R"({"n":1})");
+  EXPECT_EQ(HeaderedBody(f.m, CloudEventsMode::kStructured, &scratch), R"({"n":1})");
+  // The user's "id" is Debezium's id header: not taken, as on Kafka.
+  const Pairs expected = {{"outbox-id", std::string(f.m.id)},
+                          {"outbox-topic", "orders.created"},
+                          {"outbox-key", "order-7"},
+                          {"traceparent", "00-abc-def-01"},
+                          {"X-Tenant", "acme"}};
+  EXPECT_EQ(Headered(f.m, CloudEventsMode::kBinary), expected);
+  EXPECT_EQ(Headered(f.m, CloudEventsMode::kStructured), expected);
+}
+
+TEST(MessageFormat, RawHeaderedMessageWithoutKeyHasNoKeyHeader) {
+  Fixture f(MessageFormat::kRaw, false, 0);
+  EXPECT_EQ(Headered(f.m, CloudEventsMode::kBinary),
+            (Pairs{{"outbox-id", std::string(f.m.id)}, {"outbox-topic", "orders.created"}}));
+}
+
+TEST(MessageFormat, HeaderedUserHeadersNeverForgeIdTopicKeyOrAttributes) {
+  Fixture f(MessageFormat::kRaw, false, 0);
+  const Header forged[] = {{"outbox-key", "k"},
+                           {"Outbox-Key", "k"},
+                           {"OUTBOX-ID", "x"},
+                           {"outbox-topic", "t"},
+                           {"ce-id", "x"},
+                           {"ce_type", "x"},
+                           {"Content-Type", "x"},
+                           {"outbox-\xE2\x84\xAA"
+                            "ey",
+                            "kelvin"},
+                           {"outbox-keys", "kept"}};
+  f.m.headers = forged;
+  f.m.header_count = sizeof forged / sizeof forged[0];
+  EXPECT_EQ(Headered(f.m, CloudEventsMode::kBinary), (Pairs{{"outbox-id", std::string(f.m.id)},
+                                                            {"outbox-topic", "orders.created"},
+                                                            {"outbox-keys", "kept"}}));
+}
+
+TEST(MessageFormat, CloudEventsBinaryHeadersUseTheCeDashPrefixAndTheKeyAsPartitionKey) {
+  Fixture f(MessageFormat::kCloudEvents);
+  std::string scratch;
+  EXPECT_EQ(HeaderedBody(f.m, CloudEventsMode::kBinary, &scratch), R"({"n":1})");
+  EXPECT_EQ(Headered(f.m, CloudEventsMode::kBinary),
+            (Pairs{{"ce-specversion", "1.0"},
+                   {"ce-id", std::string(f.m.id)},
+                   {"ce-source", "/outbox/shop"},
+                   {"ce-type", "orders.created"},
+                   {"ce-time", "2026-11-21T10:00:00.123456Z"},
+                   {"content-type", "application/json"},
+                   {"ce-partitionkey", "order-7"},
+                   {"ce-traceparent", "00-abc-def-01"},
+                   {"ce-outboxheaders", R"({"X-Tenant":"acme","id":"user-id"})"}}));
+  Fixture unkeyed(MessageFormat::kCloudEvents, false, 0);
+  const Pairs bare = Headered(unkeyed.m, CloudEventsMode::kBinary);
+  EXPECT_EQ(bare.size(), 6u);
+  EXPECT_EQ(bare.back(), (std::pair<std::string, std::string>{"content-type", "application/json"}));
+}
+
+TEST(MessageFormat, CloudEventsStructuredBodyIsRedisCloudEventWithNoHeaders) {
+  Fixture f(MessageFormat::kCloudEvents);
+  std::string scratch;
+  EXPECT_EQ(std::string(HeaderedBody(f.m, CloudEventsMode::kStructured, &scratch)), Body(f.m));
+  EXPECT_TRUE(Headered(f.m, CloudEventsMode::kStructured).empty());
+}
+
 }  // namespace
 }  // namespace outbox
