@@ -12,6 +12,10 @@ set -euo pipefail
 #   headers, pg_regress, pg_isolation_regress and the PostgreSQL::Test perl modules.
 #   NN is the distribution's default major (15 on bookworm), or OUTBOX_PG_MAJOR.
 # librdkafka-dev, libhiredis-dev: the Kafka and Redis sinks.
+# librabbitmq-dev, libnats-dev: the AMQP and NATS sinks (CI builds every sink).
+# rabbitmq-server, nats-server: the servers their tests start (on private
+#   ports and directories; the packages' own services are not used).
+# python3-pika, amqp-tools: reading back and the relay benchmark for AMQP.
 # libipc-run-perl (+ libio-pty-perl, which it only recommends): required by
 #   PostgreSQL::Test::Utils for the TAP tests; IO::Pty for interactive_psql.
 # redis-server, kcat: brokers/tools the integration tests and demo start.
@@ -55,8 +59,9 @@ else
     build-essential g++ cmake pkg-config make
     "postgresql-$MAJOR" "postgresql-server-dev-$MAJOR"
     librdkafka-dev libhiredis-dev libipc-run-perl
-    libio-pty-perl
+    libio-pty-perl librabbitmq-dev libnats-dev
     redis-server kcat "postgresql-$MAJOR-pgq3"
+    rabbitmq-server nats-server python3-pika amqp-tools
     googletest libgtest-dev clang-format clang-tidy python3 procps
     clang libclang-rt-14-dev
     valgrind gdb iproute2

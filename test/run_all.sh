@@ -55,6 +55,9 @@ cd "$REPO" || exit 1
 # non-ASCII payloads survive psql and the TAP clusters' initdb picks UTF8
 # (C.UTF-8 is built into Debian's libc, no locales package needed).
 export LC_ALL=C.UTF-8 LANG=C.UTF-8
+# CI builds every sink: a missing client library fails the build (Makefile,
+# CMakeLists.txt) rather than leaving a sink out unnoticed.
+export OUTBOX_SINKS=all
 unset PGDATABASE PGSERVICE PGOPTIONS PGPASSWORD
 
 # shellcheck source-path=SCRIPTDIR source=lib/pg_major.sh
@@ -721,8 +724,9 @@ fi
 if [[ -n $TAP_PID ]]; then
   if wait "$TAP_PID"; then :; fi
   cat "$RUN_FILES/tap.out"
+  # Each was printed by the job (in tap.out, above): taken, not printed again.
   while IFS=$'\t' read -r s r at n; do
-    record "$s" "$r" "$n" "$at"
+    RESULT[$s]=$r NOTE[$s]=$n ENDED_AT[$s]=$at
   done <"$RUN_FILES/tap.records"
   cat "$RUN_FILES/tap.failures" >>"$FAILURES_FILE"
 fi

@@ -1,6 +1,6 @@
 // The Sink interface: how the publisher hands a batch of events to a broker
 // and learns, per event, what became of it. No PostgreSQL header here or in
-// any implementation (kafka_sink, redis_sink): sinks are unit-tested against
+// any implementation (src/sinks/): sinks are unit-tested against
 // brokers on their own, and their threads can never call into PostgreSQL.
 //
 // Threading: a Sink is created, used and destroyed by one thread (the

@@ -132,7 +132,7 @@ Datum LateAnswerIds(const Dispatcher *dispatcher) {
   const FlatStrings flat = FlattenStrings([dispatcher] { return dispatcher->LateIds(); });
   if (flat.failed) {
     ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY),
-                    errmsg("outbox: the publisher ran out of memory while loading routes")));
+                    errmsg("outbox: the publisher ran out of memory while listing late answers")));
   }
   return TextArrayOf(flat);
 }

@@ -58,6 +58,7 @@ PACKAGES=(
   build-essential g++ cmake pkg-config make
   "postgresql-$MAJOR" "postgresql-server-dev-$MAJOR"
   librdkafka-dev libhiredis-dev libipc-run-perl libio-pty-perl
+  librabbitmq-dev libnats-dev rabbitmq-server nats-server python3-pika
   redis-server kcat googletest libgtest-dev gdb procps
 )
 
@@ -120,5 +121,7 @@ test -x "$DIR/usr/lib/postgresql/$MAJOR/bin/pg_config" ||
   { echo "prepare: PostgreSQL $MAJOR is not in the $SUITE chroot" >&2; exit 1; }
 echo "prepare: $SUITE chroot ready: PostgreSQL $("$DIR/usr/lib/postgresql/$MAJOR/bin/pg_config" --version 2>/dev/null || echo "$MAJOR")," \
   "librdkafka $(chroot "$DIR" dpkg-query -W -f='${Version}' librdkafka-dev)," \
-  "hiredis $(chroot "$DIR" dpkg-query -W -f='${Version}' libhiredis-dev)"
+  "hiredis $(chroot "$DIR" dpkg-query -W -f='${Version}' libhiredis-dev)," \
+  "librabbitmq $(chroot "$DIR" dpkg-query -W -f='${Version}' librabbitmq-dev)," \
+  "libnats $(chroot "$DIR" dpkg-query -W -f='${Version}' libnats-dev)"
 printf '%s' "${PACKAGES[*]}" >"$STAMP"

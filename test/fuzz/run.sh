@@ -27,7 +27,8 @@ is_installed() {
   [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" == "install ok installed" ]]
 }
 missing=()
-for pkg in clang libclang-rt-14-dev pkg-config librdkafka-dev libhiredis-dev; do
+for pkg in clang libclang-rt-14-dev pkg-config librdkafka-dev libhiredis-dev librabbitmq-dev \
+  libnats-dev; do
   is_installed "$pkg" || missing+=("$pkg")
 done
 if ((${#missing[@]} > 0)); then
@@ -65,7 +66,11 @@ done
 CXXFLAGS=(-std=c++17 -O1 -g -fno-omit-frame-pointer
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
   -I"$REPO/src" -I"$FUZZ_DIR")
-read -r -a LIBS <<<"$(pkg-config --cflags --libs rdkafka hiredis)"
+# Every sink's client library: the fuzz targets cover the AMQP and NATS
+# option parsers too, so they are built here as CI builds the module.
+PC_MODULES=(rdkafka hiredis librabbitmq libnats)
+CXXFLAGS+=(-DOUTBOX_WITH_AMQP -DOUTBOX_WITH_NATS)
+read -r -a LIBS <<<"$(pkg-config --cflags --libs "${PC_MODULES[@]}")"
 
 mkdir -p "$BUILD_DIR"
 RUN_DIR=$BUILD_DIR/run
@@ -93,7 +98,7 @@ build_library() {
   for f in "$REPO"/src/core/*.cpp "$REPO"/src/sinks/*.cpp; do
     while (($(jobs -rp | wc -l) >= FUZZ_JOBS)); do wait -n || return 1; done
     o=$lib/$(basename "$f" .cpp).o
-    "$CXX" "${flags[@]}" $(pkg-config --cflags rdkafka hiredis) -c "$f" -o "$o" &
+    "$CXX" "${flags[@]}" $(pkg-config --cflags "${PC_MODULES[@]}") -c "$f" -o "$o" &
   done
   while (($(jobs -rp | wc -l) > 0)); do wait -n || return 1; done
   ar rcs "$BUILD_DIR/libfree.a" "$lib"/*.o

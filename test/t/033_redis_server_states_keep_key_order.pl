@@ -3,8 +3,8 @@
 # busy-reply-threshold (lowered to 20 ms here; the default 5 s does the
 # same). Redis answers BUSY to every command it reads while the script runs
 # and applies the ones it reads after; when one pipeline held several events
-# of a key, the first was refused and the later ones applied (a red team saw
-# the consumer get 1, 2, ... before 0). The sink now sends a key's next event
+# of a key, the first was refused and the later ones applied (the consumer
+# got 1, 2, ... before 0). The sink now sends a key's next event
 # only after the reply to the one before it, and not at all when that one
 # failed (redis_sink.cpp).
 #

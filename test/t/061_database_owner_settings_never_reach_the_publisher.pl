@@ -3,7 +3,7 @@
 # search_path, isolation, timeouts and session_replication_role, but not
 # `role`: an owner's `ALTER DATABASE ... SET role = <unprivileged role>`
 # made every publisher of that database start as that role, and every cycle
-# failed with "permission denied" (red team). The workers now put every
+# failed with "permission denied". The workers now put every
 # setting a database owner can choose back to its default at start
 # (worker_session.cpp), and publishing goes on. Tried with `role` and with
 # `session_authorization` (whose default is the session's own user).

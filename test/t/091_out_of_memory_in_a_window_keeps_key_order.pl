@@ -1,5 +1,5 @@
 # Out of memory (std::bad_alloc) inside the dispatcher while batches of one
-# key are in flight keeps per-key order (red team): the old build dropped the
+# key are in flight keeps per-key order: an earlier build dropped the
 # failing batch and went on with the window, so the next batch's events of
 # the key were sent first. Now the whole window is given up and the cycle
 # aborts (its events stay pending, the order state is rebuilt).

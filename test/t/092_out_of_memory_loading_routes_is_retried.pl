@@ -1,5 +1,5 @@
 # Out of memory while the publisher loads sinks and routes: the load is
-# retried, never taken as done (red team: Dispatcher::Configure swallowed the
+# retried, never taken as done (an earlier Dispatcher::Configure swallowed the
 # bad_alloc, kept the old routing table and the publisher recorded the new
 # configuration version as loaded, so an event whose route arrived in that
 # change waited for another change, for ever). Now the cycle aborts and the

@@ -12,7 +12,7 @@
 # event A, the cycle waits on its latch; event B's commit sets it and the
 # wait consumes it. B must then be published within a fraction of a second
 # (the poll is 1 h here). The same when what sets the latch is a route
-# resumed (sinks and routes changes wake every publisher; red team).
+# resumed (sinks and routes changes wake every publisher).
 use strict;
 use warnings;
 use FindBin;

@@ -250,7 +250,7 @@ TEST(MessageFormat, UserHeadersNeverForgeOurs) {
 
 // A raw or Debezium record never carries what another format's consumers
 // trust: CloudEvents' ce_* and content-type, Debezium's id, outbox's raw
-// headers (red team: a catch-all raw route beside a CloudEvents route let a
+// headers (once, a catch-all raw route beside a CloudEvents route let a
 // raw record read as a CloudEvent with a forged id, source and type).
 TEST(MessageFormat, NoFormatCarriesAnotherFormatsTrustedHeaders) {
   const Header forged[] = {{"ce_specversion", "1.0"},
