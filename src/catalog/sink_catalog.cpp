@@ -231,6 +231,28 @@ OptionView *FlattenSinkOptions(Jsonb *options, int *count, bool may_read_environ
 
 using namespace outbox;
 
+// The kinds added after 0.2.0 need the update's CHECK on outbox.sinks: with
+// the new library and older SQL (before ALTER EXTENSION UPDATE) say so,
+// rather than fail the INSERT on a check constraint. SPI is connected.
+static void RequireCatalogForKind(std::string_view kind) {
+  if (kind != "amqp" && kind != "nats") return;
+  if (SPI_execute("SELECT extversion FROM pg_catalog.pg_extension WHERE extname "
+                  "OPERATOR(pg_catalog.=) 'outbox'",
+                  true, 1) != SPI_OK_SELECT ||
+      SPI_processed != 1) {
+    return;
+  }
+  const char *version = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+  if (version == nullptr || (strcmp(version, "0.1.0") != 0 && strcmp(version, "0.2.0") != 0)) {
+    return;
+  }
+  ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                  errmsg("sinks of kind %s need extension outbox at version 0.3.0 or later",
+                         kind == "amqp" ? "amqp" : "nats"),
+                  errdetail("The extension in this database is at version %s.", version),
+                  errhint("Run ALTER EXTENSION outbox UPDATE.")));
+}
+
 // outbox.create_sink(name text, kind text, options jsonb)
 // Its options may hold a password: its errors are logged without the call.
 OUTBOX_SQL_FUNCTION_HIDING_STATEMENT(outbox_create_sink) {
@@ -254,6 +276,7 @@ OUTBOX_SQL_FUNCTION_HIDING_STATEMENT(outbox_create_sink) {
                             kind_view == "amqp" ? "librabbitmq (librabbitmq-dev)"
                                                 : "libnats (libnats-dev)")));
   }
+  RequireCatalogForKind(kind_view);
   if (PG_ARGISNULL(2)) {
     ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("options must not be NULL"),
                     errhint("Use '{}' for no options.")));

@@ -31,6 +31,9 @@ $node->safe_psql('postgres', 'CREATE DATABASE src');
 $node->safe_psql('src', qq{
 	CREATE EXTENSION outbox;
 	SELECT outbox.create_sink('redis', 'redis', '{"port": $port}');
+	-- Sinks of every kind come back (no route uses these two).
+	SELECT outbox.create_sink('rabbit', 'amqp', '{"host": "127.0.0.1", "exchange": "orders"}');
+	SELECT outbox.create_sink('jet', 'nats', '{}');
 	SELECT outbox.add_route('orders.*', 'redis', 'restored');
 	SELECT outbox.pause('orders.*');
 	SELECT outbox.emit('orders.today', pg_catalog.jsonb_build_object('i', i), 'k' || (i % 5))

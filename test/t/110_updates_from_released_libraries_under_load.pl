@@ -175,6 +175,13 @@ for my $release (RELEASE_0_1_0, RELEASE_0_2_0) {
 		"from $from: the application emits again after the restart onto the new library");
 	is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'outbox'}),
 		$from, "from $from: before the update the schema is still ${from}'s");
+	# The sinks 0.3.0 adds need its catalog: refused, saying what to run.
+	for my $kind ('amqp', 'nats') {
+		my ($rc, $out, $err) = $node->psql('postgres',
+			"SELECT outbox.create_sink('new_$kind', '$kind', '{}')");
+		like($err, qr/sinks of kind $kind need extension outbox at version 0\.3\.0.*ALTER EXTENSION outbox UPDATE/s,
+			"from $from: before the update, a $kind sink is refused with what to do");
+	}
 
 	# Before the update: the new library sends what the old one did.
 	my @after_restart = @{ [ emitted($file) ] }[ $restarted .. $restarted + 29 ];
@@ -222,6 +229,13 @@ for my $release (RELEASE_0_1_0, RELEASE_0_2_0) {
 		  . $node->safe_psql('postgres', q{SELECT count(*) FROM pg_proc
 		WHERE pronamespace = 'outbox'::regnamespace AND proowner <> 'outbox_writer'::regrole}),
 		'0/0', "from $from: outbox's tables, partitions, views and functions are outbox_writer's");
+	# The update's catalog takes the new kinds of sink.
+	is($node->safe_psql('postgres', q{
+		SELECT outbox.create_sink('new_amqp', 'amqp', '{}');
+		SELECT outbox.create_sink('new_nats', 'nats', '{}');
+		SELECT string_agg(kind, ',' ORDER BY kind) FROM outbox.sinks WHERE name LIKE 'new\_%';}),
+		'amqp,nats', "from $from: after the update, amqp and nats sinks can be created");
+	$node->safe_psql('postgres', q{SELECT outbox.drop_sink('new_amqp'); SELECT outbox.drop_sink('new_nats');});
 	$node->safe_psql('postgres', q{
 CREATE TABLE public.outcome_runs (who text);
 GRANT INSERT ON public.outcome_runs TO outbox_writer;
