@@ -23,30 +23,25 @@ FREE_DIRS = src/core src/sinks
 PG_SRCS = $(sort $(wildcard $(addsuffix /*.cpp,$(PG_DIRS))))
 FREE_SRCS = $(sort $(wildcard $(addsuffix /*.cpp,$(FREE_DIRS))))
 
-# The AMQP (RabbitMQ) and NATS sinks are built when pkg-config finds their
-# client libraries (librabbitmq-dev, libnats-dev); without one, its
+# The AMQP (RabbitMQ), NATS, MQTT and HTTP sinks are built when pkg-config
+# finds their client libraries (librabbitmq-dev, libnats-dev,
+# libmosquitto-dev, libcurl4-openssl-dev); without one, its
 # src/sinks/<kind>_*.cpp are left out and create_sink() of that kind says the
 # build lacks it. OUTBOX_SINKS=all makes a missing library an error (CI and
 # the Debian package).
-HAVE_AMQP := $(shell pkg-config --exists librabbitmq && echo yes)
-HAVE_NATS := $(shell pkg-config --exists libnats && echo yes)
+OPTIONAL_SINKS = amqp:librabbitmq nats:libnats mqtt:libmosquitto http:libcurl
+sink_kind = $(word 1,$(subst :, ,$(1)))
+sink_module = $(word 2,$(subst :, ,$(1)))
+FOUND_SINKS := $(foreach s,$(OPTIONAL_SINKS),$(if $(shell pkg-config --exists $(call sink_module,$(s)) && echo yes),$(s)))
+MISSING_SINKS := $(filter-out $(FOUND_SINKS),$(OPTIONAL_SINKS))
 ifeq ($(OUTBOX_SINKS),all)
-ifneq ($(HAVE_AMQP)$(HAVE_NATS),yesyes)
-$(error OUTBOX_SINKS=all: librabbitmq-dev and libnats-dev are needed (pkg-config librabbitmq libnats))
+ifneq ($(MISSING_SINKS),)
+$(error OUTBOX_SINKS=all: pkg-config finds no $(foreach s,$(MISSING_SINKS),$(call sink_module,$(s))))
 endif
 endif
-ifeq ($(HAVE_AMQP),yes)
-SINK_DEFINES += -DOUTBOX_WITH_AMQP
-SINK_LIBS += $(shell pkg-config --libs librabbitmq)
-else
-FREE_SRCS := $(filter-out src/sinks/amqp_%,$(FREE_SRCS))
-endif
-ifeq ($(HAVE_NATS),yes)
-SINK_DEFINES += -DOUTBOX_WITH_NATS
-SINK_LIBS += $(shell pkg-config --libs libnats)
-else
-FREE_SRCS := $(filter-out src/sinks/nats_%,$(FREE_SRCS))
-endif
+SINK_DEFINES = $(foreach s,$(FOUND_SINKS),-DOUTBOX_WITH_$(shell echo $(call sink_kind,$(s)) | tr a-z A-Z))
+SINK_LIBS = $(if $(FOUND_SINKS),$(shell pkg-config --libs $(foreach s,$(FOUND_SINKS),$(call sink_module,$(s)))))
+FREE_SRCS := $(filter-out $(foreach s,$(MISSING_SINKS),src/sinks/$(call sink_kind,$(s))_%),$(FREE_SRCS))
 OBJS = $(PG_SRCS:.cpp=.o) $(FREE_SRCS:.cpp=.o)
 
 REGRESS = setup emit tracing sinks routes controls stats partitions privileges emit_runs_only_built_in_code emit_writes_like_insert extension writer_role

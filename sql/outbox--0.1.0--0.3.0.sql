@@ -167,12 +167,12 @@ SELECT pg_catalog.pg_extension_config_dump('outbox.events_default', '');
 -- before the UPDATE below, so that no foreign key trigger fires for it.
 ALTER TABLE outbox.routes DROP CONSTRAINT routes_sink_fkey;
 
--- 0.3.0: the AMQP (RabbitMQ) and NATS JetStream sinks. Checking the new
+-- 0.3.0: the AMQP (RabbitMQ), NATS JetStream, MQTT and HTTP sinks. Checking the new
 -- constraint reads outbox.sinks' rows and evaluates only this built-in
 -- comparison (no trigger, rule or policy runs for it). The name is the one
 -- PostgreSQL gave the old constraint, so updated and fresh installs agree.
 ALTER TABLE outbox.sinks DROP CONSTRAINT sinks_kind_check,
-    ADD CONSTRAINT sinks_kind_check CHECK (kind IN ('kafka', 'redis', 'amqp', 'nats'));
+    ADD CONSTRAINT sinks_kind_check CHECK (kind IN ('kafka', 'redis', 'amqp', 'nats', 'mqtt', 'http'));
 
 -- Routes may name the format debezium-expanded (Debezium's outbox event
 -- router with table.expand.json.payload=true). The constraint keeps the

@@ -14,12 +14,12 @@
 -- updated from 0.1.0.
 ALTER TABLE outbox.routes DROP CONSTRAINT routes_sink_fkey;
 
--- 0.3.0: the AMQP (RabbitMQ) and NATS JetStream sinks. Checking the new
+-- 0.3.0: the AMQP (RabbitMQ), NATS JetStream, MQTT and HTTP sinks. Checking the new
 -- constraint reads outbox.sinks' rows and evaluates only this built-in
 -- comparison (no trigger, rule or policy runs for it). The name is the one
 -- PostgreSQL gave the old constraint, so updated and fresh installs agree.
 ALTER TABLE outbox.sinks DROP CONSTRAINT sinks_kind_check,
-    ADD CONSTRAINT sinks_kind_check CHECK (kind IN ('kafka', 'redis', 'amqp', 'nats'));
+    ADD CONSTRAINT sinks_kind_check CHECK (kind IN ('kafka', 'redis', 'amqp', 'nats', 'mqtt', 'http'));
 
 -- 0.3.0: outbox.home and outbox.publish_here(). The INSERT writes a table
 -- made just above: nobody could have put code on it.

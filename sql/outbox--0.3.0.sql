@@ -223,7 +223,7 @@ COMMENT ON FUNCTION outbox.recount() IS
 
 CREATE TABLE outbox.sinks (
     name       text        PRIMARY KEY,
-    kind       text        NOT NULL CHECK (kind IN ('kafka', 'redis', 'amqp', 'nats')),
+    kind       text        NOT NULL CHECK (kind IN ('kafka', 'redis', 'amqp', 'nats', 'mqtt', 'http')),
     options    jsonb       NOT NULL DEFAULT '{}',
     created_at timestamptz NOT NULL DEFAULT now()
 );

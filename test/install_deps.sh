@@ -12,10 +12,12 @@ set -euo pipefail
 #   headers, pg_regress, pg_isolation_regress and the PostgreSQL::Test perl modules.
 #   NN is the distribution's default major (15 on bookworm), or OUTBOX_PG_MAJOR.
 # librdkafka-dev, libhiredis-dev: the Kafka and Redis sinks.
-# librabbitmq-dev, libnats-dev: the AMQP and NATS sinks (CI builds every sink).
-# rabbitmq-server, nats-server: the servers their tests start (on private
-#   ports and directories; the packages' own services are not used).
-# python3-pika, amqp-tools: reading back and the relay benchmark for AMQP.
+# librabbitmq-dev, libnats-dev, libmosquitto-dev, libcurl4-openssl-dev: the
+#   AMQP, NATS, MQTT and HTTP sinks (CI builds every sink).
+# rabbitmq-server, nats-server, mosquitto: the servers their tests start (on
+#   private ports and directories; the packages' own services are not used).
+# python3-pika, amqp-tools, python3-paho-mqtt, python3-aiohttp: reading back,
+#   the webhook receiver and the relay benchmarks.
 # libipc-run-perl (+ libio-pty-perl, which it only recommends): required by
 #   PostgreSQL::Test::Utils for the TAP tests; IO::Pty for interactive_psql.
 # redis-server, kcat: brokers/tools the integration tests and demo start.
@@ -59,9 +61,10 @@ else
     build-essential g++ cmake pkg-config make
     "postgresql-$MAJOR" "postgresql-server-dev-$MAJOR"
     librdkafka-dev libhiredis-dev libipc-run-perl
-    libio-pty-perl librabbitmq-dev libnats-dev
+    libio-pty-perl librabbitmq-dev libnats-dev libmosquitto-dev libcurl4-openssl-dev
     redis-server kcat "postgresql-$MAJOR-pgq3"
-    rabbitmq-server nats-server python3-pika amqp-tools
+    rabbitmq-server nats-server mosquitto python3-pika amqp-tools python3-paho-mqtt
+    python3-aiohttp
     googletest libgtest-dev clang-format clang-tidy python3 procps
     clang libclang-rt-14-dev
     valgrind gdb iproute2

@@ -235,7 +235,7 @@ using namespace outbox;
 // the new library and older SQL (before ALTER EXTENSION UPDATE) say so,
 // rather than fail the INSERT on a check constraint. SPI is connected.
 static void RequireCatalogForKind(std::string_view kind) {
-  if (kind != "amqp" && kind != "nats") return;
+  if (kind == "kafka" || kind == "redis") return;
   if (SPI_execute("SELECT extversion FROM pg_catalog.pg_extension WHERE extname "
                   "OPERATOR(pg_catalog.=) 'outbox'",
                   true, 1) != SPI_OK_SELECT ||
@@ -247,8 +247,8 @@ static void RequireCatalogForKind(std::string_view kind) {
     return;
   }
   ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-                  errmsg("sinks of kind %s need extension outbox at version 0.3.0 or later",
-                         kind == "amqp" ? "amqp" : "nats"),
+                  errmsg("sinks of kind %.*s need extension outbox at version 0.3.0 or later",
+                         static_cast<int>(kind.size()), kind.data()),
                   errdetail("The extension in this database is at version %s.", version),
                   errhint("Run ALTER EXTENSION outbox UPDATE.")));
 }
@@ -270,11 +270,10 @@ OUTBOX_SQL_FUNCTION_HIDING_STATEMENT(outbox_create_sink) {
                     errhint("kind is %s.", SinkKindList())));
   }
   if (!SinkKindBuilt(kind_view)) {
-    ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-                    errmsg("this build of outbox has no %s sink", text_to_cstring(kind)),
-                    errhint("Build outbox where pkg-config finds %s.",
-                            kind_view == "amqp" ? "librabbitmq (librabbitmq-dev)"
-                                                : "libnats (libnats-dev)")));
+    ereport(ERROR,
+            (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+             errmsg("this build of outbox has no %s sink", text_to_cstring(kind)),
+             errhint("Build outbox where pkg-config finds %s.", SinkKindLibrary(kind_view))));
   }
   RequireCatalogForKind(kind_view);
   if (PG_ARGISNULL(2)) {

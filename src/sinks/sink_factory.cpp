@@ -13,11 +13,20 @@
 #include "sinks/nats_options.hpp"
 #include "sinks/nats_sink.hpp"
 #endif
+#ifdef OUTBOX_WITH_MQTT
+#include "sinks/mqtt_options.hpp"
+#include "sinks/mqtt_sink.hpp"
+#endif
+#ifdef OUTBOX_WITH_HTTP
+#include "sinks/http_options.hpp"
+#include "sinks/http_sink.hpp"
+#endif
 
 namespace outbox {
 
 bool IsSinkKind(std::string_view kind) {
-  return kind == "kafka" || kind == "redis" || kind == "amqp" || kind == "nats";
+  return kind == "kafka" || kind == "redis" || kind == "amqp" || kind == "nats" || kind == "mqtt" ||
+         kind == "http";
 }
 
 bool SinkKindBuilt(std::string_view kind) {
@@ -28,17 +37,30 @@ bool SinkKindBuilt(std::string_view kind) {
 #ifdef OUTBOX_WITH_NATS
   if (kind == "nats") return true;
 #endif
+#ifdef OUTBOX_WITH_MQTT
+  if (kind == "mqtt") return true;
+#endif
+#ifdef OUTBOX_WITH_HTTP
+  if (kind == "http") return true;
+#endif
   return false;
 }
 
-const char *SinkKindList() { return "'kafka', 'redis', 'amqp' or 'nats'"; }
+const char *SinkKindList() { return "'kafka', 'redis', 'amqp', 'nats', 'mqtt' or 'http'"; }
+
+const char *SinkKindLibrary(std::string_view kind) {
+  if (kind == "amqp") return "librabbitmq (librabbitmq-dev)";
+  if (kind == "nats") return "libnats (libnats-dev)";
+  if (kind == "mqtt") return "libmosquitto (libmosquitto-dev)";
+  if (kind == "http") return "libcurl (libcurl4-openssl-dev)";
+  return "its client library";
+}
 
 namespace {
 
 std::string NotBuilt(std::string_view kind) {
-  const char *library = kind == "amqp" ? "librabbitmq" : "libnats";
   return "this build of outbox has no " + std::string(kind) + " sink (it was built without " +
-         library + ")";
+         SinkKindLibrary(kind) + ")";
 }
 
 }  // namespace
@@ -55,6 +77,12 @@ std::optional<std::string> ValidateSinkOptions(std::string_view kind, const Sink
 #endif
 #ifdef OUTBOX_WITH_NATS
   if (kind == "nats") return ValidateNatsOptions(options);
+#endif
+#ifdef OUTBOX_WITH_MQTT
+  if (kind == "mqtt") return ValidateMqttOptions(options);
+#endif
+#ifdef OUTBOX_WITH_HTTP
+  if (kind == "http") return ValidateHttpOptions(options);
 #endif
   return NotBuilt(kind);
 }
@@ -73,6 +101,12 @@ std::optional<std::string> CheckRouteTarget(std::string_view kind, std::string_v
 #endif
 #ifdef OUTBOX_WITH_NATS
   if (kind == "nats") return CheckNatsSubject(target);
+#endif
+#ifdef OUTBOX_WITH_MQTT
+  if (kind == "mqtt") return CheckMqttTopic(target);
+#endif
+#ifdef OUTBOX_WITH_HTTP
+  if (kind == "http") return CheckHttpTarget(target);
 #endif
   return std::nullopt;  // a kind this build lacks: its sink is never built
 }
@@ -96,6 +130,12 @@ std::unique_ptr<Sink> MakeSink(std::string_view name, std::string_view kind,
 #endif
 #ifdef OUTBOX_WITH_NATS
   if (kind == "nats") return MakeNatsSink(std::string(name), options, error);
+#endif
+#ifdef OUTBOX_WITH_MQTT
+  if (kind == "mqtt") return MakeMqttSink(std::string(name), options, error);
+#endif
+#ifdef OUTBOX_WITH_HTTP
+  if (kind == "http") return MakeHttpSink(std::string(name), options, error);
 #endif
   *error = IsSinkKind(kind)
                ? NotBuilt(kind)

@@ -15,16 +15,21 @@
 
 namespace outbox {
 
-// Every kind outbox knows ("kafka", "redis", "amqp", "nats"), whether this
+// Every kind outbox knows ("kafka", "redis", "amqp", "nats", "mqtt",
+// "http"), whether this
 // build has its client library or not (outbox.sinks' CHECK lists the same).
 bool IsSinkKind(std::string_view kind);
 
-// Whether this build has the kind's client library (the AMQP and NATS sinks
-// are built only when pkg-config finds theirs: the Makefile).
+// Whether this build has the kind's client library (the AMQP, NATS, MQTT
+// and HTTP sinks are built only when pkg-config finds theirs: the Makefile).
 bool SinkKindBuilt(std::string_view kind);
 
-// The known kinds for an error's hint: "'kafka', 'redis', 'amqp' or 'nats'".
+// The known kinds for an error's hint: "'kafka', 'redis', ... or 'http'".
 const char *SinkKindList();
+
+// The client library a kind's sink is built with, and its Debian package,
+// for an error's hint: "librabbitmq (librabbitmq-dev)".
+const char *SinkKindLibrary(std::string_view kind);
 
 // Why options are refused for a sink of `kind`: a value from the
 // environment a superuser did not give (core/sink_option.hpp), then the

@@ -58,7 +58,8 @@ PACKAGES=(
   build-essential g++ cmake pkg-config make
   "postgresql-$MAJOR" "postgresql-server-dev-$MAJOR"
   librdkafka-dev libhiredis-dev libipc-run-perl libio-pty-perl
-  librabbitmq-dev libnats-dev rabbitmq-server nats-server python3-pika
+  librabbitmq-dev libnats-dev libmosquitto-dev libcurl4-openssl-dev
+  rabbitmq-server nats-server mosquitto python3-pika python3-paho-mqtt python3-aiohttp
   redis-server kcat googletest libgtest-dev gdb procps
 )
 
@@ -123,5 +124,7 @@ echo "prepare: $SUITE chroot ready: PostgreSQL $("$DIR/usr/lib/postgresql/$MAJOR
   "librdkafka $(chroot "$DIR" dpkg-query -W -f='${Version}' librdkafka-dev)," \
   "hiredis $(chroot "$DIR" dpkg-query -W -f='${Version}' libhiredis-dev)," \
   "librabbitmq $(chroot "$DIR" dpkg-query -W -f='${Version}' librabbitmq-dev)," \
-  "libnats $(chroot "$DIR" dpkg-query -W -f='${Version}' libnats-dev)"
+  "libnats $(chroot "$DIR" dpkg-query -W -f='${Version}' libnats-dev)," \
+  "libmosquitto $(chroot "$DIR" dpkg-query -W -f='${Version}' libmosquitto-dev)," \
+  "libcurl $(chroot "$DIR" dpkg-query -W -f='${Version}' libcurl4-openssl-dev)"
 printf '%s' "${PACKAGES[*]}" >"$STAMP"

@@ -28,7 +28,7 @@ is_installed() {
 }
 missing=()
 for pkg in clang libclang-rt-14-dev pkg-config librdkafka-dev libhiredis-dev librabbitmq-dev \
-  libnats-dev; do
+  libnats-dev libmosquitto-dev libcurl4-openssl-dev; do
   is_installed "$pkg" || missing+=("$pkg")
 done
 if ((${#missing[@]} > 0)); then
@@ -66,10 +66,10 @@ done
 CXXFLAGS=(-std=c++17 -O1 -g -fno-omit-frame-pointer
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
   -I"$REPO/src" -I"$FUZZ_DIR")
-# Every sink's client library: the fuzz targets cover the AMQP and NATS
-# option parsers too, so they are built here as CI builds the module.
-PC_MODULES=(rdkafka hiredis librabbitmq libnats)
-CXXFLAGS+=(-DOUTBOX_WITH_AMQP -DOUTBOX_WITH_NATS)
+# Every sink's client library: the fuzz targets cover the AMQP, NATS, MQTT
+# and HTTP option parsers too, so they are built here as CI builds the module.
+PC_MODULES=(rdkafka hiredis librabbitmq libnats libmosquitto libcurl)
+CXXFLAGS+=(-DOUTBOX_WITH_AMQP -DOUTBOX_WITH_NATS -DOUTBOX_WITH_MQTT -DOUTBOX_WITH_HTTP)
 read -r -a LIBS <<<"$(pkg-config --cflags --libs "${PC_MODULES[@]}")"
 
 mkdir -p "$BUILD_DIR"
