@@ -23,7 +23,8 @@ std::optional<std::string> CheckSecretSources(const SinkOptions &options, bool s
                                                "sasl.oauthbearer.client.secret",
                                                "sasl.oauthbearer.config",
                                                "password",
-                                               "token"};
+                                               "token",
+                                               "secret"};
   for (const SinkOption &opt : options) {
     if (!opt.from_environment) continue;
     if (!superuser) {

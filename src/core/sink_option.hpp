@@ -36,8 +36,8 @@ using SinkOptions = std::vector<SinkOption>;
 // send another's secret to a broker of its choosing), and only for options
 // that hold secrets, which no message ever quotes (Kafka: sasl.password,
 // ssl.key.password, ssl.keystore.password, ssl.key.pem,
-// sasl.oauthbearer.client.secret, sasl.oauthbearer.config; Redis and AMQP:
-// password; NATS: password, token).
+// sasl.oauthbearer.client.secret, sasl.oauthbearer.config; Redis, AMQP and
+// MQTT: password; NATS: password, token; HTTP: secret, the signing key).
 // The reason when an option breaks that; nothing otherwise. Checked before
 // the kind's own validation, by create_sink() and when a sink is built.
 std::optional<std::string> CheckSecretSources(const SinkOptions &options, bool superuser);
