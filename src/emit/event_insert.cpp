@@ -48,7 +48,13 @@ extern "C" {
 #include "executor/tuptable.h"
 #include "miscadmin.h"
 #include "nodes/execnodes.h"
+#include "nodes/parsenodes.h"
+#if PG_VERSION_NUM >= 160000
+#include "parser/parse_relation.h"
+#endif
 #include "utils/acl.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 }
 
@@ -166,6 +172,173 @@ bool InsertDirect(InsertCache *cache, const Datum *values, const bool *isnull) {
   return holds;
 }
 
+// --- ExecSimpleRelationInsert (experiment: guc::emit_insert_via) ---------
+
+// The columns the INSERT names, as its range table entry holds them
+// (insertedCols: attribute numbers of outbox.events, offset by
+// FirstLowInvalidHeapAttributeNumber). ExecConstraints reads them, through
+// ri_RootResultRelInfo, for the DETAIL of an error when the writer may not
+// read every column.
+Bitmapset *InsertedColumns(Relation parent) {
+  static constexpr const char *kNames[kEmitColumns] = {"id",      "topic",   "key",
+                                                       "payload", "headers", "created_at"};
+  Bitmapset *columns = nullptr;
+  for (int c = 0; c < kEmitColumns; ++c) {
+    const AttrNumber attnum = get_attnum(RelationGetRelid(parent), kNames[c]);
+    columns = bms_add_member(columns, attnum - FirstLowInvalidHeapAttributeNumber);
+  }
+  return columns;
+}
+
+// outbox.events as the INSERT's range table has it, entry 1 of `estate`.
+// Allocates in the current memory context.
+void InitRangeTable(EState *estate, Relation parent) {
+  RangeTblEntry *rte = makeNode(RangeTblEntry);
+  rte->rtekind = RTE_RELATION;
+  rte->relid = RelationGetRelid(parent);
+  rte->relkind = parent->rd_rel->relkind;
+  rte->rellockmode = RowExclusiveLock;
+#if PG_VERSION_NUM >= 160000
+  List *permissions = NIL;
+  RTEPermissionInfo *permission = addRTEPermissionInfo(&permissions, rte);
+  permission->requiredPerms = ACL_INSERT;
+  permission->insertedCols = InsertedColumns(parent);
+#if PG_VERSION_NUM >= 180000
+  ExecInitRangeTable(estate, list_make1(rte), permissions, bms_make_singleton(1));
+#else
+  ExecInitRangeTable(estate, list_make1(rte), permissions);
+#endif
+#else
+  rte->requiredPerms = ACL_INSERT;
+  rte->insertedCols = InsertedColumns(parent);
+  ExecInitRangeTable(estate, list_make1(rte));
+#endif
+}
+
+// The ResultRelInfos of outbox.events and of `part`, routed from it, as the
+// INSERT's executor makes them (ExecInitPartitionInfo: range table index 0,
+// ri_RootResultRelInfo the statement's target), the partition's indexes
+// opened (ExecOpenIndices: every index, RowExclusiveLock). Allocates in the
+// current memory context; `estate`'s range table is InitRangeTable's.
+ResultRelInfo *InitResultRelInfos(EState *estate, Relation parent, Relation part,
+                                  ResultRelInfo **root) {
+  *root = makeNode(ResultRelInfo);
+  InitResultRelInfo(*root, parent, 1, nullptr, 0);
+  ResultRelInfo *info = makeNode(ResultRelInfo);
+  InitResultRelInfo(info, part, 0, *root, 0);
+  ExecOpenIndices(info, false);
+  return info;
+}
+
+// The row in `slot`, as a virtual tuple of the partition's row type, with
+// the partition's own tableoid (a CHECK may read it).
+void StoreRow(const InsertCache &cache, TupleTableSlot *slot, const Datum *values,
+              const bool *isnull) {
+  ExecClearTuple(slot);
+  Datum *row = slot->tts_values;
+  bool *nulls = slot->tts_isnull;
+  for (int a = 0; a < slot->tts_tupleDescriptor->natts; ++a) nulls[a] = true;
+  for (int c = 0; c < kEmitColumns; ++c) {
+    row[cache.attnum[c]] = values[c];
+    nulls[cache.attnum[c]] = isnull[c];
+  }
+  for (int c = kStatus; c < kTableColumns; ++c) {
+    row[cache.attnum[c]] = cache.value[c];
+    nulls[cache.attnum[c]] = cache.value_null[c];
+  }
+  ExecStoreVirtualTuple(slot);
+  slot->tts_tableOid = cache.partition;
+}
+
+// Write the row through ExecSimpleRelationInsert, with the EState and
+// ResultRelInfos kept in the cache (built by the first write, in
+// cache.context). Each call sets their Relation pointers under the locks
+// PrepareInsertCache took (and RowExclusiveLock on every index, as
+// ExecOpenIndices takes it), and leaves them meaning nothing on return.
+// NOT NULL, the CHECK constraints and the partition constraint are
+// ExecConstraints' and ExecPartitionCheck's, which raise their own errors.
+void InsertThroughExecutor(InsertCache *cache, const Datum *values, const bool *isnull) {
+  ErrorContextCallback context = {error_context_stack, InsertStatementContext, nullptr};
+  error_context_stack = &context;
+  if (cache->writing) {
+    // The last write raised an error midway: start from nothing again.
+    if (cache->exec_context != nullptr) MemoryContextReset(cache->exec_context);
+    cache->exec_estate = nullptr;
+    cache->root_info = nullptr;
+    cache->part_info = nullptr;
+  }
+  cache->writing = true;
+  Relation parent = table_open(cache->parent, NoLock);  // locked by PrepareInsertCache
+  Relation part = table_open(cache->partition, NoLock);
+  if (cache->part_info == nullptr) {
+    if (cache->exec_context == nullptr) {
+      cache->exec_context =
+          AllocSetContextCreate(cache->context, "outbox emit executor", ALLOCSET_SMALL_SIZES);
+    }
+    MemoryContext caller = MemoryContextSwitchTo(cache->exec_context);
+    cache->exec_estate = CreateExecutorState();
+    EState *estate = cache->exec_estate;
+    InitRangeTable(estate, parent);
+    cache->part_info = InitResultRelInfos(estate, parent, part, &cache->root_info);
+    MemoryContextSwitchTo(caller);
+    // ExecOpenIndices read the partition's index list as Inspect did, under
+    // the same lock: the same indexes in the same order, reopened by OID below.
+    bool same = cache->part_info->ri_NumIndices == cache->nindexes;
+    for (int i = 0; same && i < cache->nindexes; ++i) {
+      same = RelationGetRelid(cache->part_info->ri_IndexRelationDescs[i]) == cache->indexes[i].oid;
+    }
+    if (!same) elog(ERROR, "outbox: the partition's indexes changed under the insert cache");
+    for (int i = 0; i < cache->nindexes; ++i) {
+      index_close(cache->part_info->ri_IndexRelationDescs[i], NoLock);  // reopened below
+    }
+  }
+  EState *estate = cache->exec_estate;
+  ResultRelInfo *info = cache->part_info;
+  cache->root_info->ri_RelationDesc = parent;
+  info->ri_RelationDesc = part;
+  for (int i = 0; i < info->ri_NumIndices; ++i) {
+    info->ri_IndexRelationDescs[i] = index_open(cache->indexes[i].oid, RowExclusiveLock);
+  }
+  estate->es_output_cid = GetCurrentCommandId(true);
+  StoreRow(*cache, cache->slot, values, isnull);
+  ExecSimpleRelationInsert(info, estate, cache->slot);
+  ExecClearTuple(cache->slot);
+  ResetExprContext(GetPerTupleExprContext(estate));
+  for (int i = 0; i < info->ri_NumIndices; ++i) index_close(info->ri_IndexRelationDescs[i], NoLock);
+  table_close(part, NoLock);
+  table_close(parent, NoLock);
+  cache->writing = false;
+  error_context_stack = context.previous;
+}
+
+// The same write with everything built and freed by the call, as logical
+// replication's apply does (create_edata_for_relation, ExecOpenIndices,
+// ExecSimpleRelationInsert, ExecCloseIndices, FreeExecutorState): the
+// EState's memory is a child of the caller's, freed with it on an error.
+void InsertThroughExecutorPerCall(const InsertCache &cache, const Datum *values,
+                                  const bool *isnull) {
+  ErrorContextCallback context = {error_context_stack, InsertStatementContext, nullptr};
+  error_context_stack = &context;
+  Relation parent = table_open(cache.parent, NoLock);  // locked by PrepareInsertCache
+  Relation part = table_open(cache.partition, NoLock);
+  EState *estate = CreateExecutorState();
+  MemoryContext caller = MemoryContextSwitchTo(estate->es_query_cxt);
+  InitRangeTable(estate, parent);
+  ResultRelInfo *root = nullptr;
+  ResultRelInfo *info = InitResultRelInfos(estate, parent, part, &root);
+  TupleTableSlot *slot = ExecInitExtraTupleSlot(estate, RelationGetDescr(part), &TTSOpsVirtual);
+  MemoryContextSwitchTo(caller);
+  estate->es_output_cid = GetCurrentCommandId(true);
+  StoreRow(cache, slot, values, isnull);
+  ExecSimpleRelationInsert(info, estate, slot);
+  ExecCloseIndices(info);
+  ExecResetTupleTable(estate->es_tupleTable, false);
+  FreeExecutorState(estate);
+  table_close(part, NoLock);
+  table_close(parent, NoLock);
+  error_context_stack = context.previous;
+}
+
 void InsertThroughSpi(const Datum *values, const bool *isnull) {
   char nulls[kEmitColumns];
   for (int c = 0; c < kEmitColumns; ++c) nulls[c] = isnull[c] ? 'n' : ' ';
@@ -211,11 +384,17 @@ bool InsertEvent(const Datum *values, const bool *isnull, Oid writer) {
   InsertCache *cache = PrepareInsertCache(at);  // nullptr: the SPI path
   bool direct = guc::emit_direct_insert && cache != nullptr &&
                 pg_class_aclcheck(cache->parent, writer, ACL_INSERT) == ACLCHECK_OK;
-  // A NULL in a NOT NULL column: the INSERT reports it (ExecConstraints
-  // checks NOT NULL before any CHECK constraint).
-  for (int c = 0; direct && c < kEmitColumns; ++c) direct = !(isnull[c] && cache->not_null[c]);
-  // A CHECK constraint refusing the row: the INSERT reports which one.
-  direct = direct && InsertDirect(cache, values, isnull);
+  if (direct && guc::emit_insert_via == guc::kInsertViaExecutor) {
+    InsertThroughExecutor(cache, values, isnull);
+  } else if (direct && guc::emit_insert_via == guc::kInsertViaExecutorPerCall) {
+    InsertThroughExecutorPerCall(*cache, values, isnull);
+  } else {
+    // A NULL in a NOT NULL column: the INSERT reports it (ExecConstraints
+    // checks NOT NULL before any CHECK constraint).
+    for (int c = 0; direct && c < kEmitColumns; ++c) direct = !(isnull[c] && cache->not_null[c]);
+    // A CHECK constraint refusing the row: the INSERT reports which one.
+    direct = direct && InsertDirect(cache, values, isnull);
+  }
   if (!direct) {
     // SPI checks column privileges, NOT NULL, CHECK and everything else
     // itself, and parses its statement: with search_path pinned.

@@ -329,6 +329,11 @@ bool Prepare(TimestampTz at) {
     cache.checks_compiling = false;
     cache.nindexes = 0;
     cache.watched_relations.Reset();
+    cache.exec_context = nullptr;  // a child of cache.context: reset with it
+    cache.exec_estate = nullptr;
+    cache.root_info = nullptr;
+    cache.part_info = nullptr;
+    cache.writing = false;
     cache.partition = InvalidOid;
     MemoryContextReset(cache.context);
     const uint64 generation = inval_generation;

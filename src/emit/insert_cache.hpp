@@ -113,6 +113,22 @@ struct InsertCache {
   bool checks_compiling = false;  // true and not compiled: compiling them failed
   int nindexes = 0;
   IndexPlan indexes[kMaxIndexes];
+  // The executor's view of the partition, for ExecSimpleRelationInsert
+  // (guc::kInsertViaExecutor): an EState of its own, outbox.events'
+  // ResultRelInfo (range table index 1, its entry naming the columns emit()
+  // supplies) and the partition's, routed from it as the INSERT's is
+  // (ri_RootResultRelInfo), with its indexes' IndexInfo. Built by the first
+  // write through them, in `exec_context` (a child of `context`); their
+  // Relation pointers are set by each write, under its locks, and mean
+  // nothing between writes.
+  MemoryContext exec_context = nullptr;
+  EState *exec_estate = nullptr;
+  ResultRelInfo *root_info = nullptr;
+  ResultRelInfo *part_info = nullptr;
+  // Set while a write runs through them: still set when the next write
+  // begins, that one raised an error midway (ExecRelCheck may have left a
+  // half-compiled array in part_info), and they are built again.
+  bool writing = false;
   // Every index RefuseCodeNotBuiltIn looked at, which includes every index
   // in `indexes` (Inspect may stop before it reaches them all), and every
   // partition below outbox.events it looked at when the INSERT routes: a
