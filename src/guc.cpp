@@ -35,18 +35,11 @@ int max_databases = 0;
 int max_payload_bytes = 1024 * 1024;
 int maintenance_lock_timeout_ms = 100;
 bool emit_direct_insert = true;
-int emit_insert_via = kInsertViaHeap;
 char *traceparent = nullptr;
 char *cloudevents_source = nullptr;
 char *tracestate = nullptr;
 
 namespace {
-
-const config_enum_entry kInsertViaOptions[] = {
-    {"heap", kInsertViaHeap, false},
-    {"executor", kInsertViaExecutor, false},
-    {"executor_per_call", kInsertViaExecutorPerCall, false},
-    {nullptr, 0, false}};
 
 char *retention_text = nullptr;
 Interval retention_value;
@@ -244,13 +237,6 @@ void Define() {
       "emit() writes its row straight into the day's partition instead of through an INSERT.",
       "Both write the same row; off runs a prepared INSERT for every event, which costs more.",
       &emit_direct_insert, true, PGC_SUSET, 0, nullptr, nullptr, nullptr);
-
-  // Experiment only: which way the direct path writes (guc.hpp), so that
-  // bench/emit_overhead can compare them in one run. Hidden from pg_settings.
-  DefineCustomEnumVariable(
-      "outbox.emit_insert_via", "How emit()'s direct path writes its row (experiment).",
-      "heap, executor or executor_per_call.", &emit_insert_via, kInsertViaHeap, kInsertViaOptions,
-      PGC_SUSET, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE, nullptr, nullptr, nullptr);
 
   DefineCustomStringVariable(
       "outbox.traceparent", "W3C traceparent that emit() copies into the event's headers.",

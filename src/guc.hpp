@@ -29,14 +29,6 @@ extern int max_databases;  // 0: no limit (launcher.cpp)
 extern int max_payload_bytes;
 extern int maintenance_lock_timeout_ms;
 extern bool emit_direct_insert;
-// Experiment only (hidden from pg_settings): how the direct path writes its
-// row. kInsertViaHeap: heap insert, CHECKs and index entries of our own;
-// kInsertViaExecutor: ExecSimpleRelationInsert on a ResultRelInfo kept in the
-// cache; kInsertViaExecutorPerCall: the same, with the EState and
-// ResultRelInfo built and freed by every call, as logical replication's
-// apply does.
-enum InsertVia { kInsertViaHeap, kInsertViaExecutor, kInsertViaExecutorPerCall };
-extern int emit_insert_via;
 // W3C trace context of the current session/transaction ("" when unset):
 // emit() copies them into the event's headers.
 extern char *traceparent;
