@@ -37,11 +37,6 @@ std::string Shown(std::string_view subject) {
   return "\"" + shown + "\"";
 }
 
-std::string LastErrorText() {
-  const char *text = nats_GetLastError(nullptr);
-  return text != nullptr && text[0] != '\0' ? std::string(text) : std::string("unknown error");
-}
-
 }  // namespace
 
 // Sends what may go now, in order, until kMaxInFlight are in flight.

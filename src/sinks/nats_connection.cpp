@@ -22,6 +22,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace outbox {
@@ -72,13 +73,20 @@ struct OptionsDeleter {
   void operator()(natsOptions *opts) const { natsOptions_Destroy(opts); }
 };
 
-// libnats's text for the last error of this thread, if any.
-std::string LastErrorText() {
-  const char *text = nats_GetLastError(nullptr);
-  return text != nullptr && text[0] != '\0' ? std::string(text) : std::string("unknown error");
-}
-
 }  // namespace
+
+// libnats's text for the last error of this thread, without the source
+// location it starts with ("(pub.c:130): Payload 20160 greater than ...").
+std::string NatsSink::LastErrorText() {
+  const char *text = nats_GetLastError(nullptr);
+  if (text == nullptr || text[0] == '\0') return "unknown error";
+  std::string_view view(text);
+  if (!view.empty() && view.front() == '(') {
+    const size_t end = view.find("): ");
+    if (end != std::string_view::npos) view.remove_prefix(end + 3);
+  }
+  return std::string(view);
+}
 
 bool NatsSink::EnsureConnection(std::string *error) {
   if (nc_ != nullptr && natsConnection_Status(nc_) == NATS_CONN_STATUS_CLOSED) {

@@ -107,6 +107,7 @@ class NatsSink final : public Sink {
   bool ConnectionLost(std::string *reason);
   uint64_t Reconnects();
   std::string ConnectionError(const std::string &what);
+  static std::string LastErrorText();
 
   // nats_commands.cpp
   void SendReady();
