@@ -450,6 +450,11 @@ run_tap() {
   # $TESTDIR/tmp_check, and the tests call initdb, so everything runs as the
   # server's OS user, and a copy of the tests, readable by it, runs.
   cp -r "$REPO/test/t" "$REPO/test/lib" "$REPO/test/kafka" "$REPO/docs" "$dir/"
+  # The brokers' test tools the TAP files build or run (test/<kind>/).
+  local tool
+  for tool in amqp nats mqtt http; do
+    if [[ -d $REPO/test/$tool ]]; then cp -r "$REPO/test/$tool" "$dir/"; fi
+  done
   if ((FI_OK)) && [[ -f build-fi/outbox.so ]]; then
     mkdir -p "$dir/fi-lib"
     cp build-fi/outbox.so "$dir/fi-lib/"
