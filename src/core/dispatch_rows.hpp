@@ -39,7 +39,7 @@ struct RouteRow {
 
 struct SinkRow {
   std::string_view name;
-  std::string_view kind;  // "kafka" or "redis"
+  std::string_view kind;  // "kafka", "redis", ... (sinks/sink_factory.hpp)
   const OptionView *options = nullptr;
   size_t option_count = 0;
   // Whoever could have written the sink's options is a superuser (the
