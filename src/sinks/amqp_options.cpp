@@ -43,7 +43,7 @@ std::optional<int64_t> ParseInteger(const SinkOption &opt) {
     }
   }
   size_t i = !digits.empty() && digits[0] == '-' ? 1 : 0;
-  if (i == digits.size() || digits.size() > 19) return std::nullopt;  // 19 digits fit int64
+  if (i == digits.size()) return std::nullopt;
   for (; i < digits.size(); ++i) {
     if (digits[i] < '0' || digits[i] > '9') return std::nullopt;
   }
