@@ -322,6 +322,43 @@ TEST(AmqpSinkFaults, ConnectionDroppedWhileIdleIsReopenedBeforeSending) {
   EXPECT_EQ(client.Count(queue), 2);
 }
 
+// Heartbeats: Poll (which the publisher calls between cycles) answers them,
+// so an idle connection stays open; without it the broker drops the
+// connection after two missed heartbeats, and the next batch notices before
+// sending and reconnects, failing nothing. The idle spells are the scenario
+// (seconds of heartbeats), not waits for something.
+TEST(AmqpSinkFaults, PollKeepsAnIdleConnectionAliveWithHeartbeats) {
+  REQUIRE_NODE();
+  const std::string queue = Name("heartbeat");
+  Client client(port);
+  ASSERT_TRUE(client.ok() && client.DeclareQueue(queue)) << client.error();
+  // 2 s: the sink sends a heartbeat every 2 s, the broker gives up after
+  // about two missed ones.
+  std::unique_ptr<Sink> sink = MakeSink(port, {Opt("heartbeat", "2")});
+  Batch batch;
+  batch.Add(queue, "k", "1");
+  batch.Publish(sink.get());
+  ASSERT_EQ(batch.results[0].status, DeliveryStatus::kDelivered) << batch.results[0].error;
+  sink->TakeLogs();
+
+  for (const Clock::time_point start = Clock::now(); SecondsSince(start) < 6;) {
+    sink->Poll();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(sink->State(), "connected");
+  batch.Publish(sink.get());
+  EXPECT_EQ(batch.results[0].status, DeliveryStatus::kDelivered) << batch.results[0].error;
+  EXPECT_EQ(AllLogs(sink.get()), "") << "the same connection, never closed";
+
+  std::this_thread::sleep_for(std::chrono::seconds(9));  // no Poll: heartbeats missed
+  batch.Publish(sink.get());
+  EXPECT_EQ(batch.results[0].status, DeliveryStatus::kDelivered) << batch.results[0].error;
+  const std::string logs = AllLogs(sink.get());
+  EXPECT_TRUE(Contains(logs, "was closed"));
+  EXPECT_TRUE(Contains(logs, "connected to"));
+  EXPECT_EQ(client.Count(queue), 3);
+}
+
 // A resource alarm (here: the disk limit above what the disk has) makes
 // RabbitMQ block publishing connections. The sink says so (State "blocked",
 // a warning) and gives up within its delivery timeout instead of writing
