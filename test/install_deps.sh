@@ -18,6 +18,7 @@ set -euo pipefail
 #   private ports and directories; the packages' own services are not used).
 # python3-pika, amqp-tools, python3-paho-mqtt, python3-aiohttp: reading back,
 #   the webhook receiver and the relay benchmarks.
+# openssl: the AMQP sink's TLS unit test makes its own certificate authority.
 # libipc-run-perl (+ libio-pty-perl, which it only recommends): required by
 #   PostgreSQL::Test::Utils for the TAP tests; IO::Pty for interactive_psql.
 # redis-server, kcat: brokers/tools the integration tests and demo start.
@@ -64,7 +65,7 @@ else
     libio-pty-perl librabbitmq-dev libnats-dev libmosquitto-dev libcurl4-openssl-dev
     redis-server kcat "postgresql-$MAJOR-pgq3"
     rabbitmq-server nats-server mosquitto python3-pika amqp-tools python3-paho-mqtt
-    python3-aiohttp
+    python3-aiohttp openssl
     googletest libgtest-dev clang-format clang-tidy python3 procps
     clang libclang-rt-14-dev
     valgrind gdb iproute2
