@@ -242,6 +242,56 @@ void AppendRawEnvelope(const OutMessage &m, std::string *out) {
   out->push_back('}');
 }
 
+// CloudEvents' binary content mode as headers: the attributes named
+// `prefix` + attribute ("ce_" on Kafka, "ce-" in the NATS and HTTP
+// bindings), content-type, with `key_attribute` the key as partitionkey,
+// the extension attributes, then outboxheaders. Every user header maps to an
+// attribute (an extension of its own name, or a member of outboxheaders),
+// none is sent under its own name: no user header can stand in for one of
+// ours. What the views point to is built first in *scratch (empty on entry),
+// as *scratch must not grow after.
+void CloudEventsBinaryHeaders(const OutMessage &m, std::string_view prefix, bool key_attribute,
+                              std::string *scratch, std::vector<Header> *out) {
+  enum Fixed { kSpecVersion, kId, kSource, kType, kTime, kPartitionKey, kOutboxHeaders, kFixed };
+  static constexpr std::string_view kNames[kFixed] = {
+      "specversion", "id", "source", "type", "time", "partitionkey", "outboxheaders"};
+  AppendRfc3339(m.created_at, scratch);
+  const size_t time_end = scratch->size();
+  size_t name_at[kFixed];
+  for (int f = 0; f < kFixed; ++f) {
+    name_at[f] = scratch->size();
+    scratch->append(prefix);
+    scratch->append(kNames[f]);
+  }
+  const size_t extensions_at = scratch->size();
+  for (size_t i = 0; i < m.header_count; ++i) {
+    if (!IsExtensionHeader(m.headers[i])) continue;
+    scratch->append(prefix);
+    scratch->append(m.headers[i].name);
+  }
+  const size_t names_end = scratch->size();
+  AppendOtherHeaders(m, scratch);
+  const std::string_view built(*scratch);
+  const auto name = [&](Fixed f) {
+    return built.substr(name_at[f], prefix.size() + kNames[f].size());
+  };
+  out->push_back({name(kSpecVersion), "1.0"});
+  out->push_back({name(kId), m.id});
+  out->push_back({name(kSource), m.source});
+  out->push_back({name(kType), m.topic});
+  out->push_back({name(kTime), built.substr(0, time_end)});
+  out->push_back({"content-type", kJsonContentType});
+  if (key_attribute && m.has_key) out->push_back({name(kPartitionKey), m.key});
+  size_t at = extensions_at;
+  for (size_t i = 0; i < m.header_count; ++i) {
+    if (!IsExtensionHeader(m.headers[i])) continue;
+    const size_t length = prefix.size() + m.headers[i].name.size();
+    out->push_back({built.substr(at, length), m.headers[i].value});
+    at += length;
+  }
+  if (built.size() > names_end) out->push_back({name(kOutboxHeaders), built.substr(names_end)});
+}
+
 }  // namespace
 
 std::optional<MessageFormat> ParseMessageFormat(std::string_view name) {
@@ -290,37 +340,9 @@ void KafkaHeaders(const OutMessage &m, std::string *scratch, std::vector<Header>
       out->push_back({"outbox-id", m.id});
       out->push_back({"outbox-topic", m.topic});
       break;
-    case MessageFormat::kCloudEvents: {
-      // Every user header maps to an attribute (ce_<name>, or a member of
-      // ce_outboxheaders), none is sent under its own name: no user header
-      // can stand in for one of ours, and none needs CollidesWithOurs. What
-      // the views point to is built first, as *scratch must not grow after.
-      AppendRfc3339(m.created_at, scratch);
-      const size_t time_end = scratch->size();
-      for (size_t i = 0; i < m.header_count; ++i) {
-        if (!IsExtensionHeader(m.headers[i])) continue;
-        scratch->append("ce_");
-        scratch->append(m.headers[i].name);
-      }
-      const size_t names_end = scratch->size();
-      AppendOtherHeaders(m, scratch);
-      const std::string_view built(*scratch);
-      out->push_back({"ce_specversion", "1.0"});
-      out->push_back({"ce_id", m.id});
-      out->push_back({"ce_source", m.source});
-      out->push_back({"ce_type", m.topic});
-      out->push_back({"ce_time", built.substr(0, time_end)});
-      out->push_back({"content-type", kJsonContentType});
-      size_t at = time_end;
-      for (size_t i = 0; i < m.header_count; ++i) {
-        if (!IsExtensionHeader(m.headers[i])) continue;
-        const size_t length = 3 + m.headers[i].name.size();
-        out->push_back({built.substr(at, length), m.headers[i].value});
-        at += length;
-      }
-      if (built.size() > names_end) out->push_back({"ce_outboxheaders", built.substr(names_end)});
+    case MessageFormat::kCloudEvents:
+      CloudEventsBinaryHeaders(m, "ce_", false, scratch, out);
       return;
-    }
     case MessageFormat::kDebezium:
     case MessageFormat::kDebeziumExpanded:
     case MessageFormat::kDebezium010:
@@ -472,35 +494,9 @@ void HeaderedHeaders(const OutMessage &m, CloudEventsMode mode, std::string *scr
   out->clear();
   scratch->clear();
   if (m.format == MessageFormat::kCloudEvents) {
-    if (mode == CloudEventsMode::kStructured) return;
-    // As KafkaHeaders' binary mode, with the protocol bindings' "ce-"
-    // prefix and the key as an attribute (there is no record key). What
-    // the views point to is built first, as *scratch must not grow after.
-    AppendRfc3339(m.created_at, scratch);
-    const size_t time_end = scratch->size();
-    for (size_t i = 0; i < m.header_count; ++i) {
-      if (!IsExtensionHeader(m.headers[i])) continue;
-      scratch->append("ce-");
-      scratch->append(m.headers[i].name);
-    }
-    const size_t names_end = scratch->size();
-    AppendOtherHeaders(m, scratch);
-    const std::string_view built(*scratch);
-    out->push_back({"ce-specversion", "1.0"});
-    out->push_back({"ce-id", m.id});
-    out->push_back({"ce-source", m.source});
-    out->push_back({"ce-type", m.topic});
-    out->push_back({"ce-time", built.substr(0, time_end)});
-    out->push_back({"content-type", kJsonContentType});
-    if (m.has_key) out->push_back({"ce-partitionkey", m.key});
-    size_t at = time_end;
-    for (size_t i = 0; i < m.header_count; ++i) {
-      if (!IsExtensionHeader(m.headers[i])) continue;
-      const size_t length = 3 + m.headers[i].name.size();
-      out->push_back({built.substr(at, length), m.headers[i].value});
-      at += length;
-    }
-    if (built.size() > names_end) out->push_back({"ce-outboxheaders", built.substr(names_end)});
+    // The protocol bindings' "ce-" prefix, and the key as an attribute
+    // (there is no record key to carry it).
+    if (mode == CloudEventsMode::kBinary) CloudEventsBinaryHeaders(m, "ce-", true, scratch, out);
     return;
   }
   out->push_back({"outbox-id", m.id});
