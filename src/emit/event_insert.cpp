@@ -1,67 +1,34 @@
-// emit()'s write: the direct insert into the day's partition, through
-// PostgreSQL's own single-row insert, and the SPI INSERT it falls back to.
-// See event_insert.hpp for why and when.
+// emit()'s write: the direct insert into the day's partition, and the SPI
+// INSERT it falls back to. See event_insert.hpp for why and when.
 //
 // What the direct write knows of the partition (which one takes the current
-// time, where each column sits, the defaults' values, its indexes) is the
-// per-backend cache of insert_cache.hpp, trusted only while the locks that
-// freeze what it describes are held: PrepareInsertCache takes them, as an
-// INSERT would, before the write reads it.
+// time, where each column sits, the defaults' values, its CHECK constraints
+// and indexes) is the per-backend cache of insert_cache.hpp, trusted only
+// while the locks that freeze what it describes are held: PrepareInsertCache
+// takes them, as an INSERT would, before the write reads it.
 //
-// The row goes through ExecSimpleRelationInsert (execReplication.c), which
-// logical replication's apply uses to write one row: NOT NULL, then the CHECK
-// constraints in the partition's order (ExecConstraints), the partition
-// constraint (ExecPartitionCheck), the heap insert and every index entry
-// (ExecInsertIndexTuples); its BEFORE and AFTER ROW triggers and generated
-// columns never come into play (writer_code_rule.hpp refuses row triggers,
-// insert_cache.cpp generated columns). What it takes, set up as the INSERT's
-// executor sets it up for a row routed to the partition:
-// - an EState whose range table holds outbox.events as the INSERT names it
-//   (range table index 1, its permission entry listing the columns emit()
-//   supplies: ExecConstraints shows them in an error's DETAIL when the
-//   writer may not read every column);
-// - outbox.events' ResultRelInfo and the partition's, routed from it
-//   (InitResultRelInfo with range table index 0 and ri_RootResultRelInfo, as
-//   ExecInitPartitionInfo makes it): an error names the partition, as the
-//   INSERT's does, and its DETAIL shows the row in outbox.events' column
-//   order, whatever the partition's;
-// - the partition's indexes opened (ExecOpenIndices: every index, with
-//   RowExclusiveLock);
-// - es_output_cid, the command id the row is written with.
-// The after-trigger queue (AfterTriggerBeginQuery) and a snapshot are not
-// needed: no AFTER ROW trigger or deferred constraint can be on the
-// partition (the rule; insert_cache.cpp takes only immediate indexes), and
-// an insert reads no snapshot.
-//
-// That state is built by the first write after the cache is (re)built and
-// kept for the next ones. Built per call, as apply builds it, every call
-// would compile the CHECK constraints, the partition constraint and the
-// index predicates again: 2.6 times the instructions a hand-rolled INSERT
-// statement costs per call, where kept it costs about as many. Kept, its
-// Relation pointers belong to no call: each write sets them from table_open
-// and index_open under its own locks and clears them after. A write
-// that raises an error midway leaves it to be built again (ExecRelCheck
-// keeps a half-compiled array when planning a CHECK fails, as 1/0 folded
-// does). The IndexInfos it keeps live across transactions: insert_cache.cpp
-// takes only btree and hash indexes, whose inserts keep no state in them
-// (ii_AmCache).
-//
-// Where the direct write differs from the INSERT, none of it visible in what
-// is written or raised:
-// - It evaluates the partition constraint for every row, which the INSERT
-//   skips for a row it routed itself (the row is routed to the partition
-//   whose bounds hold it, so it always passes).
-// - It keeps the index locks until the transaction ends; the INSERT releases
-//   them when the statement ends (ExecCloseIndices). Both hold
-//   RowExclusiveLock on outbox.events and the partition until the
-//   transaction ends.
-// - An error raised by the write (a NOT NULL or CHECK violation, a CHECK that
-//   fails to plan or evaluate, a unique violation) carries the context line
-//   SPI adds to the INSERT's, so the two read the same.
+// What the INSERT does that the direct write must do the same way:
+// - Defaults. The INSERT takes outbox.events' defaults for the columns
+//   emit() does not supply; the cache holds the value of each constant one,
+//   and any other default takes the INSERT (insert_cache.cpp).
+// - NOT NULL, then the CHECK constraints, in the partition's order, as
+//   ExecConstraints does after routing. A NULL for a NOT NULL column and a
+//   CHECK that refuses the row both take the SPI INSERT, which raises
+//   PostgreSQL's own error (and SQLSTATE, and DETAIL). A CHECK that refuses is
+//   thus evaluated twice, here and in the INSERT, which cannot be seen: the
+//   rule (writer_code_rule.hpp) lets a CHECK call only immutable built-in
+//   functions.
+//   Planning a CHECK can fail (1/0, folded): like ExecRelCheck, the direct
+//   write compiles them when the first row gets past NOT NULL, not when the
+//   cache is built, so that error comes where the INSERT raises it.
+// - Errors. An error the direct write raises where the INSERT would raise it
+//   too (a CHECK that fails to plan or to evaluate, a unique violation)
+//   carries the context line SPI adds to the INSERT's, so the two read the
+//   same.
 //
 // Invariants: no C++ object with a destructor anywhere in this file (every
-// function here may ereport); the write's EState and ResultRelInfos live in
-// the cache's exec_context, a child of its memory context.
+// function here may ereport); what the write compiles (the CHECK
+// constraints) goes into the cache's EState, in the cache's memory context.
 #include "emit/event_insert.hpp"
 
 #include "guc.hpp"
@@ -70,21 +37,18 @@
 
 extern "C" {
 #include "access/genam.h"
+#include "access/heapam.h"
+#include "access/htup_details.h"
 #include "access/table.h"
 #include "access/xact.h"
+#include "catalog/index.h"
 #include "catalog/pg_type_d.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
 #include "executor/tuptable.h"
 #include "miscadmin.h"
 #include "nodes/execnodes.h"
-#include "nodes/parsenodes.h"
-#if PG_VERSION_NUM >= 160000
-#include "parser/parse_relation.h"
-#endif
 #include "utils/acl.h"
-#include "utils/lsyscache.h"
-#include "utils/memutils.h"
 #include "utils/rel.h"
 }
 
@@ -102,142 +66,104 @@ SPIPlanPtr insert_plan = nullptr;  // the fallback, prepared once per backend
 // (_SPI_error_callback) adds this very line to every error of the statement.
 void InsertStatementContext(void *) { errcontext("SQL statement \"%s\"", kInsertStatement); }
 
-// The columns the INSERT names (insertedCols: attribute numbers of
-// outbox.events, offset by FirstLowInvalidHeapAttributeNumber).
-Bitmapset *InsertedColumns(Relation parent) {
-  static constexpr const char *kNames[kEmitColumns] = {"id",      "topic",   "key",
-                                                       "payload", "headers", "created_at"};
-  Bitmapset *columns = nullptr;
-  for (int c = 0; c < kEmitColumns; ++c) {
-    const AttrNumber attnum = get_attnum(RelationGetRelid(parent), kNames[c]);
-    columns = bms_add_member(columns, attnum - FirstLowInvalidHeapAttributeNumber);
+// Compile the CHECK constraints, all of them, as ExecRelCheck does for the
+// first row that gets past NOT NULL: planning one can raise an error
+// (constant folding, 1/0), which must come where the INSERT raises it, not
+// when the cache is built. Returns false if an earlier attempt raised one:
+// then the INSERT raises its own error, in its own order, every time (and
+// this does not leak another partial compilation into cache.context).
+bool CompileChecks(InsertCache *cache) {
+  if (cache->checks_compiled) return true;
+  if (cache->checks_compiling) return false;
+  cache->checks_compiling = true;
+  for (int i = 0; i < cache->nchecks; ++i) {
+    cache->checks[i].state = ExecPrepareExpr(cache->checks[i].expr, cache->estate);
   }
-  return columns;
+  cache->checks_compiled = true;
+  return true;
 }
 
-// outbox.events as the INSERT's range table has it, entry 1 of `estate`.
-// Allocates in the current memory context.
-void InitRangeTable(EState *estate, Relation parent) {
-  RangeTblEntry *rte = makeNode(RangeTblEntry);
-  rte->rtekind = RTE_RELATION;
-  rte->relid = RelationGetRelid(parent);
-  rte->relkind = parent->rd_rel->relkind;
-  rte->rellockmode = RowExclusiveLock;
-#if PG_VERSION_NUM >= 160000
-  List *permissions = NIL;
-  RTEPermissionInfo *permission = addRTEPermissionInfo(&permissions, rte);
-  permission->requiredPerms = ACL_INSERT;
-  permission->insertedCols = InsertedColumns(parent);
-#if PG_VERSION_NUM >= 180000
-  ExecInitRangeTable(estate, list_make1(rte), permissions, bms_make_singleton(1));
-#else
-  ExecInitRangeTable(estate, list_make1(rte), permissions);
-#endif
-#else
-  rte->requiredPerms = ACL_INSERT;
-  rte->insertedCols = InsertedColumns(parent);
-  ExecInitRangeTable(estate, list_make1(rte));
-#endif
+// Whether every CHECK constraint holds for the row in cache.slot, evaluated
+// in ExecRelCheck's order and way (NULL is a pass); stops at the first that
+// refuses it, as ExecRelCheck does, so an error from a later one is raised
+// only where the INSERT raises it too. With search_path pinned while any is
+// compiled or evaluated (those of the extension's table hold for every row
+// once they held for one: after the first row this costs nothing).
+bool ChecksHold(InsertCache *cache, ExprContext *econtext) {
+  bool all_held = cache->checks_compiled;
+  for (int i = 0; all_held && i < cache->nchecks; ++i) all_held = cache->checks[i].held;
+  if (all_held) return true;
+  const int level = PinSearchPath();
+  bool holds = CompileChecks(cache);
+  for (int i = 0; holds && i < cache->nchecks; ++i) {
+    CheckPlan &plan = cache->checks[i];
+    if (plan.held) continue;
+    holds = ExecCheck(plan.state, econtext);
+    if (holds) plan.held = plan.constant;
+  }
+  UnpinSearchPath(level);
+  return holds;
 }
 
-// Build the write's EState and ResultRelInfos in cache.exec_context (see the
-// top of this file), the partition's indexes opened by ExecOpenIndices and
-// closed again (each write opens them). Requires RowExclusiveLock on
-// `parent` and `part`, open.
-void BuildExecutorState(InsertCache *cache, Relation parent, Relation part) {
-  if (cache->exec_context == nullptr) {
-    cache->exec_context =
-        AllocSetContextCreate(cache->context, "outbox emit executor", ALLOCSET_SMALL_SIZES);
+// Index entries for the row in cache.slot, just written to `part` at `tid`,
+// as ExecInsertIndexTuples makes them, for the indexes whose predicate the
+// row satisfies (emit's row: the ready index only). An index is opened and
+// locked only when it gets an entry.
+void InsertIndexEntries(const InsertCache &cache, Relation part, ItemPointer tid,
+                        ExprContext *econtext) {
+  for (int i = 0; i < cache.nindexes; ++i) {
+    const IndexPlan &plan = cache.indexes[i];
+    if (!plan.info->ii_ReadyForInserts) continue;
+    if (plan.predicate != nullptr && !ExecQual(plan.predicate, econtext)) continue;
+    Relation index = index_open(plan.oid, RowExclusiveLock);
+    Datum key[INDEX_MAX_KEYS];
+    bool key_null[INDEX_MAX_KEYS];
+    FormIndexDatum(plan.info, cache.slot, cache.estate, key, key_null);
+    index_insert(index, key, key_null, tid, part, plan.unique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO,
+                 false, plan.info);
+    index_close(index, NoLock);
   }
-  MemoryContext caller = MemoryContextSwitchTo(cache->exec_context);
-  cache->estate = CreateExecutorState();
-  InitRangeTable(cache->estate, parent);
-  cache->root_info = makeNode(ResultRelInfo);
-  InitResultRelInfo(cache->root_info, parent, 1, nullptr, 0);
-  ResultRelInfo *info = makeNode(ResultRelInfo);
-  InitResultRelInfo(info, part, 0, cache->root_info, 0);
-  ExecOpenIndices(info, false);
-  MemoryContextSwitchTo(caller);
-  // ExecOpenIndices read the partition's index list as Inspect did, under
-  // the same lock: the same indexes in the same order, which each write
-  // opens by OID.
-  bool same = info->ri_NumIndices == cache->nindexes;
-  for (int i = 0; same && i < cache->nindexes; ++i) {
-    same = RelationGetRelid(info->ri_IndexRelationDescs[i]) == cache->index_oids[i];
-  }
-  if (!same) elog(ERROR, "outbox: the partition's indexes changed under the insert cache");
-  for (int i = 0; i < info->ri_NumIndices; ++i) {
-    index_close(info->ri_IndexRelationDescs[i], NoLock);
-    info->ri_IndexRelationDescs[i] = nullptr;
-  }
-  cache->part_info = info;
 }
 
-// The row in cache.slot, as a virtual tuple of the partition's row type, with
-// the partition as its tableoid (a CHECK may read it, as it reads the
-// INSERT's routed row).
-void StoreRow(const InsertCache &cache, const Datum *values, const bool *isnull) {
-  TupleTableSlot *slot = cache.slot;
-  ExecClearTuple(slot);
-  Datum *row = slot->tts_values;
-  bool *nulls = slot->tts_isnull;
-  for (int a = 0; a < slot->tts_tupleDescriptor->natts; ++a) nulls[a] = true;
-  for (int c = 0; c < kEmitColumns; ++c) {
-    row[cache.attnum[c]] = values[c];
-    nulls[cache.attnum[c]] = isnull[c];
-  }
-  for (int c = kStatus; c < kTableColumns; ++c) {
-    row[cache.attnum[c]] = cache.value[c];
-    nulls[cache.attnum[c]] = cache.value_null[c];
-  }
-  ExecStoreVirtualTuple(slot);
-  slot->tts_tableOid = cache.partition;
-}
-
-// Write the row straight into the partition through ExecSimpleRelationInsert,
-// or raise the INSERT's error. Requires the locks PrepareInsertCache took.
-// The first write through a new executor state loads and compiles the
-// partition's constraints, index expressions and predicates: with
-// search_path pinned, as the INSERT would have it. (Any error leaves the
-// state to be built again, so every compilation happens in such a write.)
-void InsertDirect(InsertCache *cache, const Datum *values, const bool *isnull) {
+// Write the row straight into the partition, or return false, having
+// written nothing, when a CHECK constraint refuses it (the INSERT then
+// reports which one).
+bool InsertDirect(InsertCache *cache, const Datum *values, const bool *isnull) {
   ErrorContextCallback context = {error_context_stack, InsertStatementContext, nullptr};
   error_context_stack = &context;
-  if (cache->writing) {
-    // The last write raised an error midway: start from nothing again.
-    if (cache->exec_context != nullptr) MemoryContextReset(cache->exec_context);
-    cache->estate = nullptr;
-    cache->root_info = nullptr;
-    cache->part_info = nullptr;
+  Relation part = table_open(cache->partition, NoLock);  // locked by PrepareInsertCache
+  const int natts = cache->desc->natts;
+  Datum row[kMaxAttributes];
+  bool nulls[kMaxAttributes];
+  for (int a = 0; a < natts; ++a) nulls[a] = true;
+  for (int c = 0; c < kEmitColumns; ++c) {
+    row[cache->attnum[c]] = values[c];
+    nulls[cache->attnum[c]] = isnull[c];
   }
-  cache->writing = true;
-  const bool fresh = cache->part_info == nullptr;
-  const int level = fresh ? PinSearchPath() : 0;
-  Relation parent = table_open(cache->parent, NoLock);  // locked by PrepareInsertCache
-  Relation part = table_open(cache->partition, NoLock);
-  if (fresh) BuildExecutorState(cache, parent, part);
-  ResultRelInfo *info = cache->part_info;
-  cache->root_info->ri_RelationDesc = parent;
-  info->ri_RelationDesc = part;
-  for (int i = 0; i < info->ri_NumIndices; ++i) {
-    info->ri_IndexRelationDescs[i] = index_open(cache->index_oids[i], RowExclusiveLock);
+  for (int c = kStatus; c < kTableColumns; ++c) {
+    row[cache->attnum[c]] = cache->value[c];
+    nulls[cache->attnum[c]] = cache->value_null[c];
   }
-  cache->estate->es_output_cid = GetCurrentCommandId(true);
-  StoreRow(*cache, values, isnull);
-  ExecSimpleRelationInsert(info, cache->estate, cache->slot);
+
+  HeapTuple tuple = heap_form_tuple(cache->desc, row, nulls);
+  // The slot shows the partition as the row's tableoid, which a CHECK may
+  // read, as the INSERT's slot does before ExecConstraints.
+  tuple->t_tableOid = cache->partition;
+  ExecStoreHeapTuple(tuple, cache->slot, false);
+  ExprContext *econtext = GetPerTupleExprContext(cache->estate);
+  econtext->ecxt_scantuple = cache->slot;
+  const bool holds = ChecksHold(cache, econtext);
+  if (holds) {
+    heap_insert(part, tuple, GetCurrentCommandId(true), 0, nullptr);
+    ExecStoreHeapTuple(tuple, cache->slot, false);  // again: with the t_self just set
+    InsertIndexEntries(*cache, part, &tuple->t_self, econtext);
+  }
   ExecClearTuple(cache->slot);
-  ResetExprContext(GetPerTupleExprContext(cache->estate));
-  for (int i = 0; i < info->ri_NumIndices; ++i) {
-    index_close(info->ri_IndexRelationDescs[i], NoLock);
-    info->ri_IndexRelationDescs[i] = nullptr;
-  }
-  info->ri_RelationDesc = nullptr;
-  cache->root_info->ri_RelationDesc = nullptr;
+  ResetExprContext(econtext);
+  heap_freetuple(tuple);
   table_close(part, NoLock);
-  table_close(parent, NoLock);
-  if (fresh) UnpinSearchPath(level);
-  cache->writing = false;
   error_context_stack = context.previous;
+  return holds;
 }
 
 void InsertThroughSpi(const Datum *values, const bool *isnull) {
@@ -283,15 +209,16 @@ bool InsertEvent(const Datum *values, const bool *isnull, Oid writer) {
   // Prepared on both paths: it refuses to write while outbox.events or the
   // partition would run code that is not built in (writer_code_rule.hpp).
   InsertCache *cache = PrepareInsertCache(at);  // nullptr: the SPI path
-  // The INSERT privilege on outbox.events, as the INSERT's executor checks
-  // it; column privileges alone take the INSERT, which checks those.
-  const bool direct = guc::emit_direct_insert && cache != nullptr &&
-                      pg_class_aclcheck(cache->parent, writer, ACL_INSERT) == ACLCHECK_OK;
-  if (direct) {
-    InsertDirect(cache, values, isnull);
-  } else {
-    // SPI checks privileges and parses its statement: with search_path
-    // pinned.
+  bool direct = guc::emit_direct_insert && cache != nullptr &&
+                pg_class_aclcheck(cache->parent, writer, ACL_INSERT) == ACLCHECK_OK;
+  // A NULL in a NOT NULL column: the INSERT reports it (ExecConstraints
+  // checks NOT NULL before any CHECK constraint).
+  for (int c = 0; direct && c < kEmitColumns; ++c) direct = !(isnull[c] && cache->not_null[c]);
+  // A CHECK constraint refusing the row: the INSERT reports which one.
+  direct = direct && InsertDirect(cache, values, isnull);
+  if (!direct) {
+    // SPI checks column privileges, NOT NULL, CHECK and everything else
+    // itself, and parses its statement: with search_path pinned.
     const int level = PinSearchPath();
     InsertThroughSpi(values, isnull);
     UnpinSearchPath(level);

@@ -1,7 +1,6 @@
 // How emit() writes its row: straight into the day's partition of
-// outbox.events, through PostgreSQL's own single-row insert
-// (ExecSimpleRelationInsert, as logical replication's apply writes a row),
-// on executor state kept per backend instead of an executor set up per call.
+// outbox.events (heap insert plus index entries), without building an
+// executor per call.
 //
 // Why: an INSERT through SPI sets up a whole executor for one row every time
 // (plan cache check, tuple routing, the defaults and CHECK constraints read
@@ -15,18 +14,22 @@
 // - the table is the extension's own layout (no extra columns, no columns of
 //   another type, no generated columns), and every index is an immediate
 //   btree or hash index (the rule of writer_code_rule.hpp, which both paths
-//   keep, leaves only built-in immutable functions in their expressions, in
-//   the CHECK constraints, and no row trigger);
+//   keep, leaves only built-in immutable functions in their expressions);
 // - each column emit() does not supply (status, attempts, published_at,
 //   last_error, next_attempt_at) has, on outbox.events (whose defaults the
 //   INSERT takes, not the partition's), no default or a constant one, which
-//   is then written as is, NULL only where the partition allows NULL.
-// The write itself is the INSERT's own code for a row routed to the
-// partition (event_insert.cpp): NOT NULL, then every CHECK constraint of the
-// partition in its order, then the heap insert and the index entries, and
-// the same errors (message, SQLSTATE, DETAIL, context line) when one refuses
-// the row. Anything else, or outbox.emit_direct_insert = off, takes the SPI
-// INSERT, which is always correct. Both paths check the INSERT privilege on
+//   is then written as is, NULL only where the partition allows NULL;
+// - the row's values satisfy the partition's NOT NULL constraints, and every
+//   CHECK constraint of the partition, whatever its name and NOT VALID or
+//   not, holds for the row: the constraints are compiled once per cache and
+//   evaluated here before the row is written, and only those made of
+//   built-in functions that are not volatile (a constraint that refuses the
+//   row is evaluated again by the INSERT, which must not be seen).
+// Anything else, or outbox.emit_direct_insert = off, takes the SPI INSERT,
+// which is always correct; a row a constraint refuses too, so the error is
+// PostgreSQL's own (message, SQLSTATE, DETAIL). An error both would raise
+// (a CHECK that fails to evaluate, a unique violation) reads the same both
+// ways, context line included. Both paths check the INSERT privilege on
 // outbox.events and refuse read-only and parallel transactions the same way.
 #pragma once
 
@@ -61,9 +64,8 @@ enum EventColumn {
 // writes here, in a security-restricted operation (as REFRESH MATERIALIZED
 // VIEW runs its owner's code); search_path is pinned only where a name could
 // be resolved: around the SPI INSERT, around loading the partition's indexes
-// into the cache, and around the first direct write through new executor
-// state, which loads and compiles the partition's constraints, index
-// expressions and predicates. On both paths, emit() refuses (42501) to write while outbox.events
+// and constraints into the cache, and around CHECK constraints not yet known
+// to hold. On both paths, emit() refuses (42501) to write while outbox.events
 // or a partition the row can reach would run code that is not built in or
 // outbox's own: see writer_code_rule.hpp.
 bool InsertEvent(const Datum *values, const bool *isnull, Oid writer);

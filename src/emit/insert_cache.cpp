@@ -22,16 +22,12 @@
 // left to the INSERT. (writer_code_rule.hpp refuses defaults and columns
 // that would run code that is not built in, domains included.)
 //
-// NOT NULL, the CHECK constraints, the partition constraint and the index
-// entries are ExecSimpleRelationInsert's (event_insert.cpp); what is checked
-// here is that the partition is one it writes as the INSERT would (its own
-// columns, of their types, no generated column; a heap table; indexes the
-// write's executor state may keep across transactions).
+// The partition's CHECK constraints are read here and compiled by the
+// write, when the first row gets past NOT NULL (event_insert.cpp says why).
 //
 // Invariants: no C++ object with a destructor anywhere in this file (every
 // function here may ereport); the cache's memory lives in `cache.context`, a
-// child of TopMemoryContext, reset when the cache is rebuilt (which deletes
-// the write's exec_context with it).
+// child of TopMemoryContext, reset when the cache is rebuilt.
 #include "emit/insert_cache.hpp"
 
 #include "emit/writer_code_rule.hpp"
@@ -40,11 +36,16 @@
 extern "C" {
 #include "access/genam.h"
 #include "access/table.h"
+#include "catalog/index.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_inherits.h"
 #include "catalog/pg_am_d.h"
+#include "catalog/pg_proc_d.h"
 #include "catalog/pg_type_d.h"
+#include "executor/executor.h"
 #include "executor/tuptable.h"
+#include "nodes/nodeFuncs.h"
+#include "optimizer/optimizer.h"
 #include "partitioning/partbounds.h"
 #include "partitioning/partdesc.h"
 #include "rewrite/rewriteHandler.h"
@@ -186,10 +187,58 @@ const char *Defaults(Relation parent, TupleDesc part_desc) {
   return nullptr;
 }
 
+// check_functions_in_node's callback: whether a function of a CHECK (all
+// immutable and built in, writer_code_rule.hpp) can send a notice, which
+// evaluating the constraint here and again in the INSERT when it refuses the
+// row would show twice: those that make a tsquery (to_tsquery() and the
+// like) do for a query of stop words only.
+bool MakesTsquery(Oid function, void *) { return get_func_rettype(function) == TSQUERYOID; }
+
+bool SendsNotice(Node *node, void *context) {
+  if (node == nullptr) return false;
+  if (check_functions_in_node(node, MakesTsquery, context)) return true;
+  return expression_tree_walker(node, TreeWalker(SendsNotice), context);
+}
+
+// Read the partition's CHECK constraints into cache.checks, or say why the
+// direct write must not evaluate one (nullptr: read). They are compiled
+// later, by CompileChecks. Requires cache.attnum; allocates in cache.context.
+const char *PlanChecks(const TupleConstr *constr) {
+  if (constr == nullptr || constr->num_check == 0) return nullptr;
+  cache.checks = static_cast<CheckPlan *>(palloc(constr->num_check * sizeof(CheckPlan)));
+  for (int i = 0; i < constr->num_check; ++i) {
+    Expr *expr = static_cast<Expr *>(stringToNode(constr->check[i].ccbin));
+    if (SendsNotice(reinterpret_cast<Node *>(expr), nullptr)) {
+      return psprintf("CHECK constraint %s can send a notice: it must run once per row",
+                      constr->check[i].ccname);
+    }
+    // Constant: immutable, and every column it reads (pull_varattnos'
+    // numbers are offset by FirstLowInvalidHeapAttributeNumber; a whole-row
+    // reference is 0) is tableoid or one emit() leaves to its default.
+    Bitmapset *columns = nullptr;
+    pull_varattnos(reinterpret_cast<Node *>(expr), 1, &columns);
+    bool constant = !contain_mutable_functions(reinterpret_cast<Node *>(expr));
+    int member = -1;
+    while (constant && (member = bms_next_member(columns, member)) >= 0) {
+      const AttrNumber attnum = member + FirstLowInvalidHeapAttributeNumber;
+      bool fixed = attnum == TableOidAttributeNumber;
+      for (int c = kStatus; c < kTableColumns && !fixed; ++c) fixed = attnum == cache.attnum[c] + 1;
+      constant = fixed;
+    }
+    CheckPlan &plan = cache.checks[cache.nchecks];
+    plan.expr = expr;
+    plan.state = nullptr;
+    plan.constant = constant;
+    plan.held = false;
+    ++cache.nchecks;
+  }
+  return nullptr;
+}
+
 // Whether rows can be written straight into `part` (nullptr) or why not, and
-// if so fill in the column positions, default values and indexes. Requires
-// RowExclusiveLock on `parent` and `part`; allocates in cache.context (the
-// current memory context).
+// if so fill in the column positions, default values, CHECK constraints and
+// index plans. Requires RowExclusiveLock on `parent` and `part`; allocates in
+// cache.context (the current memory context).
 const char *Inspect(Relation parent, Relation part) {
   if (part->rd_rel->relkind != RELKIND_RELATION) return "its partition is not a table";
   if (part->rd_rel->relam != HEAP_TABLE_AM_OID) return "its partition is not a heap table";
@@ -214,25 +263,37 @@ const char *Inspect(Relation parent, Relation part) {
   for (int c = 0; c < kTableColumns; ++c) {
     if (cache.attnum[c] < 0) return "a column is missing";
   }
+  for (int c = 0; c < kEmitColumns; ++c) {
+    cache.not_null[c] = TupleDescAttr(desc, cache.attnum[c])->attnotnull;
+  }
   const char *why_not = Defaults(parent, desc);
   if (why_not != nullptr) return why_not;
+
+  why_not = PlanChecks(desc->constr);
+  if (why_not != nullptr) return why_not;
+
+  cache.estate = CreateExecutorState();
 
   List *index_oids = RelationGetIndexList(part);
   if (list_length(index_oids) > kMaxIndexes) return "its partition has too many indexes";
   ListCell *cell;
   foreach (cell, index_oids) {
-    const Oid oid = lfirst_oid(cell);
-    cache.index_oids[cache.nindexes++] = oid;  // (its invalidations count: watched_relations)
-    Relation index = index_open(oid, RowExclusiveLock);
-    // Only access methods whose inserts keep no state in the IndexInfo
-    // (ii_AmCache), which the write's executor state keeps across
-    // transactions, and no deferred or exclusion checks.
+    IndexPlan &plan = cache.indexes[cache.nindexes];
+    plan.oid = lfirst_oid(cell);
+    ++cache.nindexes;  // (its invalidations count already: watched_relations)
+    Relation index = index_open(plan.oid, RowExclusiveLock);
+    plan.info = BuildIndexInfo(index);
+    plan.unique = index->rd_index->indisunique;
+    // Only access methods whose inserts keep no state between calls
+    // (ii_AmCache) and no deferred or exclusion checks.
     const bool plain =
         (index->rd_rel->relam == BTREE_AM_OID || index->rd_rel->relam == HASH_AM_OID) &&
-        !index->rd_index->indisexclusion &&
-        (!index->rd_index->indisunique || index->rd_index->indimmediate);
+        plan.info->ii_ExclusionOps == nullptr && (!plan.unique || index->rd_index->indimmediate);
     index_close(index, NoLock);
     if (!plain) return "its partition has an index other than an immediate btree or hash";
+    plan.predicate = plan.info->ii_Predicate != NIL
+                         ? ExecPrepareQual(plan.info->ii_Predicate, cache.estate)
+                         : nullptr;
   }
   cache.desc = CreateTupleDescCopy(desc);
   cache.slot = MakeSingleTupleTableSlot(cache.desc, &TTSOpsHeapTuple);
@@ -262,13 +323,12 @@ bool Prepare(TimestampTz at) {
     // half-built cache behind.
     cache.built = false;
     cache.direct = false;
+    cache.nchecks = 0;
+    cache.checks = nullptr;
+    cache.checks_compiled = false;
+    cache.checks_compiling = false;
     cache.nindexes = 0;
     cache.watched_relations.Reset();
-    cache.exec_context = nullptr;  // a child of cache.context: deleted with it
-    cache.estate = nullptr;
-    cache.root_info = nullptr;
-    cache.part_info = nullptr;
-    cache.writing = false;
     cache.partition = InvalidOid;
     MemoryContextReset(cache.context);
     const uint64 generation = inval_generation;

@@ -1,11 +1,9 @@
 // The per-backend cache behind emit()'s direct insert (event_insert.hpp):
 // which partition of outbox.events takes the current time and the range of
 // times it covers, where each column sits in its rows, the values
-// outbox.events' defaults give the columns emit() does not supply, the
-// partition's indexes and, built by the first write, the executor state
-// ExecSimpleRelationInsert writes through (its EState and ResultRelInfos,
-// the CHECK constraints and index predicates compiled): what an INSERT's
-// executor would otherwise derive on every call. Built by
+// outbox.events' defaults give the columns emit() does not supply, its CHECK
+// constraints and each index's IndexInfo with its predicate compiled: what an
+// INSERT's executor would otherwise derive on every call. Built by
 // PrepareInsertCache, kept until a relcache invalidation says what it
 // describes changed (insert_cache.cpp says how), and used by the write
 // (event_insert.cpp).
@@ -39,6 +37,25 @@ enum TableColumn {
 // has 4 indexes and 11 columns.
 constexpr int kMaxIndexes = 16;
 constexpr int kMaxAttributes = 64;
+
+// A CHECK constraint of the partition. `state`: `expr` compiled as
+// ExecRelCheck compiles it, when the first row gets to it (nullptr before).
+// `constant`: it reads only columns whose value is the same in every row the
+// cache writes (the defaulted ones, tableoid) and calls only immutable
+// functions, so once it has held for one row it holds for all (`held`).
+struct CheckPlan {
+  Expr *expr;
+  ExprState *state;
+  bool constant;
+  bool held;
+};
+
+struct IndexPlan {
+  Oid oid;
+  IndexInfo *info;       // BuildIndexInfo's, in cache.context
+  ExprState *predicate;  // compiled partial-index predicate; nullptr: none
+  bool unique;
+};
 
 // What a cache built by Prepare depends on beyond its own relations, to be
 // matched by invalidation callbacks, which cannot look anything up: up to
@@ -82,30 +99,22 @@ struct InsertCache {
   TimestampTz lo = 0, hi = 0;      // the created_at range routed to `partition`
   bool direct = false;             // false: this partition takes the SPI path
   TupleDesc desc = nullptr;        // copy of the partition's row type (not refcounted)
-  TupleTableSlot *slot = nullptr;  // over `desc`: the row the write hands the executor
+  TupleTableSlot *slot = nullptr;  // over `desc`: the row, for CHECKs and indexes
+  EState *estate = nullptr;        // for CHECKs, predicates and index expressions only
   int attnum[kTableColumns];       // 0-based position of each column in `desc`
   // The value outbox.events' default gives each column emit() does not
   // supply (indexes kStatus and up; NULL when it has none).
   Datum value[kTableColumns];
   bool value_null[kTableColumns];
+  bool not_null[kEmitColumns];  // NOT NULL on a supplied column: a NULL one takes SPI
+  int nchecks = 0;
+  CheckPlan *checks = nullptr;  // in the partition's order (ExecRelCheck's)
+  bool checks_compiled = false;
+  bool checks_compiling = false;  // true and not compiled: compiling them failed
   int nindexes = 0;
-  Oid index_oids[kMaxIndexes];  // the partition's indexes, in RelationGetIndexList's order
-  // The executor state the write goes through (event_insert.cpp): an EState
-  // whose range table holds outbox.events as the INSERT names it, outbox.events'
-  // ResultRelInfo and the partition's, routed from it, with its indexes'
-  // IndexInfo. nullptr until the first write builds them, in `exec_context`
-  // (a child of `context`). Their Relation pointers are set by each write,
-  // under its locks, and are nullptr between writes.
-  MemoryContext exec_context = nullptr;
-  EState *estate = nullptr;
-  ResultRelInfo *root_info = nullptr;
-  ResultRelInfo *part_info = nullptr;
-  // Set while a write runs: still set when the next write begins, that one
-  // raised an error midway (ExecRelCheck may have left a half-compiled array
-  // in part_info), and the executor state is built again.
-  bool writing = false;
+  IndexPlan indexes[kMaxIndexes];
   // Every index RefuseCodeNotBuiltIn looked at, which includes every index
-  // in `index_oids` (Inspect may stop before it reaches them all), and every
+  // in `indexes` (Inspect may stop before it reaches them all), and every
   // partition below outbox.events it looked at when the INSERT routes: a
   // change to one must make it look again.
   WatchList<Oid> watched_relations;

@@ -2,7 +2,7 @@
 //
 // Cost: the executor hook looks at a statement only when it writes
 // (resultRelations), and then at each written table's schema (a syscache
-// lookup); emit()'s direct insert starts no executor (ExecutorStart).
+// lookup); emit()'s direct insert does not go through the executor.
 #include "hooks/config_changes.hpp"
 
 #include "shmem/commit_wakeup.hpp"
