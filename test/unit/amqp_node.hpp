@@ -48,26 +48,12 @@
 #include <gtest/gtest.h>
 
 #include "sinks/amqp_library.hpp"
+#include "test_support.hpp"
 
 namespace outbox {
 namespace amqp_test {
 
-// A port nobody listened on a moment ago.
-inline int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof addr) == 0) {
-    socklen_t size = sizeof addr;
-    getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &size);
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
+using test_support::FreePort;
 
 inline std::string ReadAll(const std::string &path) {
   std::ifstream in(path);

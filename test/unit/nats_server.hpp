@@ -29,6 +29,8 @@
 #include <utility>
 #include <vector>
 
+#include "test_support.hpp"
+
 namespace outbox {
 namespace nats_test {
 
@@ -36,28 +38,9 @@ constexpr const char *kUser = "outbox-test";
 constexpr const char *kPassword = "pw-Secret-7781";
 constexpr int kNatsTestMaxPayload = 64 * 1024;
 
-using Clock = std::chrono::steady_clock;
-
-inline double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// A port nobody listened on a moment ago.
-inline int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof addr) == 0) {
-    socklen_t size = sizeof addr;
-    getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &size);
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
+using test_support::Clock;
+using test_support::FreePort;
+using test_support::SecondsSince;
 
 // A connection of the test's own, with JetStream, for setting up streams and
 // reading what arrived.

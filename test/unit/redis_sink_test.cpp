@@ -34,23 +34,6 @@ namespace {
 
 using namespace test_support;
 
-// A port nobody listened on a moment ago.
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof addr) == 0) {
-    socklen_t size = sizeof addr;
-    getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &size);
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
 struct ReplyDeleter {
   void operator()(redisReply *reply) const {
     if (reply != nullptr) freeReplyObject(reply);
