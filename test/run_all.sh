@@ -4,13 +4,14 @@
 #   bash test/run_all.sh
 #
 # Suites (each counted once in the closing "N passed, N failed" line, which CI
-# reads): format, unit (GoogleTest via ctest), regression (pg_regress),
+# reads): format, unit (GoogleTest via ctest, built and run under ASan +
+# UBSan: test/sanitize.sh's unit step), regression (pg_regress),
 # isolation (pg_isolation_regress), quickstart (the README's Quick start run
 # as pasted, test/quickstart.sh), harness (this script names what failed:
 # test/harness_selftest.sh), TAP (prove with PostgreSQL::Test::Cluster),
 # tidy (clang-tidy's analyzer checks, test/tidy.sh),
-# sanitizers (unit tests and the test broker under ASan + UBSan, a publisher
-# under valgrind; test/sanitize.sh), fuzz (libFuzzer on the PostgreSQL-free parsers and
+# sanitizers (the test broker under ASan + UBSan, a publisher under
+# valgrind; test/sanitize.sh's other steps), fuzz (libFuzzer on the PostgreSQL-free parsers and
 # validators for a bounded time, test/fuzz/run.sh), package (the Debian
 # package built, installed and delivering; test/package.sh), and pg17, pg18: the
 # builds, regression, isolation and the publisher's TAP suites again
@@ -336,33 +337,6 @@ if ((PGXS_OK)) && wanted TAP && git -C "$REPO" rev-parse --git-dir >/dev/null 2>
 fi
 
 # ---------------------------------------------------------------------------
-if wanted unit; then
-banner "CMake build and unit tests (ctest)"
-# A build/ configured for another checkout (copied or moved tree) makes cmake
-# refuse to run: start that one afresh.
-if [[ -f build/CMakeCache.txt ]] &&
-  ! grep -qxF "CMAKE_HOME_DIRECTORY:INTERNAL=$REPO" build/CMakeCache.txt; then
-  echo "build/ was configured for another source tree: removing it"
-  rm -rf build
-fi
-rm -f build/Testing/Temporary/LastTestsFailed.log
-UNIT_TARGETS=()
-[[ ${OUTBOX_SKIP_BUILD:-0} == 1 ]] && UNIT_TARGETS=(--target outbox_unit_tests)
-if run_logged unit timeout -k 30 "$(budget 1200)" cmake -S . -B build -DOUTBOX_WERROR=ON -DPG_CONFIG="$PG_CONFIG" &&
-  run_logged unit timeout -k 30 "$(budget 1200)" cmake --build build -j2 "${UNIT_TARGETS[@]}"; then
-  # --no-tests=error: a build that registered no test must not look green.
-  if run_logged unit timeout -k 30 "$(budget 900)" ctest --test-dir build --output-on-failure --no-tests=error; then
-    record unit pass
-  else
-    failures_from_ctest unit build
-    record unit fail "ctest failures"
-  fi
-else
-  record unit fail "CMake build failed"
-fi
-fi # wanted unit
-
-# ---------------------------------------------------------------------------
 if wanted regression || wanted isolation; then
 banner "Regression and isolation suites (make installcheck)"
 if ((PGXS_OK)); then
@@ -405,7 +379,6 @@ if wanted quickstart; then
   fi
 fi
 
-# ---------------------------------------------------------------------------
 # ---------------------------------------------------------------------------
 banner "Fault injection build (CMake, OUTBOX_FAULT_INJECTION=ON; test/t/09x load it)"
 # The release module (installed above) has no fault injection points; the TAP
@@ -625,13 +598,33 @@ else
 fi
 
 # ---------------------------------------------------------------------------
+if wanted unit; then
+banner "Unit tests under ASan + UBSan (test/sanitize.sh's unit step: CMake build, ctest)"
+# Built and run once, sanitized: the sanitizers suite below does the rest of
+# test/sanitize.sh. After the TAP suites started (the run's longest path,
+# which needs only the PGXS and fault injection builds). Private directory,
+# kept when the suite fails.
+UNIT_DIR=$(mktemp -d /tmp/outbox-unit.XXXXXX)
+if run_logged unit timeout -k 30 "$(budget 1800)" env OUTBOX_SKIP_DEPS=1 OUTBOX_SANITIZE_STEPS=unit \
+  bash test/sanitize.sh "$UNIT_DIR"; then
+  record unit pass
+  rm -rf "$UNIT_DIR"
+elif failures_from_ctest unit "$UNIT_DIR/cmake"; then
+  record unit fail "ctest failures (build and reports in $UNIT_DIR)"
+else
+  record unit fail "build failed or sanitizer reports (in $UNIT_DIR)"
+fi
+fi # wanted unit
+
+# ---------------------------------------------------------------------------
 if wanted sanitizers; then
-  banner "Unit tests and test broker under ASan + UBSan, a publisher under valgrind (test/sanitize.sh)"
+  banner "Test broker under ASan + UBSan, a publisher under valgrind (test/sanitize.sh)"
   # Private directories (two runs on one machine must not share them); kept
   # when the suite fails, for its reports and crash inputs.
   SANITIZE_DIR=$(mktemp -d /tmp/outbox-sanitize.XXXXXX)
   chmod 755 "$SANITIZE_DIR" # the publisher under valgrind runs as the server's OS user
-  if run_logged sanitizers timeout -k 30 "$(budget 1800)" env OUTBOX_SKIP_DEPS=1 bash test/sanitize.sh "$SANITIZE_DIR"; then
+  if run_logged sanitizers timeout -k 30 "$(budget 1800)" env OUTBOX_SKIP_DEPS=1 \
+    OUTBOX_SANITIZE_STEPS="broker valgrind" bash test/sanitize.sh "$SANITIZE_DIR"; then
     record sanitizers pass
     rm -rf "$SANITIZE_DIR"
   else
