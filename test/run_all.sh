@@ -383,7 +383,9 @@ fi
 banner "Fault injection build (CMake, OUTBOX_FAULT_INJECTION=ON; test/t/09x load it)"
 # The release module (installed above) has no fault injection points; the TAP
 # tests that inject faults load this build from a private directory through
-# dynamic_library_path (OutboxNode's fault_injection option).
+# dynamic_library_path (OutboxNode's fault_injection option). Unoptimised
+# (Debug): built here and in both chroots, it costs a fraction of the CPU of
+# -O2, and the tests that load it wait on conditions, not on its speed.
 FI_OK=0
 if [[ -f build-fi/CMakeCache.txt ]] &&
   ! grep -qxF "CMAKE_HOME_DIRECTORY:INTERNAL=$REPO" build-fi/CMakeCache.txt; then
@@ -393,12 +395,19 @@ if [[ ${OUTBOX_SKIP_BUILD:-0} == 1 ]]; then
   FI_OK=1 # not built: the fault injection tests skip themselves
 elif ((PGXS_OK)) && { wanted TAP || wanted TAP_publisher; } &&
   run_logged build timeout -k 30 "$(budget 1200)" cmake -S . -B build-fi -DOUTBOX_WERROR=ON -DOUTBOX_FAULT_INJECTION=ON \
-    -DPG_CONFIG="$PG_CONFIG" >/dev/null &&
+    -DCMAKE_BUILD_TYPE=Debug -DPG_CONFIG="$PG_CONFIG" >/dev/null &&
   run_logged build timeout -k 30 "$(budget 1200)" cmake --build build-fi -j2 --target outbox; then
   FI_OK=1
 elif wanted TAP || wanted TAP_publisher; then
   echo "the fault injection build failed: the fault injection TAP tests cannot run" >&2
 fi
+
+# ---------------------------------------------------------------------------
+# The TAP files of the second lane (prove's rule globs: no [ranges]): the
+# broker fault suites, the memory run, the late-commit and claim-floor runs
+# and every broker sink's files. Together about half as long as the rest
+# on this machine (test/README.md, "Time").
+TAP_SECOND_LANE='t/{046,048,070,071,080,12?,13?,14?,15?}_*.pl'
 
 # ---------------------------------------------------------------------------
 # run_tap SUITE DIR [VAR=value ...] -- TEST...: prove the TAP tests as the
@@ -414,11 +423,19 @@ run_tap() {
   while [[ $1 != -- ]]; do envs+=("$1"); shift; done
   shift
   local -a tests=("$@")
-  # One test file at a time unless OUTBOX_TAP_JOBS says more (every file has
-  # its own ports and data directories). Two at a time here and in both
-  # chroots at once overloaded 2 cores: timeouts in the fault suites'
-  # read-back and a missed intermediate state in 040.
-  local jobs=${OUTBOX_TAP_JOBS:-1}
+  # Two lanes, each one file at a time (every file has its own ports and data
+  # directories): the second takes TAP_SECOND_LANE, files that mostly wait on
+  # brokers, servers and clocks, the first everything else, so the suite's
+  # length is the longer lane's rather than the sum. OUTBOX_TAP_LANES=1 runs
+  # one file at a time; OUTBOX_TAP_JOBS=N any N files at once (two at a time
+  # in every suite, here and in both chroots, overloaded 2 cores: timeouts
+  # in the fault suites' read-back and a missed intermediate state in 040).
+  local -a schedule=(-j 1)
+  if [[ -n ${OUTBOX_TAP_JOBS:-} ]]; then
+    schedule=(-j "$OUTBOX_TAP_JOBS")
+  elif [[ ${OUTBOX_TAP_LANES:-2} == 2 ]]; then
+    schedule=(-j 2 "--rules=seq=$TAP_SECOND_LANE" "--rules=seq=**")
+  fi
   rm -rf "$dir"
   mkdir -p "$dir"
   # PostgreSQL::Test::Utils writes logs and data directories under
@@ -450,7 +467,7 @@ run_tap() {
     PERL5LIB="$PGXS_TOP/src/test/perl:$dir/lib${PERL5LIB:+:$PERL5LIB}" \
     TESTDIR="$dir" TESTDATADIR="$dir/tmp_check" TESTLOGDIR="$dir/tmp_check/log" \
     PG_REGRESS="$PG_REGRESS_BIN" OUTBOX_REPO="$REPO" "${envs[@]}" \
-    prove --timer -j "$jobs" "${tests[@]}"); then
+    prove --timer "${schedule[@]}" "${tests[@]}"); then
     if ((FI_OK)); then
       record "$suite" pass "${#tests[@]} files"
     else
@@ -691,9 +708,12 @@ done
 # before the summary.
 TIDY_PID=""
 if wanted tidy; then
-  # The compile database comes from the CMake configure (the unit suite's).
-  if timeout -k 30 600 cmake -S . -B build -DOUTBOX_WERROR=ON -DPG_CONFIG="$PG_CONFIG" >/dev/null; then
-    in_background "$SUITE_LOGS/tidy.log" timeout -k 30 "$(budget 1200)" bash test/tidy.sh build
+  # The compile database comes from a CMake configure (nothing is built) in
+  # a directory of this run's own: not in the checkout, which the harness
+  # and package suites copy meanwhile.
+  TIDY_DB=$RUN_FILES/tidy-db
+  if timeout -k 30 600 cmake -S . -B "$TIDY_DB" -DOUTBOX_WERROR=ON -DPG_CONFIG="$PG_CONFIG" >/dev/null; then
+    in_background "$SUITE_LOGS/tidy.log" timeout -k 30 "$(budget 1200)" bash test/tidy.sh "$TIDY_DB"
     TIDY_PID=$BG_PID
   else
     record tidy fail "the CMake configure for the compile database failed"
