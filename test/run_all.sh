@@ -403,11 +403,12 @@ elif wanted TAP || wanted TAP_publisher; then
 fi
 
 # ---------------------------------------------------------------------------
-# The TAP files of the second lane (prove's rule globs: no [ranges]): the
-# broker fault suites, the memory run, the late-commit and claim-floor runs
-# and every broker sink's files. Together about half as long as the rest
-# on this machine (test/README.md, "Time").
-TAP_SECOND_LANE='t/{046,048,070,071,080,12?,13?,14?,15?}_*.pl'
+# The TAP files of the second lane (prove's rule globs: no [ranges]): files
+# that mostly wait, on clocks, on other sessions or on brokers (the memory
+# run, the waiting publisher, the late-commit, claim and refusal runs, every
+# broker sink's files), none of the fault suites, which take CPU and run one
+# after the other in the first lane. About half as long as the first lane.
+TAP_SECOND_LANE='t/{046,050,057,068,080,096,099,12?,13?,14?,15?}_*.pl'
 
 # ---------------------------------------------------------------------------
 # run_tap SUITE DIR [VAR=value ...] -- TEST...: prove the TAP tests as the
@@ -423,17 +424,19 @@ run_tap() {
   while [[ $1 != -- ]]; do envs+=("$1"); shift; done
   shift
   local -a tests=("$@")
-  # Two lanes, each one file at a time (every file has its own ports and data
-  # directories): the second takes TAP_SECOND_LANE, files that mostly wait on
-  # brokers, servers and clocks, the first everything else, so the suite's
-  # length is the longer lane's rather than the sum. OUTBOX_TAP_LANES=1 runs
-  # one file at a time; OUTBOX_TAP_JOBS=N any N files at once (two at a time
-  # in every suite, here and in both chroots, overloaded 2 cores: timeouts
+  # The TAP suite runs in two lanes, each one file at a time (every file has
+  # its own ports and data directories): the second takes TAP_SECOND_LANE,
+  # files that mostly wait on brokers, servers and clocks, the first
+  # everything else, so the suite's length is the longer lane's rather than
+  # the sum. TAP_publisher (the chroots' suite, shorter) runs one file at a
+  # time: lanes there too kept six fault suites running at once on 2 cores.
+  # OUTBOX_TAP_LANES=1 runs one file at a time; OUTBOX_TAP_JOBS=N any N
+  # files at once (two at a time in every suite overloaded 2 cores: timeouts
   # in the fault suites' read-back and a missed intermediate state in 040).
   local -a schedule=(-j 1)
   if [[ -n ${OUTBOX_TAP_JOBS:-} ]]; then
     schedule=(-j "$OUTBOX_TAP_JOBS")
-  elif [[ ${OUTBOX_TAP_LANES:-2} == 2 ]]; then
+  elif [[ $suite == TAP && ${OUTBOX_TAP_LANES:-2} == 2 ]]; then
     schedule=(-j 2 "--rules=seq=$TAP_SECOND_LANE" "--rules=seq=**")
   fi
   rm -rf "$dir"
