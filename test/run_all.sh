@@ -618,6 +618,41 @@ else
 fi
 
 # ---------------------------------------------------------------------------
+# The other majors, each in its chroot (made in the background since the
+# start), run from here on beside this machine's remaining suites, both at
+# once: started as soon as this machine's TAP suite is, since with it they
+# are the run's longest paths (the unit tests, now built unoptimised, no
+# longer take the CPU that made the chroots wait for them). Each picks its
+# own free ports. Their output is shown at the end.
+declare -A CHROOT_RUN=()
+# chroot_run SUITE MAJOR LEVEL: the run in the chroot of SUITE; status 2
+# when the chroot could not be made.
+# shellcheck disable=SC2317 # called through in_background
+chroot_run() {
+  local suite=$1 major=$2 level=$3
+  # The chroot was being made since the start (a child of the main shell,
+  # so this background job cannot wait for it: it watches for its status
+  # file, which its preparation writes however it ends).
+  while [[ ! -s "$RUN_FILES/$suite.rc" ]] && ((SECONDS < RUN_DEADLINE)); do sleep 2; done
+  cat "$RUN_FILES/$suite.log"
+  if [[ "$(cat "$RUN_FILES/$suite.rc" 2>/dev/null)" != 0 ]]; then
+    echo "making the $suite chroot failed"
+    return 2
+  fi
+  # The run inside keeps to what is left of this run's budget, less the
+  # time to print its summary and have it read here.
+  OUTBOX_CHROOT_BUDGET=$(($(budget 3000) - 90)) \
+    OUTBOX_CHROOT_FAILURES="$RUN_FILES/pg$major.failures" \
+    timeout -k 30 "$(budget 3000)" bash test/chroot/run.sh "$CHROOT_BASE/$suite" "$major" "$level"
+}
+for spec in "${CHROOTS[@]}"; do
+  read -r suite major level <<<"$spec"
+  wanted "pg$major" || continue
+  in_background "$RUN_FILES/pg$major.run.log" chroot_run "$suite" "$major" "$level"
+  CHROOT_RUN[$major]=$BG_PID
+done
+
+# ---------------------------------------------------------------------------
 if wanted unit; then
 banner "Unit tests under ASan + UBSan (test/sanitize.sh's unit step: CMake build, ctest)"
 # Built and run once, sanitized: the sanitizers suite below does the rest of
@@ -665,41 +700,6 @@ if wanted harness && ((PGXS_OK)); then
 elif wanted harness; then
   record harness fail "PGXS build failed"
 fi
-
-# ---------------------------------------------------------------------------
-# The other majors, each in its chroot (made in the background since the
-# start), run from here on beside this machine's remaining suites, both at
-# once. They start after the sanitizers, the most CPU-hungry suite here,
-# which would otherwise take several times as long beside their builds; the
-# TAP suites everywhere mostly wait on servers and brokers. Each picks its
-# own free ports. Their output is shown at the end.
-declare -A CHROOT_RUN=()
-# chroot_run SUITE MAJOR LEVEL: the run in the chroot of SUITE; status 2
-# when the chroot could not be made.
-# shellcheck disable=SC2317 # called through in_background
-chroot_run() {
-  local suite=$1 major=$2 level=$3
-  # The chroot was being made since the start (a child of the main shell,
-  # so this background job cannot wait for it: it watches for its status
-  # file, which its preparation writes however it ends).
-  while [[ ! -s "$RUN_FILES/$suite.rc" ]] && ((SECONDS < RUN_DEADLINE)); do sleep 2; done
-  cat "$RUN_FILES/$suite.log"
-  if [[ "$(cat "$RUN_FILES/$suite.rc" 2>/dev/null)" != 0 ]]; then
-    echo "making the $suite chroot failed"
-    return 2
-  fi
-  # The run inside keeps to what is left of this run's budget, less the
-  # time to print its summary and have it read here.
-  OUTBOX_CHROOT_BUDGET=$(($(budget 2400) - 90)) \
-    OUTBOX_CHROOT_FAILURES="$RUN_FILES/pg$major.failures" \
-    timeout -k 30 "$(budget 2400)" bash test/chroot/run.sh "$CHROOT_BASE/$suite" "$major" "$level"
-}
-for spec in "${CHROOTS[@]}"; do
-  read -r suite major level <<<"$spec"
-  wanted "pg$major" || continue
-  in_background "$RUN_FILES/pg$major.run.log" chroot_run "$suite" "$major" "$level"
-  CHROOT_RUN[$major]=$BG_PID
-done
 
 # ---------------------------------------------------------------------------
 # clang-tidy and the fuzzers run in the background from here on, beside the
