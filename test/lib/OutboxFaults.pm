@@ -13,7 +13,10 @@
 # 10th commits after rolling back a subtransaction that emitted: what they
 # emitted says "rolled_back" and must never arrive. The topic comes from
 # fault_load_ctl at each transaction, so the load moves from one scenario's
-# topic to the next without stopping; after a crash the sessions are simply
+# topic to the next without restarting; between scenarios it pauses (the
+# sessions stay connected and emit nothing), so that what a scenario emits is
+# bounded by how long its fault lasts, not by how long the previous topic took
+# to reconcile on a loaded machine. After a crash the sessions are simply
 # started again (their state is in tables, committed with their events).
 #
 # The reconciliation (reconcile): the committed events of one topic as
@@ -35,7 +38,7 @@
 #
 # The scenario driver (OutboxFaults::Suite, new_suite): scenario() moves the
 # load to the scenario's own topic, runs the fault, measures the recovery,
-# moves the load on, waits until the topic is drained, reconciles it, records
+# pauses the load, waits until the topic is drained, reconciles it, records
 # the row and runs the checks every fault shares. The faults both sinks share
 # are here too: sigkill_publishers, immediate_stop, long_transaction and
 # long_outage (with the retention check).
@@ -365,7 +368,8 @@ sub new {
 	my ($s, $k, $t) = ($self->{sessions}, $self->{keys}, $self->{topic});
 	$self->{node}->safe_psql('postgres', <<"EOF");
 CREATE TABLE fault_load_ctl (one boolean PRIMARY KEY DEFAULT true CHECK (one),
-                             topic text NOT NULL, stop boolean NOT NULL DEFAULT false);
+                             topic text NOT NULL, stop boolean NOT NULL DEFAULT false,
+                             pause boolean NOT NULL DEFAULT false);
 INSERT INTO fault_load_ctl (topic) VALUES ('$t');
 CREATE TABLE fault_key_seq (key text PRIMARY KEY, seq int NOT NULL DEFAULT 0);
 INSERT INTO fault_key_seq
@@ -377,13 +381,22 @@ LANGUAGE plpgsql AS \$\$
 DECLARE
   t text;
   halt boolean;
+  paused boolean;
   d int;
   k text;
   n int;
 BEGIN
   LOOP
-    SELECT topic, stop INTO t, halt FROM fault_load_ctl;
+    SELECT topic, stop, pause INTO t, halt, paused FROM fault_load_ctl;
     EXIT WHEN halt;
+    IF paused THEN
+      -- Said once, in a transaction of its own: after it this session emits
+      -- nothing until the pause ends (its next snapshot sees the change).
+      UPDATE fault_load_progress SET topic = NULL WHERE session = p_session AND topic IS NOT NULL;
+      COMMIT;
+      PERFORM pg_sleep(0.05);
+      CONTINUE;
+    END IF;
     SELECT tx INTO d FROM fault_load_progress WHERE session = p_session;
     IF d % 10 = 4 THEN
       -- A transaction that rolls back (its sequence number too): none of its
@@ -488,22 +501,39 @@ sub progress {
 	return $ret == 0 ? $out : undef;
 }
 
-# Moves the load to $topic and waits until every running session has
-# committed a transaction on it (after that nothing more goes to the old one).
+# Moves the load to $topic (ending a pause) and waits until every running
+# session has committed a transaction on it (after that nothing more goes to
+# the old one).
 sub set_topic {
 	my ($self, $topic) = @_;
-	my $node = $self->{node};
-	$node->safe_psql('postgres', "UPDATE fault_load_ctl SET topic = '$topic'");
+	$self->{node}->safe_psql('postgres', "UPDATE fault_load_ctl SET topic = '$topic', pause = false");
 	$self->{topic} = $topic;
+	$self->{paused} = 0;
+	return $self->_wait_sessions("topic = '$topic'", "move to $topic");
+}
+
+# Pauses the load and waits until every running session has seen it (after
+# that no session emits until set_topic).
+sub pause {
+	my ($self) = @_;
+	$self->{node}->safe_psql('postgres', 'UPDATE fault_load_ctl SET pause = true');
+	$self->{paused} = 1;
+	return $self->_wait_sessions('topic IS NULL', 'pause');
+}
+
+sub paused { return $_[0]{paused} }
+
+sub _wait_sessions {
+	my ($self, $cond, $what) = @_;
 	my $n = $self->{sessions};
 	my $start = time();
 	my $patience = OutboxFaults::patience();
 	while (time() - $start < $patience) {
-		return 1 if $node->safe_psql('postgres',
-			"SELECT count(*) FROM fault_load_progress WHERE topic = '$topic'") == $n;
+		return 1 if $self->{node}->safe_psql('postgres',
+			"SELECT count(*) FROM fault_load_progress WHERE $cond") == $n;
 		usleep(20_000);
 	}
-	croak "the load did not move to $topic within $patience s";
+	croak "the load did not $what within $patience s";
 }
 
 # Stops every session; returns the sessions whose psql failed.
@@ -549,8 +579,8 @@ EOF
 
 # A suite: the node, the load, how to read a topic back from the broker, how
 # many publishers run, and its scenarios in the order they run (each on topic
-# <prefix>.<name>; the load moves on to the next one's topic, and after the
-# last to <prefix>.tail). new_suite(node, load, sink => 'kafka', prefix => 'fk',
+# <prefix>.<name>; the load pauses between them, and after the last runs
+# without a fault on <prefix>.tail). new_suite(node, load, sink => 'kafka', prefix => 'fk',
 # publishers => 2, scenarios => [...], fetch => sub { my ($topic, $patient) = @_; ... })
 # Seeds Perl's random numbers (printed; OUTBOX_FAULT_SEED repeats a run).
 sub new_suite {
@@ -587,7 +617,7 @@ sub run {
 	my @names = @{ $self->{scenarios} };
 	my ($at) = grep { $names[$_] eq $name } 0 .. $#names;
 	croak "unknown scenario $name" unless defined $at;
-	return $self->scenario(name => $name, next => $names[ $at + 1 ], %o);
+	return $self->scenario(name => $name, %o);
 }
 
 # How often the server log matches $re from byte $offset on.
@@ -600,16 +630,15 @@ sub log_count {
 # scenario(name => 'down_up', fault => 'brokers down and up 3 times',
 #          lose_nothing => 'nothing is lost when the brokers go down and up 3 times',
 #          inject => sub { my ($topic) = @_; ...; return { injections => N, end => time(),
-#                         detail => '...', order_exempt => {...} } },
-#          next => 'next scenario name' | undef)
+#                         detail => '...', order_exempt => {...} } })
 # The load runs on the scenario's topic from before the fault until it has
-# recovered; then the load moves on and the topic is drained and reconciled.
+# recovered; then the load pauses and the topic is drained and reconciled.
 sub scenario {
 	my ($self, %o) = @_;
 	my ($node, $load) = ($self->{node}, $self->{load});
 	my $topic = "$self->{prefix}.$o{name}";
 	my $t = time();
-	$load->set_topic($topic) if $load->topic ne $topic;
+	$load->set_topic($topic) if $load->topic ne $topic || $load->paused;
 	note("--- $self->{sink}: $o{fault} (topic $topic) at " . sprintf('%.1f s', $t - $self->{t0}));
 	my $log_offset = -s $node->logfile;
 	my $f = $o{inject}->($topic);
@@ -619,7 +648,7 @@ sub scenario {
 	my $recovery = OutboxFaults::wait_backlog_cleared($node, $f->{end}, $wait);
 	ok(defined $recovery, "$o{fault}: the backlog drains after the fault")
 	  or diag('pending: ' . (OutboxFaults::backlog($node) // 'no answer'));
-	$load->set_topic("$self->{prefix}." . ($o{next} // 'tail'));
+	$load->pause;
 	ok(defined OutboxFaults::wait_topic_drained($node, $topic),
 		"$o{fault}: every event of the scenario is published in the end")
 	  or diag($node->safe_psql('postgres',
@@ -645,13 +674,23 @@ sub scenario {
 	return $r;
 }
 
-# After the last scenario: stop the load, reconcile what it emitted last (no
-# fault), and check that outbox.events kept every event, that nothing is left
+# The load on $topic for a few seconds without a fault, then paused.
+sub run_tail {
+	my ($self, $topic) = @_;
+	$self->{load}->set_topic($topic);
+	usleep(3_000_000);
+	$self->{load}->pause;
+	return;
+}
+
+# After the last scenario: run the load a few seconds more without a fault,
+# stop it, reconcile what it emitted then, and check that outbox.events kept every event, that nothing is left
 # pending or dead, and that no server process crashed on its own.
 sub finish {
 	my ($self) = @_;
 	my ($node, $load) = ($self->{node}, $self->{load});
 	my $topic = "$self->{prefix}.tail";
+	$self->run_tail($topic);
 	my @failed = $load->stop;
 	is(scalar @failed, 0, 'the emitting sessions stop cleanly') or diag("failed sessions: @failed");
 	ok(defined OutboxFaults::wait_topic_drained($node, $topic), 'the last events are published');

@@ -7,8 +7,8 @@
 # emit order. Two publishers (outbox.workers = 2) share the events by key.
 #
 # Each scenario has its own Kafka topic (4 partitions), so each is reconciled
-# on its own; the load moves to the next topic once the fault is over and its
-# backlog is gone. One row per fault goes to reliability.tsv (see
+# on its own; the load pauses once the fault is over and its backlog is gone,
+# and resumes on the next topic when the next fault starts. One row per fault goes to reliability.tsv (see
 # OutboxFaults::record_result), with recovery_s = seconds from the end of the
 # fault until no event emitted before that moment is pending:
 #

@@ -63,13 +63,15 @@ is($m42->{content_type}, 'application/json', 'content_type application/json');
 is($m42->{app_id}, 'outbox', 'app_id outbox');
 is($m42->{delivery_mode}, 2, 'persistent');
 is($m42->{timestamp}, $created, 'timestamp: created_at in seconds');
-is_deeply($m42->{header_names},
-	[ 'outbox-id', 'outbox-topic', 'outbox-key', 'X-Tenant', 'traceparent' ],
-	'headers: outbox-id, outbox-topic, outbox-key, then the user headers RabbitMQ does not act on');
+# A headers table is a map: RabbitMQ 4 hands the fields on in an order of its
+# own (3.x keeps the publisher's), so only the names are compared.
+is_deeply([ sort @{ $m42->{header_names} } ],
+	[ sort 'outbox-id', 'outbox-topic', 'outbox-key', 'X-Tenant', 'traceparent' ],
+	'headers: outbox-id, outbox-topic, outbox-key and the user headers RabbitMQ does not act on');
 is($m42->{headers}{'outbox-id'}, $id{42}, 'outbox-id is the event id (a forged one is left out)');
 is($m42->{headers}{'outbox-key'}, 'order-42', 'outbox-key is the key');
 is($m42->{headers}{'X-Tenant'}, 'acme', 'user headers keep their names');
-is_deeply($m43->{header_names}, [ 'outbox-id', 'outbox-topic' ], 'no key: no outbox-key');
+is_deeply([ sort @{ $m43->{header_names} } ], [ 'outbox-id', 'outbox-topic' ], 'no key: no outbox-key');
 
 my $ce = $rabbit->dump_queue('ce-q');
 is(scalar @$ce, 1, 'one cloudevents message');
