@@ -62,6 +62,13 @@ PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Wno-unused-parameter \
 ifeq ($(WERROR),1)
 PG_CXXFLAGS += -Werror
 endif
+# Debian's pg_buildext hands the package's compiler flags (dpkg-buildflags:
+# the hardening options, -O0 under DEB_BUILD_OPTIONS=noopt) to PGXS as COPT,
+# which PGXS adds to the C flags only: the C++ sources get them too (less
+# the one C-only warning option newer dpkg versions add).
+ifdef COPT
+PG_CXXFLAGS += $(filter-out -Werror=implicit-function-declaration,$(COPT))
+endif
 SHLIB_LINK = -lrdkafka -lhiredis $(SINK_LIBS) -lstdc++
 
 # Track header dependencies in every build (.deps/): a header change, such as

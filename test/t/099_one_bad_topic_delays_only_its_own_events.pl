@@ -69,7 +69,11 @@ sub p99_since {
 	ok(defined wait_until(sub {
 		$node->safe_psql('postgres', qq{SELECT count(*) FROM outbox.events
 			WHERE topic = '$healthy' AND status <> 'published' AND created_at >= '$from'}) eq '0' }),
-		"every healthy event since $from is published");
+		"every healthy event since $from is published")
+	  or diag("still pending:\n" . $node->safe_psql('postgres', qq{SELECT id, key, status, attempts,
+			to_char(created_at, 'HH24:MI:SS.MS'), last_error FROM outbox.events
+			WHERE topic = '$healthy' AND status <> 'published' AND created_at >= '$from'
+			ORDER BY id LIMIT 10}));
 	return $node->safe_psql('postgres', qq{SELECT round(1000 * percentile_cont(0.99) WITHIN GROUP
 		(ORDER BY extract(epoch FROM published_at - created_at))::numeric, 1)
 		FROM outbox.events WHERE topic = '$healthy' AND created_at >= '$from'});
