@@ -47,7 +47,8 @@ OBJS = $(PG_SRCS:.cpp=.o) $(FREE_SRCS:.cpp=.o)
 
 REGRESS = setup emit tracing sinks sink_kinds routes controls stats partitions privileges emit_runs_only_built_in_code emit_writes_like_insert extension writer_role
 REGRESS_OPTS = --inputdir=. --outputdir=test/results
-ISOLATION = maintain_never_blocks_emit concurrent_claims_never_overlap emit_follows_concurrent_ddl maintain_keeps_pending_events_at_any_isolation
+ISOLATION = maintain_never_blocks_emit concurrent_claims_never_overlap emit_follows_concurrent_ddl maintain_keeps_pending_events_at_any_isolation \
+            update_waits_for_a_publishers_transaction
 ISOLATION_OPTS = --inputdir=test/isolation --outputdir=test/results/isolation
 
 PG_CONFIG ?= pg_config

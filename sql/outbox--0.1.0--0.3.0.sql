@@ -68,6 +68,14 @@ BEGIN
 END
 $$;
 
+-- The tables the statements below change, locked first and in the order
+-- emit() and the publishers take them: outbox.events (then each of its
+-- partitions) before outbox.counts, which the counting triggers write after
+-- a partition's rows. Taken later (hand_to_writer changes owners: counts,
+-- then the partitions), a publisher holding a partition and waiting for
+-- counts deadlocked the update. Emits and publishing wait until it commits.
+LOCK TABLE outbox.events, outbox.counts IN ACCESS EXCLUSIVE MODE;
+
 -- The UPDATE of outbox.routes below runs as the superuser who updates. The
 -- owner of the extension or of the table (who need not be a superuser) may
 -- have put code on the table that an UPDATE runs: a trigger, a rule, a CHECK

@@ -7,6 +7,14 @@
 
 \echo Use "ALTER EXTENSION outbox UPDATE TO '0.3.0'" to load this file. \quit
 
+-- The tables the statements below change, locked first and in the order
+-- emit() and the publishers take them: outbox.events (then each of its
+-- partitions) before outbox.counts, which the counting triggers write after
+-- a partition's rows. Taken later (hand_to_writer changes owners: counts,
+-- then the partitions), a publisher holding a partition and waiting for
+-- counts deadlocked the update. Emits and publishing wait until it commits.
+LOCK TABLE outbox.events, outbox.counts IN ACCESS EXCLUSIVE MODE;
+
 -- outbox.routes.sink no longer references outbox.sinks: pg_restore -j loads
 -- the rows of both tables in parallel, in either order, and a route whose
 -- sink was not restored yet failed the restore. The foreign key's name is

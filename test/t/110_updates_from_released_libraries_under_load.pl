@@ -24,6 +24,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use JSON::PP;
+use POSIX ();
 use Time::HiRes qw(time usleep);
 use OutboxNode qw(wait_until);
 use OutboxKafka;
@@ -51,15 +52,25 @@ my $json = JSON::PP->new->canonical;
 # numbered per run; keys k0..k3 in turn. Runs as a child process so that it
 # goes on while the test restarts the server (its failed transactions are
 # not counted: only events whose emit() returned an id were committed).
+# The emitters still running: a test that dies stops them in END, and an
+# emitter whose test is gone stops by itself (an orphan kept prove waiting on
+# its output for the rest of the run's time).
+my %emitters;
+my $test_pid = $$;
+END { kill 'KILL', keys %emitters if $$ == $test_pid && %emitters }
+
 sub start_emitter {
 	my ($node, $file, $topics) = @_;
 	my $pid = fork() // die "fork: $!";
-	return $pid if $pid;
+	if ($pid) {
+		$emitters{$pid} = 1;
+		return $pid;
+	}
 	my $n = 0;
 	my @conn = ('-h', $node->host, '-p', $node->port, '-d', 'postgres', '-X', '-A', '-t', '-q');
 	open my $out, '>>', $file or die $!;
 	$out->autoflush(1);
-	while (1) {
+	while (getppid() == $test_pid) {
 		$n++;
 		my $topic = $topics->[ $n % @$topics ];
 		my $key = 'k' . ($n % 4);
@@ -68,12 +79,14 @@ sub start_emitter {
 		print $out "$n $topic $key $id\n" if $id =~ /^[0-9a-f-]{36}$/;
 		usleep(20_000);
 	}
+	POSIX::_exit(0);    # not exit: the test's END blocks are not the emitter's
 }
 
 sub stop_emitter {
 	my ($pid) = @_;
 	kill 'TERM', $pid;
 	waitpid($pid, 0);
+	delete $emitters{$pid};
 	return;
 }
 

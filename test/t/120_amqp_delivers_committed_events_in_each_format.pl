@@ -54,7 +54,10 @@ my ($created) = $node->safe_psql('postgres',
 
 my $raw = $rabbit->dump_queue('raw-q');
 is(scalar @$raw, 2, 'two raw messages: nothing of the rolled-back transaction or subtransaction');
-my ($m42, $m43) = @$raw;
+# Order is promised per key only: 42 has a key, 43 none.
+my ($m42) = grep { $_->{body} =~ /^\{"id":42,/ } @$raw;
+my ($m43) = grep { $_->{body} eq '{"id":43}' } @$raw;
+$_ //= {} for $m42, $m43;
 is($m42->{body}, '{"id":42,"note":"quote \" and \\\\ backslash"}',
 	'the body is the payload as compact JSON');
 is($m42->{message_id}, $id{42}, 'message_id is the event id');
@@ -65,13 +68,13 @@ is($m42->{delivery_mode}, 2, 'persistent');
 is($m42->{timestamp}, $created, 'timestamp: created_at in seconds');
 # A headers table is a map: RabbitMQ 4 hands the fields on in an order of its
 # own (3.x keeps the publisher's), so only the names are compared.
-is_deeply([ sort @{ $m42->{header_names} } ],
+is_deeply([ sort @{ $m42->{header_names} || [] } ],
 	[ sort 'outbox-id', 'outbox-topic', 'outbox-key', 'X-Tenant', 'traceparent' ],
 	'headers: outbox-id, outbox-topic, outbox-key and the user headers RabbitMQ does not act on');
 is($m42->{headers}{'outbox-id'}, $id{42}, 'outbox-id is the event id (a forged one is left out)');
 is($m42->{headers}{'outbox-key'}, 'order-42', 'outbox-key is the key');
 is($m42->{headers}{'X-Tenant'}, 'acme', 'user headers keep their names');
-is_deeply([ sort @{ $m43->{header_names} } ], [ 'outbox-id', 'outbox-topic' ], 'no key: no outbox-key');
+is_deeply([ sort @{ $m43->{header_names} || [] } ], [ 'outbox-id', 'outbox-topic' ], 'no key: no outbox-key');
 
 my $ce = $rabbit->dump_queue('ce-q');
 is(scalar @$ce, 1, 'one cloudevents message');
