@@ -684,8 +684,9 @@ sub run_tail {
 }
 
 # After the last scenario: run the load a few seconds more without a fault,
-# stop it, reconcile what it emitted then, and check that outbox.events kept every event, that nothing is left
-# pending or dead, and that no server process crashed on its own.
+# stop it, reconcile what it emitted then, and check that outbox.events kept
+# every event, that nothing is left pending or dead, and that no server
+# process crashed on its own.
 sub finish {
 	my ($self) = @_;
 	my ($node, $load) = ($self->{node}, $self->{load});
