@@ -72,19 +72,6 @@ our @EXPORT_OK = qw(fault_node new_load reconcile record_result reliability_file
 
 sub fmt_s { return defined $_[0] ? sprintf('%.2f', $_[0]) : 'NA' }
 
-# $node->psql, but a server that refuses the connection (crash, restart) is a
-# failed query, not the end of the test: from PostgreSQL 17 on, the TAP modules
-# ignore SIGPIPE, and when psql exits before reading the query that IPC::Run
-# writes to its stdin, IPC::Run dies with "Broken pipe" (seen in TAP 071 on 17:
-# a poll while the server restarted after a publisher's SIGKILL). Returns
-# ($ret, $out, $err) as psql does, $ret non-zero on such a failure.
-sub _psql {
-	my ($node, $db, $sql) = @_;
-	my ($ret, $out, $err);
-	my $ok = eval { ($ret, $out, $err) = $node->psql($db, $sql); 1 };
-	return $ok ? ($ret, $out, $err) : (3, '', "psql did not run: $@");
-}
-
 # How long to wait for something that must happen (a drain, a restart):
 # PostgreSQL::Test::Utils' timeout_default, generous for a loaded machine.
 sub patience { return $PostgreSQL::Test::Utils::timeout_default }
@@ -92,7 +79,7 @@ sub patience { return $PostgreSQL::Test::Utils::timeout_default }
 # A query's output, or undef while the server does not answer (crash, restart).
 sub _try {
 	my ($node, $sql, $db) = @_;
-	my ($ret, $out) = _psql($node, $db // 'postgres', $sql);
+	my ($ret, $out) = OutboxNode::psql_tolerant($node, $db // 'postgres', $sql);
 	return $ret == 0 ? $out : undef;
 }
 

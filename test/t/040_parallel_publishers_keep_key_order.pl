@@ -37,7 +37,7 @@ use Test::More;
 use IPC::Run ();
 use Time::HiRes qw(time usleep);
 use OutboxKafka;
-use OutboxNode qw(outbox_node wait_until kafka_sink_sql pending_count);
+use OutboxNode qw(outbox_node wait_until kafka_sink_sql pending_count psql_tolerant);
 
 my $PUBLISHERS = 4;
 my $SLOTS = 1024;
@@ -109,7 +109,7 @@ EOF
 # The publishers of the database as [ { pid, published, key_slots } ... ], by
 # pid; undef while the server does not answer (crash recovery).
 sub publishers {
-	my ($ret, $out) = $node->psql('postgres',
+	my ($ret, $out) = psql_tolerant($node, 'postgres',
 		q{SELECT pid, published, key_slots FROM outbox.workers WHERE database = 'postgres' ORDER BY pid});
 	return undef if $ret != 0;
 	return [ map { my ($p, $n, $s) = split /\|/; { pid => $p, published => $n, key_slots => $s } }
@@ -133,14 +133,14 @@ sub settled {
 }
 
 sub pending {
-	my ($ret, $out) = $node->psql('postgres',
+	my ($ret, $out) = psql_tolerant($node, 'postgres',
 		q{SELECT count(*) FROM outbox.events WHERE status = 'pending'});
 	return $ret == 0 ? $out : undef;
 }
 
 sub progress {
 	my ($topic) = @_;
-	my ($ret, $out) = $node->psql('postgres',
+	my ($ret, $out) = psql_tolerant($node, 'postgres',
 		"SELECT coalesce(sum(done), 0) FROM emit_progress WHERE topic = '$topic'");
 	return $ret == 0 ? $out : undef;
 }
@@ -431,7 +431,8 @@ ok(kill('KILL', $killed), 'phase B: SIGKILL a publisher');
 my $kill_at = time();
 ok(eval { $node->wait_for_log(qr/all server processes terminated; reinitializing/, $log_offset) },
 	'phase B: the server goes through crash recovery');
-ok($node->poll_query_until('postgres', 'SELECT 1', '1'), 'phase B: the server is back');
+ok(defined wait_until(sub { (psql_tolerant($node, 'postgres', 'SELECT 1'))[1] eq '1' }),
+	'phase B: the server is back');
 $restarted = wait_until(sub {
 	$w = publishers() or return 0;
 	return settled($w, $PUBLISHERS) && !(grep { $before_kill{ $_->{pid} } } @$w);

@@ -213,6 +213,26 @@ for my $release (RELEASE_0_1_0, RELEASE_0_2_0) {
 		  or diag explain [ stream_entries($deb_stream) ];
 	}
 
+	# A DBA's lock_timeout while a transaction holds outbox.counts (as a
+	# publisher's counting trigger does mid-cycle): the update's first
+	# statement waits for that lock, times out with 55P03 and leaves nothing
+	# changed or held; the application's emits go on meanwhile and after.
+	my $holder = $node->background_psql('postgres');
+	$holder->query_safe('BEGIN; LOCK TABLE outbox.counts IN ROW EXCLUSIVE MODE');
+	my $owner_before = $node->safe_psql('postgres',
+		q{SELECT relowner::regrole FROM pg_class WHERE oid = 'outbox.events'::regclass});
+	my ($lrc, $lout, $lerr) = $node->psql('postgres',
+		q{SET lock_timeout = '300ms'; ALTER EXTENSION outbox UPDATE},
+		extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+	like($lerr, qr/55P03/, "from $from: under lock_timeout, a held lock makes the update fail with 55P03");
+	is($node->safe_psql('postgres', q{SELECT extversion || ' ' || (SELECT relowner::regrole::text
+		FROM pg_class WHERE oid = 'outbox.events'::regclass) FROM pg_extension WHERE extname = 'outbox'}),
+		"$from $owner_before", "from $from: the update that timed out changed neither the version nor an owner");
+	$holder->quit;
+	my $after_timeout = count_emitted($file);
+	ok(defined wait_until(sub { count_emitted($file) >= $after_timeout + 10 }),
+		"from $from: the application emits on after the update timed out");
+
 	# The update, under load. Markers emitted right after it commits must go
 	# out the updated way: the publisher has taken the update in before it
 	# decides them (what "within a second" asks, without a clock).
