@@ -476,7 +476,7 @@ sub restart {
 # Sessions connected and running the load.
 sub alive {
 	my ($self) = @_;
-	my ($ret, $out) = OutboxFaults::_psql($self->{node}, 'postgres',
+	my ($ret, $out) = OutboxNode::psql_tolerant($self->{node}, 'postgres',
 		q{SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'fault\_load\_%' AND state <> 'idle'});
 	return $ret == 0 ? $out : 0;
 }
@@ -484,7 +484,7 @@ sub alive {
 # Committed transactions of all sessions; undef while the server does not answer.
 sub progress {
 	my ($self) = @_;
-	my ($ret, $out) = OutboxFaults::_psql($self->{node}, 'postgres', 'SELECT sum(tx) FROM fault_load_progress');
+	my ($ret, $out) = OutboxNode::psql_tolerant($self->{node}, 'postgres', 'SELECT sum(tx) FROM fault_load_progress');
 	return $ret == 0 ? $out : undef;
 }
 
