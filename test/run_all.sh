@@ -411,6 +411,8 @@ fi
 # first, so they do not run at once. The lanes then end within a minute or
 # two of each other (about 10 minutes apart before 090-093 moved).
 TAP_SECOND_LANE='t/{046,050,057,068,080,090,091,092,093,096,099,12?,13?,14?,15?}_*.pl'
+# The chroots' second lane: the broker sinks' files (120-159).
+SINK_TAP_LANE='t/{12?,13?,14?,15?}_*.pl'
 
 # ---------------------------------------------------------------------------
 # run_tap SUITE DIR [VAR=value ...] -- TEST...: prove the TAP tests as the
@@ -430,8 +432,10 @@ run_tap() {
   # its own ports and data directories): the second takes TAP_SECOND_LANE,
   # files that mostly wait on brokers, servers and clocks, the first
   # everything else, so the suite's length is the longer lane's rather than
-  # the sum. TAP_publisher (the chroots' suite, shorter) runs one file at a
-  # time: lanes there too kept six fault suites running at once on 2 cores.
+  # the sum. TAP_publisher (the chroots' suite) has a second lane for the
+  # broker sinks' files only (SINK_TAP_LANE), which mostly wait on RabbitMQ
+  # and NATS: lanes split like the host's kept six fault suites running at
+  # once on 2 cores.
   # OUTBOX_TAP_LANES=1 runs one file at a time; OUTBOX_TAP_JOBS=N any N
   # files at once (two at a time in every suite overloaded 2 cores: timeouts
   # in the fault suites' read-back and a missed intermediate state in 040).
@@ -440,6 +444,8 @@ run_tap() {
     schedule=(-j "$OUTBOX_TAP_JOBS")
   elif [[ $suite == TAP && ${OUTBOX_TAP_LANES:-2} == 2 ]]; then
     schedule=(-j 2 "--rules=seq=$TAP_SECOND_LANE" "--rules=seq=**")
+  elif [[ $suite == TAP_publisher && ${OUTBOX_TAP_LANES:-2} == 2 ]]; then
+    schedule=(-j 2 "--rules=seq=$SINK_TAP_LANE" "--rules=seq=**")
   fi
   rm -rf "$dir"
   mkdir -p "$dir"
@@ -528,16 +534,20 @@ reap_tap_dir() {
 # The publisher's suites and the fault suites: what the chroots run against
 # the other majors, at another default_transaction_isolation each (the
 # publisher must not depend on the server's default).
+# The broker sinks' files (RabbitMQ, NATS) run there too, in a lane of their
+# own, against the chroot's own servers (RabbitMQ 4 and newer NATS on sid).
 PUBLISHER_TAP_TESTS=(t/020_*.pl t/021_*.pl t/023_*.pl t/025_*.pl t/026_*.pl t/027_*.pl
   t/030_*.pl t/032_*.pl t/034_*.pl t/036_*.pl t/040_*.pl t/042_*.pl t/043_*.pl
-  t/101_*.pl t/062_*.pl)
+  t/101_*.pl t/062_*.pl
+  t/120_*.pl t/121_*.pl t/123_*.pl t/124_*.pl
+  t/130_*.pl t/131_*.pl t/133_*.pl t/134_*.pl t/135_*.pl t/136_*.pl)
 # The fault suites, the longest files of the run (CPU-bound: 070 and 090
 # took 6 minutes each in a chroot): each runs on this machine at READ
 # COMMITTED and in one of the chroots, at that chroot's level, not in both.
 # A TAP_publisher run on any other major runs them all.
 declare -A FAULT_TAP_TESTS=(
-  [17]="t/070_*.pl t/092_*.pl t/094_*.pl t/096_*.pl t/098_*.pl"
-  [18]="t/071_*.pl t/090_*.pl t/091_*.pl t/093_*.pl t/095_*.pl t/097_*.pl")
+  [17]="t/070_*.pl t/092_*.pl t/094_*.pl t/096_*.pl t/098_*.pl t/122_*.pl"
+  [18]="t/071_*.pl t/090_*.pl t/091_*.pl t/093_*.pl t/095_*.pl t/097_*.pl t/132_*.pl")
 case $PG_MAJOR in
   17 | 18) read -r -a FAULT_FILES <<<"${FAULT_TAP_TESTS[$PG_MAJOR]}" ;;
   *) read -r -a FAULT_FILES <<<"${FAULT_TAP_TESTS[17]} ${FAULT_TAP_TESTS[18]}" ;;
