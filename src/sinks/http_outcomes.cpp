@@ -102,12 +102,15 @@ void HttpEndpoints::Delivered(const std::string &endpoint) {
   m.failed.clear();
 }
 
-bool HttpEndpoints::JudgeFailure(const std::string &endpoint, std::string_view id,
-                                 bool delivered_now, bool unreachable) {
+void HttpEndpoints::Failed(const std::string &endpoint, std::string_view id) {
   Memory &m = At(endpoint);
   if (m.failed.size() < 2 && m.failed.find(id) == m.failed.end()) m.failed.emplace(id);
+}
+
+bool HttpEndpoints::Down(const std::string &endpoint, bool delivered_now, bool unreachable) {
   if (unreachable) return true;
-  if (delivered_now) return false;  // others go through: this event is refused
+  if (delivered_now) return false;  // others go through: the event is refused
+  const Memory &m = At(endpoint);
   // Different events failed since the last 2xx, or none ever went through
   // (nothing says the event is at fault): the endpoint is down.
   return m.failed.size() >= 2 || !m.ever_delivered;

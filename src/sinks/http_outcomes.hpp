@@ -43,13 +43,15 @@ class HttpEndpoints {
 
   // A 2xx from `endpoint`.
   void Delivered(const std::string &endpoint);
-  // Whether a transient failure of event `id` at `endpoint` makes the
-  // endpoint down (true) or is that event's own (false). `delivered_now`:
-  // the endpoint took another event in the same call. `unreachable`: no
-  // answer could be had at all (no connection, name or TLS handshake),
-  // which no event causes. Notes the failure either way.
-  bool JudgeFailure(const std::string &endpoint, std::string_view id, bool delivered_now,
-                    bool unreachable);
+  // A transient failure of event `id` at `endpoint`. A call notes all of
+  // its failures before judging any, so that failures of different events
+  // in one call count together whatever order they came in.
+  void Failed(const std::string &endpoint, std::string_view id);
+  // Whether the endpoint's transient failures make it down (true) or are
+  // each the event's own (false). `delivered_now`: it took another event in
+  // the same call. `unreachable`: no answer could be had at all (no
+  // connection, name or TLS handshake), which no event causes.
+  bool Down(const std::string &endpoint, bool delivered_now, bool unreachable);
 
  private:
   struct Memory {

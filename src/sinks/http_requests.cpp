@@ -133,7 +133,14 @@ bool HttpSink::Build(const OutMessage &m, Request *request, std::string *error) 
     ok = ok && !signature.empty() && Append(&list, "webhook-signature", signature);
   }
   for (const auto &header : options_.headers) ok = ok && Append(&list, header.first, header.second);
-  ok = ok && Append(&list, "Expect", "") && Append(&list, "Accept", "*/*");
+  ok = ok && Append(&list, "Accept", "*/*");
+  // "Expect:" with nothing after it removes libcurl's "Expect: 100-continue"
+  // (a round trip more for bodies over 1 MB).
+  if (ok) {
+    curl_slist *grown = curl_slist_append(list, "Expect:");
+    ok = grown != nullptr;
+    if (ok) list = grown;
+  }
   request->headers = list;
   if (!ok) *error = "out of memory building the request";
   return ok;

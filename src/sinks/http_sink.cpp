@@ -157,11 +157,15 @@ void HttpSink::JudgeEndpoints() {
     if (out_[i].status == DeliveryStatus::kDelivered) delivered_now.insert(slots_[i].endpoint);
   }
   for (size_t i = 0; i < n_; ++i) {
+    if (slots_[i].transient && out_[i].status == DeliveryStatus::kRetriable) {
+      endpoints_.Failed(slots_[i].endpoint, messages_[i].id);
+    }
+  }
+  for (size_t i = 0; i < n_; ++i) {
     Slot &slot = slots_[i];
     if (!slot.transient || out_[i].status != DeliveryStatus::kRetriable) continue;
-    const bool down = endpoints_.JudgeFailure(slot.endpoint, messages_[i].id,
-                                              delivered_now.count(slot.endpoint) != 0,
-                                              slot.unreachable);
+    const bool down = endpoints_.Down(slot.endpoint, delivered_now.count(slot.endpoint) != 0,
+                                      slot.unreachable);
     out_[i].status = down ? DeliveryStatus::kTargetDown : DeliveryStatus::kRejected;
     if (down && slot.endpoint != last_failure_) {
       last_failure_ = slot.endpoint;
@@ -267,11 +271,15 @@ void HttpSink::Publish(const OutMessage *messages, size_t n, Delivery *out,
     delivered = delivered || out[i].status == DeliveryStatus::kDelivered;
     failed = failed || out[i].status == DeliveryStatus::kTargetDown;
   }
+  // "down" only when no endpoint took anything lately: one endpoint down
+  // while others take events is that endpoint's trouble, not the sink's.
+  const int64_t now_us = UnixNowUs();
   if (delivered) {
     if (state_ == "down") AddLog(LogLevel::kInfo, "sink \"" + name_ + "\": endpoints answer again");
     state_ = "connected";
+    last_delivered_us_ = now_us;
     last_failure_.clear();
-  } else if (failed) {
+  } else if (failed && now_us - last_delivered_us_ > kDownAfterUs) {
     state_ = "down";
   }
   for (Slot &slot : slots_) Release(&slot.request);

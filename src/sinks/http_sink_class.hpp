@@ -59,6 +59,8 @@ class HttpSink final : public Sink {
 
  private:
   static constexpr int64_t kWaitSliceMs = 100;
+  // How long without any 2xx before endpoints failing make the sink "down".
+  static constexpr int64_t kDownAfterUs = 10 * 1000 * 1000;
   static constexpr size_t kNone = static_cast<size_t>(-1);
 
   struct Slot {
@@ -92,6 +94,7 @@ class HttpSink final : public Sink {
   CURLM *multi_ = nullptr;
   HttpEndpoints endpoints_;
   std::string state_ = "idle";
+  int64_t last_delivered_us_ = 0;
   std::string last_failure_;
   LogBuffer logs_{"HTTP sink log line(s)"};
 

@@ -42,28 +42,45 @@ TEST(HttpOutcomes, AtMost256BytesOfAResponseAreQuotedPrintable) {
 TEST(HttpEndpointsTest, AFailureWhileOthersToTheEndpointSucceedIsTheEvents) {
   HttpEndpoints e;
   e.Delivered("http://h/a");
-  EXPECT_FALSE(e.JudgeFailure("http://h/a", "X", true, false));
-  EXPECT_FALSE(e.JudgeFailure("http://h/a", "X", false, false));  // X alone again: still its own
-  e.Delivered("http://h/a");
-  EXPECT_FALSE(e.JudgeFailure("http://h/a", "X", false, false));
+  e.Failed("http://h/a", "X");
+  EXPECT_FALSE(e.Down("http://h/a", true, false));
+  e.Failed("http://h/a", "X");  // X alone again: still its own
+  EXPECT_FALSE(e.Down("http://h/a", false, false));
 }
 
 TEST(HttpEndpointsTest, FailuresOfDifferentEventsMakeTheEndpointDownUntilA2xx) {
   HttpEndpoints e;
   e.Delivered("http://h/a");
-  EXPECT_FALSE(e.JudgeFailure("http://h/a", "X", false, false));
-  EXPECT_TRUE(e.JudgeFailure("http://h/a", "Y", false, false));
-  EXPECT_TRUE(e.JudgeFailure("http://h/a", "X", false, false));
-  EXPECT_FALSE(e.JudgeFailure("http://h/b", "Z", true, false));  // another endpoint: its own
+  e.Delivered("http://h/b");
+  e.Failed("http://h/a", "X");
+  EXPECT_FALSE(e.Down("http://h/a", false, false));
+  e.Failed("http://h/a", "Y");
+  EXPECT_TRUE(e.Down("http://h/a", false, false));
+  e.Failed("http://h/a", "X");
+  EXPECT_TRUE(e.Down("http://h/a", false, false));
+  e.Failed("http://h/b", "Z");  // another endpoint: judged on its own
+  EXPECT_FALSE(e.Down("http://h/b", false, false));
+  EXPECT_FALSE(e.Down("http://h/a", true, false));  // a 2xx in the same call: the events'
   e.Delivered("http://h/a");
-  EXPECT_FALSE(e.JudgeFailure("http://h/a", "X", false, false));
+  e.Failed("http://h/a", "X");
+  EXPECT_FALSE(e.Down("http://h/a", false, false));
+}
+
+TEST(HttpEndpointsTest, TwoEventsFailingInOneCallMakeItDownInEitherOrder) {
+  HttpEndpoints e;
+  e.Delivered("http://h/a");
+  e.Failed("http://h/a", "X");
+  e.Failed("http://h/a", "Y");
+  EXPECT_TRUE(e.Down("http://h/a", false, false));
 }
 
 TEST(HttpEndpointsTest, AnUnreachableOrNeverAnsweringEndpointIsDown) {
   HttpEndpoints e;
-  EXPECT_TRUE(e.JudgeFailure("http://h/a", "X", false, false));  // never took anything
+  e.Failed("http://h/a", "X");
+  EXPECT_TRUE(e.Down("http://h/a", false, false));  // never took anything
   e.Delivered("http://h/a");
-  EXPECT_TRUE(e.JudgeFailure("http://h/a", "X", false, true));  // connection refused
+  e.Failed("http://h/a", "X");
+  EXPECT_TRUE(e.Down("http://h/a", false, true));  // connection refused
 }
 
 }  // namespace
