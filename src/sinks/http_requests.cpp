@@ -49,8 +49,19 @@ extern "C" size_t KeepHeader(char *data, size_t size, size_t count, void *user) 
   return bytes;
 }
 
-// The reason an event's own header cannot travel; nothing when all can.
-std::optional<std::string> CheckUserHeaders(const OutMessage &m) {
+bool SameName(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const auto fold = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; };
+    if (fold(a[i]) != fold(b[i])) return false;
+  }
+  return true;
+}
+
+// The reason an event's own header cannot travel; nothing when all can. A
+// header the sink's owner set statically (credentials, say) is theirs: an
+// event may not send a second one beside it.
+std::optional<std::string> CheckUserHeaders(const OutMessage &m, const HttpOptions &options) {
   for (size_t i = 0; i < m.header_count; ++i) {
     const Header &h = m.headers[i];
     if (!IsHttpToken(h.name)) {
@@ -63,6 +74,11 @@ std::optional<std::string> CheckUserHeaders(const OutMessage &m) {
     }
     if (!IsHttpHeaderValue(h.value)) {
       return "its header \"" + std::string(h.name) + "\" has a value with CR, LF or NUL";
+    }
+    for (const auto &fixed : options.headers) {
+      if (SameName(fixed.first, h.name)) {
+        return "its header \"" + std::string(h.name) + "\" is one the sink sets (option headers)";
+      }
     }
   }
   return std::nullopt;
@@ -86,7 +102,7 @@ bool Append(curl_slist **list, std::string_view name, std::string_view value) {
 }  // namespace
 
 bool HttpSink::Build(const OutMessage &m, Request *request, std::string *error) {
-  if (std::optional<std::string> bad = CheckUserHeaders(m)) {
+  if (std::optional<std::string> bad = CheckUserHeaders(m, options_)) {
     *error = std::move(*bad);
     return false;
   }

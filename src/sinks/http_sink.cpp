@@ -3,6 +3,7 @@
 
 #include <curl/curl.h>
 
+#include <chrono>
 #include <exception>
 #include <map>
 #include <memory>
@@ -122,7 +123,7 @@ void HttpSink::Finished(CURL *easy, CURLcode code) {
   if (code != CURLE_OK) {
     slot.transient = true;
     slot.unreachable = Unreachable(code);
-    std::string error = "POST " + endpoint + ": " + curl_easy_strerror(code);
+    std::string error = slot.shown + ": " + curl_easy_strerror(code);
     Release(&slot.request);
     Settle(i, DeliveryStatus::kRetriable, std::move(error));
     return;
@@ -131,7 +132,7 @@ void HttpSink::Finished(CURL *easy, CURLcode code) {
   std::string error;
   const HttpAnswer answer = ClassifyHttpStatus(status);
   if (answer != HttpAnswer::kDelivered) {
-    error = "POST " + endpoint + ": HTTP " + std::to_string(status);
+    error = slot.shown + ": HTTP " + std::to_string(status);
     if (status >= 300 && status <= 399) error += " (redirects are followed only with follow_redirects)";
     const std::string quoted = QuotedResponse(slot.request.response);
     if (!quoted.empty()) error += ": " + quoted;
@@ -169,7 +170,8 @@ void HttpSink::JudgeEndpoints() {
     out_[i].status = down ? DeliveryStatus::kTargetDown : DeliveryStatus::kRejected;
     if (down && slot.endpoint != last_failure_) {
       last_failure_ = slot.endpoint;
-      AddLog(LogLevel::kWarning, "sink \"" + name_ + "\": endpoint is down (" + out_[i].error +
+      AddLog(LogLevel::kWarning, "sink \"" + name_ + "\": the endpoint of " + slot.shown +
+                                     " is down (" + out_[i].error +
                                      "); its events wait, the sink's other endpoints go on");
     }
   }
@@ -186,6 +188,10 @@ void HttpSink::Run(InterruptCheck interrupted) {
       slot.refusal = DeliveryStatus::kTargetRefused;
     } else {
       slot.endpoint = options_.url_has_target ? ExpandHttpUrl(options_, m.target) : options_.url;
+      // The URL itself never reaches an error: its path or query may hold a
+      // token, and errors reach outbox.workers, which monitoring roles read.
+      slot.shown = options_.url_has_target ? "POST for target \"" + std::string(m.target) + "\""
+                                           : std::string("POST");
       if (!Build(m, &slot.request, &slot.refused)) {
         Release(&slot.request);
         if (slot.refused.empty()) slot.refused = "the request could not be built";
@@ -205,8 +211,16 @@ void HttpSink::Run(InterruptCheck interrupted) {
     }
     if (first) ready_.push_back(i);
   }
+  // A call lasts about one request's timeout: past it no request starts,
+  // and what was not sent waits for the next call without an attempt (a
+  // key whose every request the endpoint answers slowly must not hold the
+  // publisher's cycle for the length of its chain).
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(options_.timeout_ms + options_.connect_timeout_ms);
   for (;;) {
-    while (!ready_.empty() && in_flight_ < static_cast<size_t>(options_.max_connections)) {
+    const bool late = std::chrono::steady_clock::now() > deadline;
+    while (!late && !ready_.empty() &&
+           in_flight_ < static_cast<size_t>(options_.max_connections)) {
       const size_t i = ready_.front();
       ready_.pop_front();
       if (slots_[i].settled) continue;
@@ -217,10 +231,14 @@ void HttpSink::Run(InterruptCheck interrupted) {
       }
       Start(i);
     }
-    if (settled_count_ == n_) break;
+    if (settled_count_ == n_ || (late && in_flight_ == 0)) break;
     if (interrupted != nullptr && interrupted()) break;
     int running = 0;
-    curl_multi_perform(multi_, &running);
+    {
+      // libcurl's threaded resolver starts its threads in here.
+      const LibraryThreadsStartGuard no_signals_on_its_threads;
+      curl_multi_perform(multi_, &running);
+    }
     int left = 0;
     while (CURLMsg *msg = curl_multi_info_read(multi_, &left)) {
       if (msg->msg == CURLMSG_DONE) Finished(msg->easy_handle, msg->data.result);
@@ -230,12 +248,18 @@ void HttpSink::Run(InterruptCheck interrupted) {
       curl_multi_poll(multi_, nullptr, 0, static_cast<int>(kWaitSliceMs), nullptr);
     }
   }
+  const bool timed_out = std::chrono::steady_clock::now() > deadline && in_flight_ == 0;
   for (size_t i = 0; i < n_; ++i) {
     if (slots_[i].settled) continue;
     Release(&slots_[i].request);
     slots_[i].settled = true;
-    out_[i].status = DeliveryStatus::kRetriable;
-    out_[i].error = "interrupted";
+    if (timed_out) {
+      out_[i].status = DeliveryStatus::kNotSent;
+      out_[i].error = "not sent yet: the endpoint answers slowly (next cycle)";
+    } else {
+      out_[i].status = DeliveryStatus::kRetriable;
+      out_[i].error = "interrupted";
+    }
   }
   JudgeEndpoints();
 }

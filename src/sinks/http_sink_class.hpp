@@ -65,7 +65,8 @@ class HttpSink final : public Sink {
 
   struct Slot {
     size_t next = kNone;  // the next message of its endpoint and key, in this call
-    std::string endpoint;
+    std::string endpoint;  // the URL after {target}
+    std::string shown;     // how errors name the request (never the URL)
     Request request;
     bool settled = false;
     bool transient = false;    // failed so that the endpoint may be at fault

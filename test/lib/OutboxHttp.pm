@@ -123,6 +123,15 @@ sub received {
 # The answered (2xx) requests only.
 sub delivered { return grep { $_->{status} >= 200 && $_->{status} < 300 } $_[0]->received }
 
+# The 2xx requests to one path as OutboxFaults' reconciliation reads
+# deliveries: [ { id (webhook-id), value (body), lane (the path), pos } ].
+sub deliveries {
+	my ($self, $path) = @_;
+	my @got = $self->delivered;
+	return [ map { { id => $got[$_]{headers}{'webhook-id'}, value => $got[$_]{body},
+				lane => $path, pos => $_ } } grep { $got[$_]{path} eq $path } 0 .. $#got ];
+}
+
 sub forget { unlink "$_[0]{dir}/received.jsonl"; return }
 
 # What the reference libraries make of every recorded request (verify.js);
