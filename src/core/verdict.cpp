@@ -137,8 +137,7 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
   // until the sink's backoff expires, without counting attempts; the
   // refused targets' events count theirs.
   if (!j.partial && delivered == 0 && transient > 0 &&
-      transient + held_back + target_refused + target_down == results.size() &&
-      !interrupted_now) {
+      transient + held_back + target_refused + target_down == results.size() && !interrupted_now) {
     state->failures++;
     const int64_t wait_ms =
         BackoffMs(state->failures, settings.backoff_min_ms, settings.backoff_max_ms, Random());
@@ -295,10 +294,9 @@ bool Verdicts::ParkBehindEarlier(const EventRow &row, const DispatchRoute &route
   return true;
 }
 
-void Verdicts::TargetDown(const EventRow &row, const DispatchRoute &route,
-                          const Delivery &delivery, const DispatchSettings &settings,
-                          SinkState *state, std::set<std::string> *counted,
-                          RowOutcome *out) {
+void Verdicts::TargetDown(const EventRow &row, const DispatchRoute &route, const Delivery &delivery,
+                          const DispatchSettings &settings, SinkState *state,
+                          std::set<std::string> *counted, RowOutcome *out) {
   if (ParkBehindEarlier(row, route, nullptr, settings.now_us, kWaitingForKey, out)) return;
   const std::string_view target = route.has_target ? std::string_view(route.target) : row.topic;
   auto it = state->down_targets.find(target);
@@ -310,9 +308,9 @@ void Verdicts::TargetDown(const EventRow &row, const DispatchRoute &route,
   if (counted == nullptr || counted->insert(it->first).second) {
     if (it->second < 64) ++it->second;
   }
-  const int64_t wait_ms = std::max(
-      BackoffMs(it->second, settings.backoff_min_ms, settings.backoff_max_ms, Random()),
-      std::min(delivery.retry_after_ms, settings.backoff_max_ms));
+  const int64_t wait_ms =
+      std::max(BackoffMs(it->second, settings.backoff_min_ms, settings.backoff_max_ms, Random()),
+               std::min(delivery.retry_after_ms, settings.backoff_max_ms));
   out->outcome = Outcome::kPark;
   out->next_attempt_us = settings.now_us + wait_ms * kUsecPerMs;
   SetError(out, delivery.error);
@@ -338,9 +336,9 @@ void Verdicts::Attempted(const EventRow &row, const DispatchRoute &route, const 
   }
   out->outcome = Outcome::kRetry;
   // The broker's Retry-After, when longer than our backoff, up to its maximum.
-  const int64_t wait_ms = std::max(
-      BackoffMs(out->attempts, settings.backoff_min_ms, settings.backoff_max_ms, Random()),
-      std::min(delivery.retry_after_ms, settings.backoff_max_ms));
+  const int64_t wait_ms =
+      std::max(BackoffMs(out->attempts, settings.backoff_min_ms, settings.backoff_max_ms, Random()),
+               std::min(delivery.retry_after_ms, settings.backoff_max_ms));
   out->next_attempt_us = settings.now_us + wait_ms * kUsecPerMs;
   if (row.has_key) guard_->Block(route.pattern, row.key, row.id, out->next_attempt_us);
 }

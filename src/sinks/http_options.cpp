@@ -131,8 +131,8 @@ std::optional<std::string> ParseUrl(std::string_view text, HttpOptions *r) {
   if (tail.find('#') != std::string_view::npos) return Named("url") + " must not hold a fragment";
   const size_t query = tail.find('?');
   const std::string_view path = tail.substr(0, query);
-  const std::string_view after = query == std::string_view::npos ? std::string_view()
-                                                                 : tail.substr(query);
+  const std::string_view after =
+      query == std::string_view::npos ? std::string_view() : tail.substr(query);
   if (after.find_first_of("{}") != std::string_view::npos) {
     return Named("url") + " may hold {target} only in its path, not in its query";
   }
@@ -175,14 +175,14 @@ std::optional<std::string> ParseHeaders(std::string_view text, HttpOptions *r) {
              " (the protocol's or outbox's own)";
     }
     std::string_view value = line.substr(colon + 1);
-    while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+    while (!value.empty() && (value.front() == ' ' || value.front() == '\t'))
+      value.remove_prefix(1);
     while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
     if (!IsHttpHeaderValue(value)) {
       return Named("headers") + " has a value with CR, LF or NUL in header " + std::string(name);
     }
     if (r->headers.size() == kHttpMaxHeaders) {
-      return Named("headers") + " holds more than " + std::to_string(kHttpMaxHeaders) +
-             " headers";
+      return Named("headers") + " holds more than " + std::to_string(kHttpMaxHeaders) + " headers";
     }
     r->headers.emplace_back(std::string(name), std::string(value));
   }
@@ -211,7 +211,8 @@ std::optional<std::string> ParseNumber(const SinkOption &opt, int64_t min, int64
 std::optional<std::string> Apply(const SinkOption &opt, HttpOptions *r, bool *has_url) {
   const std::string &key = opt.key;
   const std::string &text = opt.text;
-  if (key == "timeout_ms") return ParseNumber(opt, kHttpMinTimeoutMs, kHttpMaxTimeoutMs, &r->timeout_ms);
+  if (key == "timeout_ms")
+    return ParseNumber(opt, kHttpMinTimeoutMs, kHttpMaxTimeoutMs, &r->timeout_ms);
   if (key == "connect_timeout_ms") {
     return ParseNumber(opt, kHttpMinTimeoutMs, kHttpMaxConnectTimeoutMs, &r->connect_timeout_ms);
   }
@@ -231,7 +232,8 @@ std::optional<std::string> Apply(const SinkOption &opt, HttpOptions *r, bool *ha
   if (key == "tls_verify") return ParseFlag(opt, &r->tls_verify);
   if (key == "follow_redirects") return ParseFlag(opt, &r->follow_redirects);
   if (key == "tls_ca") {
-    if (text.size() > kMaxCaBytes || text.find("-----BEGIN CERTIFICATE-----") == std::string::npos ||
+    if (text.size() > kMaxCaBytes ||
+        text.find("-----BEGIN CERTIFICATE-----") == std::string::npos ||
         text.find('\0') != std::string::npos) {
       return Named(key) +
              " must be PEM text holding -----BEGIN CERTIFICATE----- (never a file's name), at "
@@ -351,9 +353,9 @@ bool IsHttpToken(std::string_view name) {
 
 bool IsReservedHttpHeader(std::string_view name) {
   static constexpr std::string_view kExact[] = {
-      "host",    "content-length", "content-type", "transfer-encoding", "connection",
-      "upgrade", "keep-alive",     "te",           "trailer",           "expect",
-      "proxy-connection", "proxy-authorization"};
+      "host",       "content-length", "content-type",     "transfer-encoding",
+      "connection", "upgrade",        "keep-alive",       "te",
+      "trailer",    "expect",         "proxy-connection", "proxy-authorization"};
   std::string lower;
   for (char c : name) lower.push_back(Lower(c));
   for (std::string_view exact : kExact) {

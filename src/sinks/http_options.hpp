@@ -27,13 +27,13 @@ struct HttpOptions {
   std::string url;  // the template, scheme in lower case; "{target}" marks where targets go
   bool url_has_target = false;  // else the target travels as header outbox-target
   std::vector<std::pair<std::string, std::string>> headers;  // static, in order
-  int64_t timeout_ms = 10000;          // a whole request, from sending to its answer's end
-  int64_t connect_timeout_ms = 5000;   // TCP and TLS handshakes
-  int64_t max_connections = 16;        // kept-alive connections, all endpoints together
-  bool tls_verify = true;              // the server's certificate and name
-  std::optional<std::string> tls_ca;   // PEM text: the only authorities trusted
-  bool follow_redirects = false;       // to http and https only, at most 5
-  std::optional<std::string> secret;   // the signing key's bytes (decoded from whsec_)
+  int64_t timeout_ms = 10000;         // a whole request, from sending to its answer's end
+  int64_t connect_timeout_ms = 5000;  // TCP and TLS handshakes
+  int64_t max_connections = 16;       // kept-alive connections, all endpoints together
+  bool tls_verify = true;             // the server's certificate and name
+  std::optional<std::string> tls_ca;  // PEM text: the only authorities trusted
+  bool follow_redirects = false;      // to http and https only, at most 5
+  std::optional<std::string> secret;  // the signing key's bytes (decoded from whsec_)
   CloudEventsMode cloudevents_mode = CloudEventsMode::kBinary;  // option "format"
 };
 

@@ -97,8 +97,7 @@ void HttpSink::Settle(size_t i, DeliveryStatus status, std::string error) {
 void HttpSink::Start(size_t i) {
   Slot &slot = slots_[i];
   std::string error;
-  if (!Configure(i, &error) ||
-      curl_multi_add_handle(multi_, slot.request.easy) != CURLM_OK) {
+  if (!Configure(i, &error) || curl_multi_add_handle(multi_, slot.request.easy) != CURLM_OK) {
     Release(&slot.request);
     slot.transient = true;
     Settle(i, DeliveryStatus::kRetriable, error.empty() ? "could not start the request" : error);
@@ -133,7 +132,8 @@ void HttpSink::Finished(CURL *easy, CURLcode code) {
   const HttpAnswer answer = ClassifyHttpStatus(status);
   if (answer != HttpAnswer::kDelivered) {
     error = slot.shown + ": HTTP " + std::to_string(status);
-    if (status >= 300 && status <= 399) error += " (redirects are followed only with follow_redirects)";
+    if (status >= 300 && status <= 399)
+      error += " (redirects are followed only with follow_redirects)";
     const std::string quoted = QuotedResponse(slot.request.response);
     if (!quoted.empty()) error += ": " + quoted;
   }
@@ -165,8 +165,8 @@ void HttpSink::JudgeEndpoints() {
   for (size_t i = 0; i < n_; ++i) {
     Slot &slot = slots_[i];
     if (!slot.transient || out_[i].status != DeliveryStatus::kRetriable) continue;
-    const bool down = endpoints_.Down(slot.endpoint, delivered_now.count(slot.endpoint) != 0,
-                                      slot.unreachable);
+    const bool down =
+        endpoints_.Down(slot.endpoint, delivered_now.count(slot.endpoint) != 0, slot.unreachable);
     out_[i].status = down ? DeliveryStatus::kTargetDown : DeliveryStatus::kRejected;
     if (down && slot.endpoint != last_failure_) {
       last_failure_ = slot.endpoint;
@@ -215,12 +215,12 @@ void HttpSink::Run(InterruptCheck interrupted) {
   // and what was not sent waits for the next call without an attempt (a
   // key whose every request the endpoint answers slowly must not hold the
   // publisher's cycle for the length of its chain).
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(options_.timeout_ms + options_.connect_timeout_ms);
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::milliseconds(options_.timeout_ms + options_.connect_timeout_ms);
   for (;;) {
     const bool late = std::chrono::steady_clock::now() > deadline;
-    while (!late && !ready_.empty() &&
-           in_flight_ < static_cast<size_t>(options_.max_connections)) {
+    while (!late && !ready_.empty() && in_flight_ < static_cast<size_t>(options_.max_connections)) {
       const size_t i = ready_.front();
       ready_.pop_front();
       if (slots_[i].settled) continue;

@@ -64,7 +64,7 @@ class HttpSink final : public Sink {
   static constexpr size_t kNone = static_cast<size_t>(-1);
 
   struct Slot {
-    size_t next = kNone;  // the next message of its endpoint and key, in this call
+    size_t next = kNone;   // the next message of its endpoint and key, in this call
     std::string endpoint;  // the URL after {target}
     std::string shown;     // how errors name the request (never the URL)
     Request request;

@@ -103,9 +103,8 @@ void ProveAccepted(const SinkOptions &options, const HttpOptions &o) {
     }
   }
   if (o.timeout_ms < kHttpMinTimeoutMs || o.timeout_ms > kHttpMaxTimeoutMs ||
-      o.connect_timeout_ms < kHttpMinTimeoutMs ||
-      o.connect_timeout_ms > kHttpMaxConnectTimeoutMs || o.max_connections < 1 ||
-      o.max_connections > kHttpMaxConnections) {
+      o.connect_timeout_ms < kHttpMinTimeoutMs || o.connect_timeout_ms > kHttpMaxConnectTimeoutMs ||
+      o.max_connections < 1 || o.max_connections > kHttpMaxConnections) {
     Fail("number out of range", where);
   }
   if (o.secret) {

@@ -40,15 +40,15 @@ TEST(HttpOptions, OnlyTheUrlIsRequiredAndTheDefaultsAreSafe) {
 
 TEST(HttpOptions, EveryOptionTakesItsValues) {
   HttpOptions o;
-  ASSERT_EQ(ParseHttpOptions({Opt("url", "http://[::1]:42001/hooks/{target}?v=1"),
-                              Opt("method", "POST"), Opt("headers", "X-Team: orders\nX-Empty:\n"),
-                              Opt("timeout_ms", "2500"),
-                              SinkOption{"connect_timeout_ms", SinkOption::Kind::kNumber, "700.0"},
-                              Opt("max_connections", "4"), Opt("follow_redirects", "true"),
-                              Opt("secret", kSecret), Opt("format", "structured"),
-                              Opt("tls_ca", "-----BEGIN CERTIFICATE-----\nAA==\n")},
-                             &o),
-            std::nullopt);
+  ASSERT_EQ(
+      ParseHttpOptions(
+          {Opt("url", "http://[::1]:42001/hooks/{target}?v=1"), Opt("method", "POST"),
+           Opt("headers", "X-Team: orders\nX-Empty:\n"), Opt("timeout_ms", "2500"),
+           SinkOption{"connect_timeout_ms", SinkOption::Kind::kNumber, "700.0"},
+           Opt("max_connections", "4"), Opt("follow_redirects", "true"), Opt("secret", kSecret),
+           Opt("format", "structured"), Opt("tls_ca", "-----BEGIN CERTIFICATE-----\nAA==\n")},
+          &o),
+      std::nullopt);
   EXPECT_TRUE(o.url_has_target);
   ASSERT_EQ(o.headers.size(), 2u);
   EXPECT_EQ(o.headers[0].first, "X-Team");
@@ -133,12 +133,12 @@ TEST(HttpOptions, TlsCaNeedsVerification) {
 }
 
 TEST(HttpTargets, SegmentsWithoutDotsOrControlCharactersMayBeTargets) {
-  for (const char *good : {"orders", "a/b", "caf\xc3\xa9", "with space", "%2e%2e", "a.b", "...",
-                           "?x#y"}) {
+  for (const char *good :
+       {"orders", "a/b", "caf\xc3\xa9", "with space", "%2e%2e", "a.b", "...", "?x#y"}) {
     EXPECT_EQ(CheckHttpTarget(good), std::nullopt) << good;
   }
-  for (const char *bad : {"", ".", "..", "a/../b", "a/./b", "/a", "a/", "a//b", "a\r\nb",
-                          "tab\t"}) {
+  for (const char *bad :
+       {"", ".", "..", "a/../b", "a/./b", "/a", "a/", "a//b", "a\r\nb", "tab\t"}) {
     EXPECT_NE(CheckHttpTarget(bad), std::nullopt) << bad;
   }
   EXPECT_NE(CheckHttpTarget(std::string(kHttpMaxTargetBytes + 1, 'a')), std::nullopt);
@@ -146,8 +146,7 @@ TEST(HttpTargets, SegmentsWithoutDotsOrControlCharactersMayBeTargets) {
 
 TEST(HttpTargets, TheTargetIsPercentEncodedIntoEveryMarkOfThePath) {
   HttpOptions o;
-  ASSERT_EQ(ParseHttpOptions({Opt("url", "https://h/{target}/x/{target}?q=1")}, &o),
-            std::nullopt);
+  ASSERT_EQ(ParseHttpOptions({Opt("url", "https://h/{target}/x/{target}?q=1")}, &o), std::nullopt);
   EXPECT_EQ(ExpandHttpUrl(o, "a b/c?d#e%f"),
             "https://h/a%20b/c%3Fd%23e%25f/x/a%20b/c%3Fd%23e%25f?q=1");
   EXPECT_EQ(ExpandHttpUrl(o, "caf\xc3\xa9"), "https://h/caf%C3%A9/x/caf%C3%A9?q=1");
@@ -160,9 +159,9 @@ TEST(HttpHeaders, TokensReservedNamesAndValues) {
   for (const char *name : {"", "a b", "a:b", "a\r", "caf\xc3\xa9", "(x)"}) {
     EXPECT_FALSE(IsHttpToken(name)) << name;
   }
-  for (const char *name : {"Host", "CONTENT-LENGTH", "Content-Type", "transfer-encoding",
-                           "Connection", "Webhook-Id", "webhook-anything", "CE-ID", "ce-x",
-                           "outbox-key", "Outbox-Anything", "Upgrade", "TE"}) {
+  for (const char *name :
+       {"Host", "CONTENT-LENGTH", "Content-Type", "transfer-encoding", "Connection", "Webhook-Id",
+        "webhook-anything", "CE-ID", "ce-x", "outbox-key", "Outbox-Anything", "Upgrade", "TE"}) {
     EXPECT_TRUE(IsReservedHttpHeader(name)) << name;
   }
   for (const char *name : {"X-Host", "webhook", "cex", "outbox", "Authorization", "traceparent"}) {

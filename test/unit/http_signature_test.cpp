@@ -19,9 +19,9 @@ TEST(WebhookSignature, TheSpecificationsExampleSignsAsItSays) {
   const std::optional<std::string> key =
       DecodeWebhookSecret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
   ASSERT_TRUE(key);
-  EXPECT_EQ(WebhookSignature(*key, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330,
-                             "{\"test\": 2432232314}"),
-            "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
+  EXPECT_EQ(
+      WebhookSignature(*key, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, "{\"test\": 2432232314}"),
+      "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
 }
 
 // An event id, a UTF-8 body and a 32-byte key 0x01..0x20; with python3:
@@ -43,9 +43,9 @@ TEST(WebhookSignature, AnEventsIdTimestampAndBodyAreSigned) {
 }
 
 TEST(WebhookSignature, Base64RoundTripsAndRefusesWhatIsNotCanonical) {
-  for (const std::string &bytes : {std::string(), std::string("f"), std::string("fo"),
-                                   std::string("foo"), std::string("foob"),
-                                   std::string("\x00\xff\x10", 3)}) {
+  for (const std::string &bytes :
+       {std::string(), std::string("f"), std::string("fo"), std::string("foo"), std::string("foob"),
+        std::string("\x00\xff\x10", 3)}) {
     const std::optional<std::string> back = DecodeBase64(EncodeBase64(bytes));
     ASSERT_TRUE(back) << bytes;
     EXPECT_EQ(*back, bytes);
