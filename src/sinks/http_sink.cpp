@@ -140,6 +140,10 @@ void HttpSink::Finished(CURL *easy, CURLcode code) {
   Release(&slot.request);
   if (answer == HttpAnswer::kDelivered) {
     endpoints_.Delivered(endpoint);
+    if (!logged_down_.empty() && logged_down_.erase(endpoint) != 0) {
+      AddLog(LogLevel::kInfo,
+             "sink \"" + name_ + "\": the endpoint of " + slot.shown + " answers again");
+    }
     Settle(i, DeliveryStatus::kDelivered, std::string());
   } else if (answer == HttpAnswer::kTransient) {
     slot.transient = true;
@@ -168,8 +172,10 @@ void HttpSink::JudgeEndpoints() {
     const bool down =
         endpoints_.Down(slot.endpoint, delivered_now.count(slot.endpoint) != 0, slot.unreachable);
     out_[i].status = down ? DeliveryStatus::kTargetDown : DeliveryStatus::kRejected;
-    if (down && slot.endpoint != last_failure_) {
-      last_failure_ = slot.endpoint;
+    // Said once per outage of each endpoint (bounded: at most as many
+    // endpoints as HttpEndpoints remembers), not once per call.
+    if (down && logged_down_.size() < HttpEndpoints::kMaxEndpoints &&
+        logged_down_.insert(slot.endpoint).second) {
       AddLog(LogLevel::kWarning, "sink \"" + name_ + "\": the endpoint of " + slot.shown +
                                      " is down (" + out_[i].error +
                                      "); its events wait, the sink's other endpoints go on");
@@ -302,7 +308,6 @@ void HttpSink::Publish(const OutMessage *messages, size_t n, Delivery *out,
     if (state_ == "down") AddLog(LogLevel::kInfo, "sink \"" + name_ + "\": endpoints answer again");
     state_ = "connected";
     last_delivered_us_ = now_us;
-    last_failure_.clear();
   } else if (failed && now_us - last_delivered_us_ > kDownAfterUs) {
     state_ = "down";
   }

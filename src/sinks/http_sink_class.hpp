@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -96,7 +97,7 @@ class HttpSink final : public Sink {
   HttpEndpoints endpoints_;
   std::string state_ = "idle";
   int64_t last_delivered_us_ = 0;
-  std::string last_failure_;
+  std::set<std::string> logged_down_;  // endpoints whose outage the log told
   LogBuffer logs_{"HTTP sink log line(s)"};
 
   // The current call, cleared at its end: its messages and outcomes, a
