@@ -23,14 +23,15 @@ FREE_DIRS = src/core src/sinks
 PG_SRCS = $(sort $(wildcard $(addsuffix /*.cpp,$(PG_DIRS))))
 FREE_SRCS = $(sort $(wildcard $(addsuffix /*.cpp,$(FREE_DIRS))))
 
-# The optional sinks (AMQP for RabbitMQ, NATS) are built when pkg-config
-# finds their client libraries (librabbitmq-dev, libnats-dev); without one, its
+# The optional sinks (AMQP for RabbitMQ, NATS, HTTP webhooks) are built when
+# pkg-config finds their client libraries (librabbitmq-dev, libnats-dev,
+# libcurl4-openssl-dev); without one, its
 # src/sinks/<kind>_*.cpp are left out and create_sink() of that kind says the
 # build lacks it. OUTBOX_SINKS=all makes a missing library an error (CI and
 # the Debian package).
-# (kind:pkg-config module; the factory knows mqtt and http too, which join
-# this list with their sinks' sources.)
-OPTIONAL_SINKS = amqp:librabbitmq nats:libnats
+# (kind:pkg-config module; the factory knows mqtt too, which joins this list
+# with its sink's sources.)
+OPTIONAL_SINKS = amqp:librabbitmq nats:libnats http:libcurl
 sink_kind = $(word 1,$(subst :, ,$(1)))
 sink_module = $(word 2,$(subst :, ,$(1)))
 FOUND_SINKS := $(foreach s,$(OPTIONAL_SINKS),$(if $(shell pkg-config --exists $(call sink_module,$(s)) && echo yes),$(s)))
@@ -42,6 +43,9 @@ endif
 endif
 SINK_DEFINES = $(foreach s,$(FOUND_SINKS),-DOUTBOX_WITH_$(shell echo $(call sink_kind,$(s)) | tr a-z A-Z))
 SINK_LIBS = $(if $(FOUND_SINKS),$(shell pkg-config --libs $(foreach s,$(FOUND_SINKS),$(call sink_module,$(s)))))
+# The HTTP sink signs webhooks with HMAC-SHA256 from OpenSSL's libcrypto
+# (which libcurl's OpenSSL flavour loads anyway).
+SINK_LIBS += $(if $(filter http:%,$(FOUND_SINKS)),$(shell pkg-config --libs libcrypto))
 FREE_SRCS := $(filter-out $(foreach s,$(MISSING_SINKS),src/sinks/$(call sink_kind,$(s))_%),$(FREE_SRCS))
 OBJS = $(PG_SRCS:.cpp=.o) $(FREE_SRCS:.cpp=.o)
 

@@ -16,10 +16,9 @@ END
 $$;
 
 -- Kinds: an unknown one lists the known ones; a known one this build was
--- made without says which library it lacks (MQTT and HTTP are not built yet).
+-- made without says which library it lacks (MQTT is not built yet).
 SELECT pg_temp.error_and_hint($$SELECT outbox.create_sink('s', 'smtp', '{}')$$);
 SELECT pg_temp.error_and_hint($$SELECT outbox.create_sink('m', 'mqtt', '{}')$$);
-SELECT pg_temp.error_and_hint($$SELECT outbox.create_sink('h', 'http', '{}')$$);
 
 -- AMQP: defaults are valid; a bad value or an unknown key names the option.
 SELECT error_of($$SELECT outbox.create_sink('rabbit', 'amqp', '{}')$$);
@@ -34,7 +33,20 @@ SELECT error_of($$SELECT outbox.create_sink('jet', 'nats', '{}')$$);
 SELECT error_of($$SELECT outbox.create_sink('j2', 'nats', '{"servers": "nats://u:secret@10.0.0.1:4222"}')$$);
 SELECT error_of($$SELECT outbox.create_sink('j2', 'nats', '{"ack_timeout_ms": 5}')$$);
 SELECT error_of($$SELECT outbox.create_sink('j2', 'nats', '{"no_such_option": "1"}')$$);
-SELECT name, kind, options FROM outbox.sinks WHERE name IN ('rabbit', 'jet') ORDER BY name;
+
+-- HTTP: a URL is required, http or https only, {target} only in the path;
+-- reserved headers and unknown keys are refused naming the option, and the
+-- secret is never quoted.
+SELECT error_of($$SELECT outbox.create_sink('h', 'http', '{}')$$);
+SELECT error_of($$SELECT outbox.create_sink('h', 'http', '{"url": "file:///etc/passwd"}')$$);
+SELECT error_of($$SELECT outbox.create_sink('h', 'http', '{"url": "gopher://127.0.0.1:70/"}')$$);
+SELECT error_of($$SELECT outbox.create_sink('h', 'http', '{"url": "http://h/?to={target}"}')$$);
+SELECT error_of($$SELECT outbox.create_sink('h', 'http', '{"url": "http://h/", "headers": "webhook-signature: v1,forged"}')$$);
+SELECT error_of($$SELECT outbox.create_sink('h', 'http', '{"url": "http://h/", "secret": "whsec_dG9vIHNob3J0"}')$$);
+SELECT error_of($$SELECT outbox.create_sink('h', 'http', '{"url": "http://h/", "tls_ca": "/etc/ssl/certs/ca-certificates.crt"}')$$);
+SELECT error_of($$SELECT outbox.create_sink('h', 'http', '{"url": "http://h/", "proxy": "http://p/"}')$$);
+SELECT error_of($$SELECT outbox.create_sink('hooks', 'http', '{"url": "https://hooks.example/in/{target}"}')$$);
+SELECT name, kind, options FROM outbox.sinks WHERE name IN ('rabbit', 'jet', 'hooks') ORDER BY name;
 
 -- Route targets: an AMQP routing key is at most 255 bytes; a NATS subject is
 -- literal (no wildcard, no empty token).
@@ -43,6 +55,10 @@ SELECT error_of($$SELECT outbox.add_route('a.*', 'rabbit', repeat('k', 255))$$);
 SELECT error_of($$SELECT outbox.add_route('n.*', 'jet', 'orders.*')$$);
 SELECT error_of($$SELECT outbox.add_route('n.*', 'jet', 'orders..created')$$);
 SELECT error_of($$SELECT outbox.add_route('n.*', 'jet', 'orders.created')$$);
+-- An HTTP target is path segments, none ".." or ".".
+SELECT error_of($$SELECT outbox.add_route('h.*', 'hooks', '..')$$);
+SELECT error_of($$SELECT outbox.add_route('h.*', 'hooks', 'a/./b')$$);
+SELECT error_of($$SELECT outbox.add_route('h.*', 'hooks', 'orders/created')$$);
 
 -- Formats: raw and cloudevents on both; the Debezium formats are Kafka's
 -- and Redis's.
@@ -53,4 +69,4 @@ SELECT pattern, sink, target IS NULL AS to_topic, length(target), format
   FROM outbox.routes ORDER BY pattern;
 
 SELECT outbox.remove_route(pattern) FROM outbox.routes ORDER BY pattern;
-SELECT outbox.drop_sink('rabbit'), outbox.drop_sink('jet');
+SELECT outbox.drop_sink('rabbit'), outbox.drop_sink('jet'), outbox.drop_sink('hooks');

@@ -18,6 +18,10 @@ set -euo pipefail
 #   private ports and directories; the packages' own services are not used).
 # python3-pika, amqp-tools, python3-paho-mqtt, python3-aiohttp: reading back,
 #   the webhook receiver and the relay benchmarks.
+# nodejs, npm: the HTTP sink's TAP tests verify signatures and CloudEvents
+#   with the npm standardwebhooks and cloudevents packages, which
+#   test/http/install_node_tools.sh installs, pinned, into test/http/node_tools
+#   (run at the end of this script, also when every package was there).
 # openssl: the AMQP sink's TLS unit test makes its own certificate authority.
 # libipc-run-perl (+ libio-pty-perl, which it only recommends): required by
 #   PostgreSQL::Test::Utils for the TAP tests; IO::Pty for interactive_psql.
@@ -65,7 +69,7 @@ else
     libio-pty-perl librabbitmq-dev libnats-dev libmosquitto-dev libcurl4-openssl-dev
     redis-server kcat "postgresql-$MAJOR-pgq3"
     rabbitmq-server nats-server mosquitto python3-pika amqp-tools python3-paho-mqtt
-    python3-aiohttp openssl
+    python3-aiohttp openssl nodejs npm
     googletest libgtest-dev clang-format clang-tidy python3 procps
     clang libclang-rt-14-dev
     valgrind gdb iproute2
@@ -84,8 +88,16 @@ for pkg in "${PACKAGES[@]}"; do
   is_installed "$pkg" || missing+=("$pkg")
 done
 
+# The npm test tools (not for the demo); a no-op when the pinned versions are there.
+node_tools() {
+  if [[ ${1:-} != demo ]]; then
+    bash "$(dirname "${BASH_SOURCE[0]}")/http/install_node_tools.sh"
+  fi
+}
+
 if ((${#missing[@]} == 0)); then
   echo "install_deps: all ${#PACKAGES[@]} packages already installed"
+  node_tools "${1:-}"
   exit 0
 fi
 
@@ -131,4 +143,5 @@ if ((${#still_missing[@]} > 0)); then
   echo "install_deps: still missing after apt-get install: ${still_missing[*]}" >&2
   exit 1
 fi
+node_tools "${1:-}"
 echo "install_deps: done"

@@ -19,6 +19,11 @@
 // - A target the broker refuses (kTargetRefused: a Kafka topic the cluster
 //   lacks or the producer may not write) counts an attempt per event, never
 //   makes the sink down, and is not retried alone.
+// - A target whose endpoint is down (kTargetDown: an HTTP endpoint failing
+//   requests for different events) parks its events without attempts,
+//   with a backoff per target, and never makes the sink down, so the sink's
+//   other targets go on. A broker's Retry-After (Delivery::retry_after_ms)
+//   delays a retry or a park up to backoff_max.
 // - After outbox.max_attempts failed attempts an event is dead, and stops
 //   holding back its key.
 //

@@ -55,6 +55,11 @@ enum class DeliveryStatus {
                    // now (Kafka: unknown topic, not authorised for it): an
                    // attempt for the event, not retried alone (its neighbours
                    // are not the cause), and never a sign that the sink is down.
+  kTargetDown,     // the target's endpoint failed requests for different events
+                   // (an HTTP endpoint that refuses connections or answers 503
+                   // to all): not the event's fault (no attempt) and not the
+                   // sink's (its other targets go on); the event waits, with a
+                   // backoff per target that grows while the target stays down.
 };
 
 struct Delivery {
@@ -64,6 +69,10 @@ struct Delivery {
   // epoch, the system clock), 0 when unknown: a late answer's event is
   // recorded published as of then, not as of when a later cycle wrote it.
   int64_t answered_at_us = 0;
+  // How long the broker asked us to wait before sending this event again
+  // (HTTP Retry-After), in ms; 0 when it did not ask. The next try is not
+  // earlier than that, up to the dispatcher's backoff maximum.
+  int64_t retry_after_ms = 0;
 };
 
 // The system clock as Delivery::answered_at_us counts it.

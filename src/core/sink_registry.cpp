@@ -17,7 +17,7 @@ int64_t SteadyMs() {
 bool FromBroker(const Delivery &d) {
   return d.answered_at_us != 0 &&
          (d.status == DeliveryStatus::kDelivered || d.status == DeliveryStatus::kRejected ||
-          d.status == DeliveryStatus::kTargetRefused);
+          d.status == DeliveryStatus::kTargetRefused || d.status == DeliveryStatus::kTargetDown);
 }
 
 void CopyOut(std::string_view text, char *buf, size_t size) noexcept {

@@ -65,6 +65,9 @@ struct SinkState {
   // waited for in full, so that such a refusal is retried alone at once.
   bool wait_in_full = false;
   std::string last_error;
+  // Targets whose endpoint is down (kTargetDown), with how many groups in a
+  // row found it down: their events' backoff. A delivery to one ends it.
+  std::map<std::string, int, std::less<>> down_targets;
 
   // Whether it answered anything within an ack wait before `sent_ms`
   // (SteadyMs): then a group sent at sent_ms that gets no answer is its

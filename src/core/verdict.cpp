@@ -118,8 +118,9 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
   const DispatchSettings &settings = *j.settings;
   RowOutcome *out = j.out;
 
-  size_t delivered = 0, transient = 0, held_back = 0, target_refused = 0;
+  size_t delivered = 0, transient = 0, held_back = 0, target_refused = 0, target_down = 0;
   for (const Delivery &d : results) {
+    if (d.status == DeliveryStatus::kTargetDown) ++target_down;
     if (d.status == DeliveryStatus::kDelivered) ++delivered;
     if (d.status == DeliveryStatus::kRetriable) ++transient;
     // Held back behind an earlier failure of its key (which decides).
@@ -127,6 +128,7 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
     if (d.status == DeliveryStatus::kTargetRefused) ++target_refused;
   }
   const bool interrupted_now = interrupted != nullptr && interrupted();
+  std::set<std::string> down_counted;  // targets whose backoff this group grew
 
   // Nothing delivered and nothing refused, only transient failures (beside
   // targets a broker refused, which say nothing of the others: a refused
@@ -135,7 +137,7 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
   // until the sink's backoff expires, without counting attempts; the
   // refused targets' events count theirs.
   if (!j.partial && delivered == 0 && transient > 0 &&
-      transient + held_back + target_refused == results.size() && !interrupted_now) {
+      transient + held_back + target_refused + target_down == results.size() && !interrupted_now) {
     state->failures++;
     const int64_t wait_ms =
         BackoffMs(state->failures, settings.backoff_min_ms, settings.backoff_max_ms, Random());
@@ -151,6 +153,11 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
       const size_t i = members[k];
       if (results[k].status == DeliveryStatus::kTargetRefused) {
         Attempted(rows[i], (*routes_)[route_of[i]], results[k], settings, &out[i]);
+        continue;
+      }
+      if (results[k].status == DeliveryStatus::kTargetDown) {
+        TargetDown(rows[i], (*routes_)[route_of[i]], results[k], settings, state, &down_counted,
+                   &out[i]);
         continue;
       }
       out[i].outcome = Outcome::kPark;
@@ -178,6 +185,15 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
     const size_t i = members[k];
     const DispatchRoute &route = (*routes_)[route_of[i]];
     Delivery result = results[k];
+    if (result.status == DeliveryStatus::kDelivered && !state->down_targets.empty()) {
+      const std::string_view target = route.has_target ? route.target : rows[i].topic;
+      auto it = state->down_targets.find(target);
+      if (it != state->down_targets.end()) state->down_targets.erase(it);
+    }
+    if (result.status == DeliveryStatus::kTargetDown) {
+      TargetDown(rows[i], route, result, settings, state, &down_counted, &out[i]);
+      continue;
+    }
     if (result.status == DeliveryStatus::kRetriable && interrupted_now) {
       out[i].outcome = Outcome::kUntouched;  // shutting down: no verdict
       NoteUntouched(route, rows[i]);
@@ -278,6 +294,29 @@ bool Verdicts::ParkBehindEarlier(const EventRow &row, const DispatchRoute &route
   return true;
 }
 
+void Verdicts::TargetDown(const EventRow &row, const DispatchRoute &route, const Delivery &delivery,
+                          const DispatchSettings &settings, SinkState *state,
+                          std::set<std::string> *counted, RowOutcome *out) {
+  if (ParkBehindEarlier(row, route, nullptr, settings.now_us, kWaitingForKey, out)) return;
+  const std::string_view target = route.has_target ? std::string_view(route.target) : row.topic;
+  auto it = state->down_targets.find(target);
+  if (it == state->down_targets.end()) {
+    if (state->down_targets.size() >= kMaxDownTargets) state->down_targets.clear();
+    it = state->down_targets.emplace(std::string(target), 0).first;
+  }
+  // One step of backoff per group that found the target down, not per event.
+  if (counted == nullptr || counted->insert(it->first).second) {
+    if (it->second < 64) ++it->second;
+  }
+  const int64_t wait_ms =
+      std::max(BackoffMs(it->second, settings.backoff_min_ms, settings.backoff_max_ms, Random()),
+               std::min(delivery.retry_after_ms, settings.backoff_max_ms));
+  out->outcome = Outcome::kPark;
+  out->next_attempt_us = settings.now_us + wait_ms * kUsecPerMs;
+  SetError(out, delivery.error);
+  if (row.has_key) guard_->Block(route.pattern, row.key, row.id, out->next_attempt_us);
+}
+
 void Verdicts::Attempted(const EventRow &row, const DispatchRoute &route, const Delivery &delivery,
                          const DispatchSettings &settings, RowOutcome *out) {
   if (delivery.status == DeliveryStatus::kDelivered) {
@@ -296,9 +335,11 @@ void Verdicts::Attempted(const EventRow &row, const DispatchRoute &route, const 
     return;
   }
   out->outcome = Outcome::kRetry;
-  out->next_attempt_us = settings.now_us + BackoffMs(out->attempts, settings.backoff_min_ms,
-                                                     settings.backoff_max_ms, Random()) *
-                                               kUsecPerMs;
+  // The broker's Retry-After, when longer than our backoff, up to its maximum.
+  const int64_t wait_ms =
+      std::max(BackoffMs(out->attempts, settings.backoff_min_ms, settings.backoff_max_ms, Random()),
+               std::min(delivery.retry_after_ms, settings.backoff_max_ms));
+  out->next_attempt_us = settings.now_us + wait_ms * kUsecPerMs;
   if (row.has_key) guard_->Block(route.pattern, row.key, row.id, out->next_attempt_us);
 }
 

@@ -93,6 +93,14 @@ class Verdicts {
   void Attempted(const EventRow &row, const DispatchRoute &route, const Delivery &delivery,
                  const DispatchSettings &settings, RowOutcome *out);
 
+  // A target's endpoint is down (kTargetDown): park the event without an
+  // attempt until the target's backoff (grown once per group in *counted,
+  // or always when counted is null) or the broker's Retry-After, up to
+  // backoff_max, whichever is later; the sink stays up.
+  void TargetDown(const EventRow &row, const DispatchRoute &route, const Delivery &delivery,
+                  const DispatchSettings &settings, SinkState *state,
+                  std::set<std::string> *counted, RowOutcome *out);
+
   // (route, key) of events left as they were (interrupted) in the batches
   // finished so far while others are in flight: their deferred successors
   // wait too.
@@ -104,6 +112,8 @@ class Verdicts {
   static constexpr int64_t kLateRecheckUs = 1000000;
   // Most event ids one NoteOvertaken line names.
   static constexpr size_t kMaxOvertakenNamed = 20;
+  // Most targets a sink remembers as down (targets may be events' topics).
+  static constexpr size_t kMaxDownTargets = 4096;
 
  private:
   double Random();

@@ -16,6 +16,7 @@
 // libnats would close the connection instead of reconnecting, and the next
 // Publish would connect afresh: slower, never wrong.)
 #include "sinks/nats_sink_class.hpp"
+#include "sinks/sigpipe_guard.hpp"  // LibraryThreadsStartGuard
 
 #include <nats/nats.h>
 #include <pthread.h>
@@ -37,32 +38,6 @@ constexpr int64_t kReconnectWaitMs = 500;
 // kPingIntervalMs * kMaxPingsOut (libnats then reconnects).
 constexpr int64_t kPingIntervalMs = 10000;
 constexpr int kMaxPingsOut = 3;
-
-// Every signal blocked in this thread for as long as it lives, so that the
-// threads libnats starts meanwhile inherit a mask that blocks them all: a
-// signal sent to the process is then run on the owner's thread (PostgreSQL's
-// handlers expect that), never on one of libnats's. Signals arriving
-// meanwhile wait and are delivered when the old mask returns. Synchronous
-// signals (a fault in the thread itself) cannot be blocked usefully and are
-// left alone.
-class LibraryThreadsStartGuard {
- public:
-  LibraryThreadsStartGuard() noexcept {
-    sigset_t all;
-    sigfillset(&all);
-    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT}) sigdelset(&all, sig);
-    blocked_ = pthread_sigmask(SIG_BLOCK, &all, &old_) == 0;
-  }
-  ~LibraryThreadsStartGuard() {
-    if (blocked_) pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-  LibraryThreadsStartGuard(const LibraryThreadsStartGuard &) = delete;
-  LibraryThreadsStartGuard &operator=(const LibraryThreadsStartGuard &) = delete;
-
- private:
-  sigset_t old_;
-  bool blocked_ = false;
-};
 
 // libnats connects in the background after a failed first attempt only when
 // it has a connected callback; the sink reads the connection's state itself,

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <ctime>
+#include <initializer_list>
 
 namespace outbox {
 
@@ -32,6 +33,17 @@ bool SigpipeGuard::Pending() {
   sigset_t pending;
   sigemptyset(&pending);
   return sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
+}
+
+LibraryThreadsStartGuard::LibraryThreadsStartGuard() noexcept {
+  sigset_t all;
+  sigfillset(&all);
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT}) sigdelset(&all, sig);
+  blocked_ = pthread_sigmask(SIG_BLOCK, &all, &old_) == 0;
+}
+
+LibraryThreadsStartGuard::~LibraryThreadsStartGuard() {
+  if (blocked_) pthread_sigmask(SIG_SETMASK, &old_, nullptr);
 }
 
 }  // namespace outbox

@@ -1,5 +1,6 @@
 // Blocking SIGPIPE around a sink's socket I/O: for any sink that writes to a
-// socket, itself or through a client library. No PostgreSQL header here.
+// socket, itself or through a client library; and every signal while a
+// client library may start threads. No PostgreSQL header here.
 #pragma once
 
 #include <signal.h>
@@ -25,6 +26,25 @@ class SigpipeGuard {
   sigset_t old_;
   bool blocked_ = false;
   bool was_pending_ = false;
+};
+
+// Every signal blocked in this thread for as long as it lives, so that the
+// threads a client library starts meanwhile (libnats's, libcurl's threaded
+// resolver) inherit a mask that blocks them all: a signal sent to the
+// process is then run on the owner's thread (PostgreSQL's handlers expect
+// that), never on one of the library's. Signals arriving meanwhile wait and
+// are delivered when the old mask returns. Synchronous signals (a fault in
+// the thread itself) cannot be blocked usefully and are left alone.
+class LibraryThreadsStartGuard {
+ public:
+  LibraryThreadsStartGuard() noexcept;
+  ~LibraryThreadsStartGuard();
+  LibraryThreadsStartGuard(const LibraryThreadsStartGuard &) = delete;
+  LibraryThreadsStartGuard &operator=(const LibraryThreadsStartGuard &) = delete;
+
+ private:
+  sigset_t old_;
+  bool blocked_ = false;
 };
 
 }  // namespace outbox

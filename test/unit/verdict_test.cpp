@@ -151,6 +151,70 @@ TEST_F(VerdictTest, TransientFailuresOfAPartialGroupParkWithoutAttemptsAndLeaveT
   EXPECT_TRUE(HeldBack(2, "k"));
 }
 
+TEST_F(VerdictTest, ADownTargetParksItsEventsWithoutAttemptsAndLeavesTheSinkUp) {
+  batch_.Add(1, "orders.a", "k");
+  batch_.Add(2, "orders.a");
+  batch_.Add(3, "orders.b");
+  Delivery down{DeliveryStatus::kTargetDown, "HTTP 503 from http://h/orders.a"};
+  Judge({down, down, Delivered()});
+  const SinkState &state = parts_.sinks["kafka"];
+  EXPECT_FALSE(state.down);
+  EXPECT_EQ(state.down_targets.at("orders.a"), 1);  // once per group, not per event
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_TRUE(Is(batch_.out[i], Outcome::kPark));
+    EXPECT_EQ(batch_.out[i].attempts, 0);
+    EXPECT_GE(batch_.out[i].next_attempt_us, kNow + 100 * 1000);
+    EXPECT_LE(batch_.out[i].next_attempt_us, kNow + 200 * 1000);
+  }
+  EXPECT_TRUE(Is(batch_.out[2], Outcome::kPublished));
+  EXPECT_TRUE(HeldBack(4, "k"));
+  EXPECT_TRUE(parts_.sinks.behind_down().empty());
+}
+
+TEST_F(VerdictTest, EveryTargetDownNeverMakesTheSinkDown) {
+  batch_.Add(1, "orders.a");
+  batch_.Add(2, "orders.b");
+  Delivery down{DeliveryStatus::kTargetDown, "connection refused"};
+  Judge({down, down});
+  EXPECT_FALSE(parts_.sinks["kafka"].down);
+  EXPECT_EQ(parts_.sinks["kafka"].down_targets.size(), 2u);
+  for (const RowOutcome &out : batch_.out) {
+    EXPECT_TRUE(Is(out, Outcome::kPark));
+    EXPECT_EQ(out.attempts, 0);
+  }
+  EXPECT_TRUE(parts_.sinks.behind_down().empty());  // other topics' claims go on
+  EXPECT_EQ(parts_.TakeLogs(), "");
+}
+
+TEST_F(VerdictTest, ADownTargetsBackoffGrowsWhileDownAndADeliveryToItEndsIt) {
+  batch_.Add(1, "orders.a");
+  Delivery down{DeliveryStatus::kTargetDown, "down"};
+  for (int group = 1; group <= 3; ++group) Judge({down});
+  EXPECT_EQ(parts_.sinks["kafka"].down_targets.at("orders.a"), 3);
+  EXPECT_LE(batch_.out[0].next_attempt_us, kNow + 400 * 1000);  // third step: up to 400 ms
+  Judge({Delivered()});
+  EXPECT_EQ(parts_.sinks["kafka"].down_targets.count("orders.a"), 0u);
+}
+
+TEST_F(VerdictTest, RetryAfterDelaysARetryUpToTheBackoffMaximum) {
+  batch_.Add(1, "orders.a", "k");
+  Delivery busy = Retriable("HTTP 429");
+  busy.retry_after_ms = 700;
+  parts_.verdicts.Attempted(batch_.rows[0], parts_.routes[0], busy, settings_, &batch_.out[0]);
+  EXPECT_EQ(batch_.out[0].attempts, 1);
+  EXPECT_GE(batch_.out[0].next_attempt_us, kNow + 700 * 1000);
+  busy.retry_after_ms = 3600 * 1000;
+  parts_.verdicts.Attempted(batch_.rows[0], parts_.routes[0], busy, settings_, &batch_.out[0]);
+  EXPECT_EQ(batch_.out[0].next_attempt_us, kNow + 1000 * 1000);  // backoff_max
+  Delivery down{DeliveryStatus::kTargetDown, "HTTP 503"};
+  down.retry_after_ms = 900;
+  batch_.out[0] = RowOutcome{};
+  Judge({down});
+  EXPECT_GE(batch_.out[0].next_attempt_us, kNow + 900 * 1000);
+  EXPECT_LE(batch_.out[0].next_attempt_us, kNow + 1000 * 1000);
+  EXPECT_EQ(batch_.out[0].attempts, 0);
+}
+
 TEST_F(VerdictTest, ARefusalAmongOthersIsRetriedAloneOnTheSinkThatRefusedIt) {
   batch_.Add(1, "orders.a");
   batch_.Add(2, "orders.b");
