@@ -30,7 +30,7 @@ FREE_SRCS = $(sort $(wildcard $(addsuffix /*.cpp,$(FREE_DIRS))))
 # the Debian package).
 # (kind:pkg-config module; the factory knows mqtt and http too, which join
 # this list with their sinks' sources.)
-OPTIONAL_SINKS = amqp:librabbitmq nats:libnats
+OPTIONAL_SINKS = amqp:librabbitmq nats:libnats mqtt:libmosquitto
 sink_kind = $(word 1,$(subst :, ,$(1)))
 sink_module = $(word 2,$(subst :, ,$(1)))
 FOUND_SINKS := $(foreach s,$(OPTIONAL_SINKS),$(if $(shell pkg-config --exists $(call sink_module,$(s)) && echo yes),$(s)))
