@@ -1,4 +1,5 @@
-// A mosquitto broker for the MQTT sink's unit tests, and a subscriber of the
+// A mosquitto broker for the MQTT sink's unit tests (with a TLS listener
+// too when asked, its certificates made by openssl's command line), and a subscriber of the
 // test's own (libmosquitto, MQTT 5, QoS 1) to look at what arrived. One
 // broker per test binary run, started on first use (SharedBroker) on a free
 // loopback port with a directory and configuration of its own: anonymous
@@ -29,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "test_certificates.hpp"
 #include "test_support.hpp"
 
 namespace outbox {
@@ -142,11 +144,14 @@ class Subscriber {
 
 class Broker {
  public:
-  Broker() {
+  explicit Broker(bool tls = false) {
     char dir[] = "/tmp/mqtt_sink_test.XXXXXX";
     if (mkdtemp(dir) != nullptr) dir_ = dir;
+    // No openssl command: no TLS listener (the TLS tests skip).
+    tls_ = tls && test_support::MakeCertificates(dir_);
     for (int attempt = 0; attempt < 5 && pid_ <= 0; ++attempt) {
       port_ = FreePort();
+      tls_port_ = tls_ ? FreePort() : 0;
       if (!Start()) Kill();  // the port was taken meanwhile: another one
     }
   }
@@ -159,6 +164,8 @@ class Broker {
   Broker &operator=(const Broker &) = delete;
 
   int port() const { return port_; }
+  int tls_port() const { return tls_port_; }  // 0 without a TLS listener
+  std::string dir() const { return dir_; }
   bool running() const { return pid_ > 0; }
 
   bool Start() {
@@ -176,6 +183,12 @@ class Broker {
           << "max_packet_size " << kMqttTestMaxPacket << "\n"
           << "persistence false\n"
           << "log_dest stderr\n";
+      if (tls_) {
+        out << "listener " << tls_port_ << " 127.0.0.1\n"
+            << "cafile " << dir_ << "/ca.pem\n"
+            << "certfile " << dir_ << "/server.pem\n"
+            << "keyfile " << dir_ << "/server.key\n";
+      }
       // As root, mosquitto would become user "mosquitto", who cannot read
       // this private directory.
       if (geteuid() == 0) out << "user root\n";
@@ -230,7 +243,9 @@ class Broker {
   }
 
   std::string dir_;
+  bool tls_ = false;
   int port_ = 0;
+  int tls_port_ = 0;
   pid_t pid_ = 0;
 };
 
