@@ -258,6 +258,25 @@ TEST(MqttSink, ABrokerKilledMidStreamLosesNothingAndKeepsOrder) {
   EXPECT_EQ(last.Count(DeliveryStatus::kDelivered), 1u) << last.Errors();
 }
 
+TEST(MqttSink, AConnectionClosedWhileIdleIsMadeAgainBeforeSending) {
+  Broker broker;
+  MQTT_REQUIRE_BROKER(broker);
+  std::unique_ptr<Sink> sink = MakeTestSink(broker.port());
+  Batch first;
+  first.Add("t/idle", "k", "1");
+  first.Publish(sink.get());
+  ASSERT_EQ(first.Count(DeliveryStatus::kDelivered), 1u) << first.Errors();
+  // The broker goes and comes back between two batches: the next batch
+  // finds the old connection closed before sending on it, and goes out on
+  // a new one instead of failing.
+  ASSERT_TRUE(broker.Restart());
+  Batch second;
+  second.Add("t/idle", "k", "2").Add("t/idle", std::nullopt, "3");
+  second.Publish(sink.get());
+  EXPECT_EQ(second.Count(DeliveryStatus::kDelivered), 2u) << second.Errors();
+  EXPECT_EQ(sink->State(), "connected");
+}
+
 TEST(MqttSink, ClientIdsOfTwoSinksDiffer) {
   Broker &broker = SharedBroker();
   MQTT_REQUIRE_BROKER(broker);
