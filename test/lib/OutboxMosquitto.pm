@@ -46,13 +46,18 @@ sub _tool {
 }
 
 # start(max_packet_size => bytes, deny => ['denied/#', ...]: filters no
-# client may publish to (MQTT 5 publishers get reason code 0x87))
+# client may publish to (MQTT 5 publishers get reason code 0x87),
+# save_every_change => 1: the broker saves its state after every change
+# instead of every second, so that what it acknowledged survives its
+# SIGKILL; mosquitto writes no journal, and a publisher cannot make up for
+# messages a broker lost after acknowledging them)
 sub start {
 	my ($class, %opts) = @_;
 	my $self = bless {
 		port => _free_port(),
 		max_packet_size => $opts{max_packet_size},
 		deny => $opts{deny} // [],
+		save_every_change => $opts{save_every_change},
 		dir => tempdir('outbox-mosquitto-XXXXXX', TMPDIR => 1, CLEANUP => 1),
 	}, $class;
 	$self->_launch;
@@ -89,9 +94,14 @@ sub _launch {
 	open(my $fh, '>', "$dir/mosquitto.conf") or croak "cannot write the configuration: $!";
 	print $fh "listener $self->{port} 127.0.0.1\n", "allow_anonymous true\n",
 	  "log_dest stderr\n", "acl_file $dir/acl\n",
+	  # No limit on what waits for the subscriber (mosquitto drops QoS 1
+	  # messages beyond 1,000 queued for a client by default): a subscriber
+	  # behind the sink must not make the broker lose what it acknowledged.
+	  "max_queued_messages 0\n",
 	  # The subscriber's session (its subscriptions, what waits for it)
 	  # saved every second, so that it survives a SIGKILL of the broker.
 	  "persistence true\n", "persistence_location $dir/\n", "autosave_interval 1\n";
+	print $fh "autosave_on_changes true\n" if $self->{save_every_change};
 	print $fh "max_packet_size $self->{max_packet_size}\n" if $self->{max_packet_size};
 	# As root, mosquitto would become user "mosquitto", who cannot read this
 	# private directory.
@@ -171,12 +181,14 @@ sub sink_sql {
 	return "SELECT outbox.create_sink('$name', 'mqtt', '{$json}')";
 }
 
-# SIGKILL the broker (the subscriber stays, reconnecting).
+# SIGKILL the broker (the subscriber stays, reconnecting); graceful => 1:
+# SIGTERM, on which mosquitto saves its state (what waits for the
+# subscriber included) before it exits.
 sub stop {
-	my ($self) = @_;
+	my ($self, %o) = @_;
 	my $pid = delete $self->{pid};
 	return unless $pid;
-	kill 'KILL', $pid;
+	kill $o{graceful} ? 'TERM' : 'KILL', $pid;
 	waitpid($pid, 0);
 	return;
 }
