@@ -186,6 +186,7 @@ sub sink_sql {
 # subscriber included) before it exits.
 sub stop {
 	my ($self, %o) = @_;
+	local $?;    # waitpid's status must not become the test's exit status (END)
 	my $pid = delete $self->{pid};
 	return unless $pid;
 	kill $o{graceful} ? 'TERM' : 'KILL', $pid;
@@ -202,6 +203,7 @@ sub start_again {
 
 sub _stop_all {
 	my ($self) = @_;
+	local $?;
 	$self->stop;
 	if (my $pid = delete $self->{sub_pid}) {
 		kill 'KILL', $pid;
