@@ -182,7 +182,6 @@ class Broker {
           << "acl_file " << acl << "\n"
           << "max_packet_size " << kMqttTestMaxPacket << "\n"
           << "persistence false\n"
-          << "max_queued_messages 0\n"  // never drop what waits for the subscriber
           << "log_dest stderr\n";
       if (tls_) {
         out << "listener " << tls_port_ << " 127.0.0.1\n"
