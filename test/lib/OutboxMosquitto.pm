@@ -50,7 +50,8 @@ sub _tool {
 # save_every_change => 1: the broker saves its state after every change
 # instead of every second, so that what it acknowledged survives its
 # SIGKILL; mosquitto writes no journal, and a publisher cannot make up for
-# messages a broker lost after acknowledging them)
+# messages a broker lost after acknowledging them), unlimited_queue => 1:
+# nothing dropped for a subscriber that falls behind (below))
 sub start {
 	my ($class, %opts) = @_;
 	my $self = bless {
@@ -58,6 +59,7 @@ sub start {
 		max_packet_size => $opts{max_packet_size},
 		deny => $opts{deny} // [],
 		save_every_change => $opts{save_every_change},
+		unlimited_queue => $opts{unlimited_queue},
 		dir => tempdir('outbox-mosquitto-XXXXXX', TMPDIR => 1, CLEANUP => 1),
 	}, $class;
 	$self->_launch;
@@ -94,14 +96,17 @@ sub _launch {
 	open(my $fh, '>', "$dir/mosquitto.conf") or croak "cannot write the configuration: $!";
 	print $fh "listener $self->{port} 127.0.0.1\n", "allow_anonymous true\n",
 	  "log_dest stderr\n", "acl_file $dir/acl\n",
-	  # No limit on what waits for the subscriber (mosquitto drops QoS 1
-	  # messages beyond 1,000 queued for a client by default): a subscriber
-	  # behind the sink must not make the broker lose what it acknowledged.
-	  "max_queued_messages 0\n",
+
 	  # The subscriber's session (its subscriptions, what waits for it)
 	  # saved every second, so that it survives a SIGKILL of the broker.
 	  "persistence true\n", "persistence_location $dir/\n", "autosave_interval 1\n";
 	print $fh "autosave_on_changes true\n" if $self->{save_every_change};
+	# No limit on what waits for the subscriber (mosquitto drops QoS 1
+	# messages beyond 1,000 queued for a client by default): under a load, a
+	# subscriber behind the sink must not make the broker drop what it
+	# acknowledged. Not the default: with it, mosquitto 2.0.11 closes a
+	# publisher's connection after refusing a message (0x87).
+	print $fh "max_queued_messages 0\n" if $self->{unlimited_queue};
 	print $fh "max_packet_size $self->{max_packet_size}\n" if $self->{max_packet_size};
 	# As root, mosquitto would become user "mosquitto", who cannot read this
 	# private directory.

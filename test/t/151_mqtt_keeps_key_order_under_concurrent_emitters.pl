@@ -16,7 +16,7 @@ use Time::HiRes qw(time usleep);
 use OutboxMosquitto;
 use OutboxFaults qw(fault_node new_load);
 
-my $mq = OutboxMosquitto->start();
+my $mq = OutboxMosquitto->start(unlimited_queue => 1);
 $mq->subscribe('#');
 my $node = fault_node('mqtt_order');
 $node->safe_psql('postgres', $mq->sink_sql('mqtt'));

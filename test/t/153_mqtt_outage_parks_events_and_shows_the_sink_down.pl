@@ -16,7 +16,7 @@ use OutboxNode qw(wait_until);
 use OutboxFaults qw(fault_node new_load backlog);
 
 my $OUTAGE = 15;
-my $mq = OutboxMosquitto->start();
+my $mq = OutboxMosquitto->start(unlimited_queue => 1);
 $mq->subscribe('#');
 my $node = fault_node('mqtt_outage', conf => "outbox.max_attempts = 3\n");
 $node->safe_psql('postgres', $mq->sink_sql('mqtt', ack_timeout_ms => 2000, connect_timeout_ms => 1000));
