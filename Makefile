@@ -23,15 +23,13 @@ FREE_DIRS = src/core src/sinks
 PG_SRCS = $(sort $(wildcard $(addsuffix /*.cpp,$(PG_DIRS))))
 FREE_SRCS = $(sort $(wildcard $(addsuffix /*.cpp,$(FREE_DIRS))))
 
-# The optional sinks (AMQP for RabbitMQ, NATS, HTTP webhooks) are built when
-# pkg-config finds their client libraries (librabbitmq-dev, libnats-dev,
-# libcurl4-openssl-dev); without one, its
+# The optional sinks (AMQP for RabbitMQ, NATS, MQTT, HTTP webhooks) are
+# built when pkg-config finds their client libraries (librabbitmq-dev,
+# libnats-dev, libmosquitto-dev, libcurl4-openssl-dev); without one, its
 # src/sinks/<kind>_*.cpp are left out and create_sink() of that kind says the
 # build lacks it. OUTBOX_SINKS=all makes a missing library an error (CI and
-# the Debian package).
-# (kind:pkg-config module; the factory knows mqtt too, which joins this list
-# with its sink's sources.)
-OPTIONAL_SINKS = amqp:librabbitmq nats:libnats http:libcurl
+# the Debian package). Each entry is kind:pkg-config module.
+OPTIONAL_SINKS = amqp:librabbitmq nats:libnats mqtt:libmosquitto http:libcurl
 sink_kind = $(word 1,$(subst :, ,$(1)))
 sink_module = $(word 2,$(subst :, ,$(1)))
 FOUND_SINKS := $(foreach s,$(OPTIONAL_SINKS),$(if $(shell pkg-config --exists $(call sink_module,$(s)) && echo yes),$(s)))

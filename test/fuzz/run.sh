@@ -68,8 +68,8 @@ CXXFLAGS=(-std=c++17 -O1 -g -fno-omit-frame-pointer
   -I"$REPO/src" -I"$FUZZ_DIR")
 # Every sink's client library (the Makefile's OPTIONAL_SINKS): the fuzz
 # targets cover their option parsers too, built here as CI builds the module.
-PC_MODULES=(rdkafka hiredis librabbitmq libnats libcurl libcrypto)
-CXXFLAGS+=(-DOUTBOX_WITH_AMQP -DOUTBOX_WITH_NATS -DOUTBOX_WITH_HTTP)
+PC_MODULES=(rdkafka hiredis librabbitmq libnats libmosquitto libcurl libcrypto)
+CXXFLAGS+=(-DOUTBOX_WITH_AMQP -DOUTBOX_WITH_NATS -DOUTBOX_WITH_MQTT -DOUTBOX_WITH_HTTP)
 read -r -a LIBS <<<"$(pkg-config --cflags --libs "${PC_MODULES[@]}")"
 
 mkdir -p "$BUILD_DIR"

@@ -48,6 +48,7 @@
 #include <gtest/gtest.h>
 
 #include "sinks/amqp_library.hpp"
+#include "test_certificates.hpp"
 #include "test_support.hpp"
 
 namespace outbox {
@@ -82,21 +83,6 @@ inline bool AmqpAnswers(int port) {
   }
   amqp_destroy_connection(conn);
   return ok;
-}
-
-// The self-signed authority and the server certificate (for localhost and
-// 127.0.0.1) a TLS listener uses; openssl's command line makes them.
-inline bool MakeCertificates(const std::string &dir) {
-  const std::string cmd =
-      "cd '" + dir +
-      "' && openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=outbox-test-ca "
-      "-keyout ca.key -out ca.pem && "
-      "openssl req -newkey rsa:2048 -nodes -subj /CN=localhost -keyout server.key "
-      "-out server.csr && "
-      "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > san.ext && "
-      "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
-      "-extfile san.ext -out server.pem && chmod 0644 server.key";
-  return std::system(("(" + cmd + ") >'" + dir + "/openssl.log' 2>&1").c_str()) == 0;
 }
 
 class RabbitNode {
@@ -193,7 +179,8 @@ class RabbitNode {
     std::filesystem::create_directories(dir_ + "/home");
     std::filesystem::create_directories(dir_ + "/log");
     std::filesystem::create_directories(dir_ + "/mnesia");
-    if (tls_ && !std::filesystem::exists(dir_ + "/server.pem") && !MakeCertificates(dir_)) {
+    if (tls_ && !std::filesystem::exists(dir_ + "/server.pem") &&
+        !test_support::MakeCertificates(dir_)) {
       // No openssl command: no TLS listener (the TLS tests skip).
       tls_ = false;
       ports_.amqps = 0;
