@@ -18,11 +18,14 @@ set -euo pipefail
 #   private ports and directories; the packages' own services are not used).
 # python3-pika, amqp-tools, python3-paho-mqtt, python3-aiohttp: reading back,
 #   the webhook receiver and the relay benchmarks.
-# nodejs, npm: the HTTP sink's TAP tests verify signatures and CloudEvents
-#   with the npm standardwebhooks and cloudevents packages, which
+# nodejs (and npm, Debian's package only when no npm command is there: a
+#   NodeSource nodejs ships its own and conflicts with Debian's npm): the
+#   HTTP sink's TAP tests verify signatures and CloudEvents with the npm
+#   standardwebhooks and cloudevents packages, which
 #   test/http/install_node_tools.sh installs, pinned, into test/http/node_tools
 #   (run at the end of this script, also when every package was there).
 # openssl: the AMQP sink's TLS unit test makes its own certificate authority.
+# libssl-dev: libcrypto, whose HMAC-SHA256 signs the HTTP sink's webhooks.
 # libipc-run-perl (+ libio-pty-perl, which it only recommends): required by
 #   PostgreSQL::Test::Utils for the TAP tests; IO::Pty for interactive_psql.
 # redis-server, kcat: brokers/tools the integration tests and demo start.
@@ -69,7 +72,7 @@ else
     libio-pty-perl librabbitmq-dev libnats-dev libmosquitto-dev libcurl4-openssl-dev
     redis-server kcat "postgresql-$MAJOR-pgq3"
     rabbitmq-server nats-server mosquitto python3-pika amqp-tools python3-paho-mqtt
-    python3-aiohttp openssl nodejs npm
+    python3-aiohttp openssl libssl-dev nodejs
     googletest libgtest-dev clang-format clang-tidy python3 procps
     clang libclang-rt-14-dev
     valgrind gdb iproute2
@@ -87,6 +90,10 @@ missing=()
 for pkg in "${PACKAGES[@]}"; do
   is_installed "$pkg" || missing+=("$pkg")
 done
+if [[ ${1:-} != demo ]] && ! command -v npm >/dev/null && ! is_installed npm; then
+  PACKAGES+=(npm)
+  missing+=(npm)
+fi
 
 # The npm test tools (not for the demo); a no-op when the pinned versions are there.
 node_tools() {
