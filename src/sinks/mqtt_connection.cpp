@@ -10,8 +10,6 @@
 // reported kRetriable and will send itself.
 #include "sinks/mqtt_sink_class.hpp"
 
-#include <mosquitto.h>
-#include <mqtt_protocol.h>
 #include <poll.h>
 #include <sys/select.h>
 #include <unistd.h>
@@ -21,6 +19,8 @@
 #include <cstring>
 #include <new>
 #include <string>
+
+#include "sinks/mqtt_library.hpp"
 
 namespace outbox {
 

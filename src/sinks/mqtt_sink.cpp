@@ -26,9 +26,8 @@
 // identifiers, 16 bits and reused, never name two messages at once.
 #include "sinks/mqtt_sink.hpp"
 #include "sinks/mqtt_sink_class.hpp"
+#include "sinks/mqtt_library.hpp"
 #include "sinks/sigpipe_guard.hpp"
-
-#include <mosquitto.h>
 
 #include <algorithm>
 #include <map>

@@ -15,7 +15,7 @@
 // is the resolver's, as for the other sinks).
 #pragma once
 
-#include <mosquitto.h>
+#include "sinks/mqtt_library.hpp"
 
 #include <chrono>
 #include <cstddef>

@@ -12,8 +12,6 @@
 #pragma once
 
 #include <fcntl.h>
-#include <mosquitto.h>
-#include <mqtt_protocol.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
@@ -30,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "sinks/mqtt_library.hpp"
 #include "test_certificates.hpp"
 #include "test_support.hpp"
 
