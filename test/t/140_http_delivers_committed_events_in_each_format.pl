@@ -117,8 +117,8 @@ is($by{s1}[1]{headers}{'content-type'}, 'application/cloudevents+json',
 SKIP: {
 	my $tools = OutboxHttp::node_tools();
 	if (!$tools) {
-		BAIL_OUT('npm standardwebhooks and cloudevents are not installed: run '
-			  . 'test/http/install_node_tools.sh') if $ENV{CI} || $ENV{OUTBOX_REQUIRE_TOOLS};
+		fail('npm standardwebhooks and cloudevents are installed (test/http/install_node_tools.sh)')
+		  if $ENV{CI} || $ENV{OUTBOX_REQUIRE_TOOLS};
 		skip 'npm standardwebhooks and cloudevents are not installed '
 		  . '(test/http/install_node_tools.sh)', 4;
 	}
