@@ -442,10 +442,10 @@ run_tap() {
   local -a schedule=(-j 1)
   if [[ -n ${OUTBOX_TAP_JOBS:-} ]]; then
     schedule=(-j "$OUTBOX_TAP_JOBS")
-  elif [[ $suite == TAP && ${OUTBOX_TAP_LANES:-2} == 2 ]]; then
-    schedule=(-j 2 "--rules=seq=$TAP_SECOND_LANE" "--rules=seq=**")
-  elif [[ $suite == TAP_publisher && ${OUTBOX_TAP_LANES:-2} == 2 ]]; then
-    schedule=(-j 2 "--rules=seq=$SINK_TAP_LANE" "--rules=seq=**")
+  elif [[ ${OUTBOX_TAP_LANES:-2} == 2 ]]; then
+    local lane=$TAP_SECOND_LANE
+    [[ $suite == TAP_publisher ]] && lane=$SINK_TAP_LANE
+    schedule=(-j 2 "--rules=seq=$lane" "--rules=seq=**")
   fi
   rm -rf "$dir"
   mkdir -p "$dir"
