@@ -97,9 +97,7 @@ HttpEndpoints::Memory &HttpEndpoints::At(const std::string &endpoint) {
 }
 
 void HttpEndpoints::Delivered(const std::string &endpoint) {
-  Memory &m = At(endpoint);
-  m.ever_delivered = true;
-  m.failed.clear();
+  At(endpoint).failed.clear();
 }
 
 void HttpEndpoints::Failed(const std::string &endpoint, std::string_view id) {
@@ -111,9 +109,11 @@ bool HttpEndpoints::Down(const std::string &endpoint, bool delivered_now, bool u
   if (unreachable) return true;
   if (delivered_now) return false;  // others go through: the event is refused
   const Memory &m = At(endpoint);
-  // Different events failed since the last 2xx, or none ever went through
-  // (nothing says the event is at fault): the endpoint is down.
-  return m.failed.size() >= 2 || !m.ever_delivered;
+  // Different events failed since the last 2xx (or since the endpoint was
+  // first used): the endpoint is down. One event failing alone, again and
+  // again, is that event's: it spends its attempts, even at an endpoint
+  // that never answered a 2xx, so a payload always refused ends dead.
+  return m.failed.size() >= 2;
 }
 
 }  // namespace outbox

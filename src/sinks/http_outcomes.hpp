@@ -55,7 +55,6 @@ class HttpEndpoints {
 
  private:
   struct Memory {
-    bool ever_delivered = false;
     std::set<std::string, std::less<>> failed;  // events failed since the last 2xx (at most 2)
   };
   Memory &At(const std::string &endpoint);

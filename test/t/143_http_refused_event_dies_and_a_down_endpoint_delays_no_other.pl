@@ -1,5 +1,6 @@
-# At an HTTP sink, an event its endpoint always refuses with 500, while the
-# same endpoint takes the others, ends dead after outbox.max_attempts (its
+# At an HTTP sink, an event its endpoint always refuses with 500, whether
+# the endpoint takes others or has never answered a 2xx (the event is all it
+# was ever sent), ends dead after outbox.max_attempts (its
 # last error quotes at most 256 bytes of the answer), without holding other
 # keys; and an endpoint that answers 503 to every event is judged down
 # without spending the events' attempts, while another endpoint of the same
@@ -24,6 +25,18 @@ $node->safe_psql('postgres', 'CREATE EXTENSION outbox');
 $node->safe_psql('postgres', $http->sink_sql('hooks'));
 $node->safe_psql('postgres', q{SELECT outbox.add_route('pa.*', 'hooks')});
 my $log_start = -s $node->logfile;
+my $status = sub {
+	return $node->safe_psql('postgres',
+		"SELECT status || ':' || attempts FROM outbox.events WHERE $_[0]");
+};
+
+# A new endpoint whose first and only request is refused: one event failing
+# alone is that event's fault, not a sign the endpoint is down.
+$node->safe_psql('postgres', q{SELECT outbox.emit('pa.fresh', '{"poison": "alone"}')});
+ok(defined wait_until(sub { $status->(q{topic = 'pa.fresh'}) eq 'dead:3' }),
+	'an event refused with 500 forever by an endpoint that never answered a 2xx is dead after max_attempts')
+  or diag($node->safe_psql('postgres', 'SELECT topic, key, status, attempts, last_error FROM outbox.events'));
+unlike(slurp_file($node->logfile, $log_start), qr/ is down \(/, 'that endpoint was not judged down');
 
 $node->safe_psql('postgres', q{SELECT outbox.emit('pa.a', '{"warm": 1}'), outbox.emit('pa.b', '{"warm": 1}')});
 ok(defined wait_until(sub {
@@ -37,14 +50,10 @@ for my $i (1 .. 15) {
 		outbox.emit('pa.a', '{"after": $i}', 'kp')});
 	usleep(200_000);
 }
-my $status = sub {
-	return $node->safe_psql('postgres',
-		"SELECT status || ':' || attempts FROM outbox.events WHERE $_[0]");
-};
-ok(defined wait_until(sub { $status->(q{payload ? 'poison'}) eq 'dead:3' }),
+ok(defined wait_until(sub { $status->(q{topic = 'pa.a' AND payload ? 'poison'}) eq 'dead:3' }),
 	'the event refused with 500 forever is dead after max_attempts')
   or diag($node->safe_psql('postgres', 'SELECT topic, key, status, attempts, last_error FROM outbox.events'));
-my $error = $node->safe_psql('postgres', q{SELECT last_error FROM outbox.events WHERE payload ? 'poison'});
+my $error = $node->safe_psql('postgres', q{SELECT last_error FROM outbox.events WHERE topic = 'pa.a' AND payload ? 'poison'});
 like($error, qr{^POST for target "pa\.a": HTTP 500: status 500 for }, 'its last error names the target and the answer, not the URL');
 ok(length($error) < 256 + 100, 'at most 256 bytes of the answer are quoted');
 ok(defined wait_until(sub {

@@ -74,13 +74,23 @@ TEST(HttpEndpointsTest, TwoEventsFailingInOneCallMakeItDownInEitherOrder) {
   EXPECT_TRUE(e.Down("http://h/a", false, false));
 }
 
-TEST(HttpEndpointsTest, AnUnreachableOrNeverAnsweringEndpointIsDown) {
+TEST(HttpEndpointsTest, OneEventFailingAloneAtANewEndpointIsTheEvents) {
   HttpEndpoints e;
   e.Failed("http://h/a", "X");
-  EXPECT_TRUE(e.Down("http://h/a", false, false));  // never took anything
+  EXPECT_FALSE(e.Down("http://h/a", false, false));  // never took anything, yet X alone
+  e.Failed("http://h/a", "X");
+  EXPECT_FALSE(e.Down("http://h/a", false, false));
+  e.Failed("http://h/a", "Y");  // a second event fails there too
+  EXPECT_TRUE(e.Down("http://h/a", false, false));
+}
+
+TEST(HttpEndpointsTest, AnUnreachableEndpointIsDown) {
+  HttpEndpoints e;
+  e.Failed("http://h/a", "X");
+  EXPECT_TRUE(e.Down("http://h/a", false, true));  // connection refused, never answered
   e.Delivered("http://h/a");
   e.Failed("http://h/a", "X");
-  EXPECT_TRUE(e.Down("http://h/a", false, true));  // connection refused
+  EXPECT_TRUE(e.Down("http://h/a", false, true));
 }
 
 }  // namespace
