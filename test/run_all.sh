@@ -536,19 +536,21 @@ reap_tap_dir() {
 # publisher must not depend on the server's default).
 # The broker sinks' files (RabbitMQ, NATS, MQTT) run there too, in a lane of
 # their own, against the chroot's own servers (RabbitMQ 4 and newer NATS on
-# sid). The HTTP sink's (140-145) need Node.js packages the chroots lack.
+# sid), and the HTTP sink's, whose npm tools come with the checkout the host
+# installed them into (test/http/node_tools) and run on the chroot's nodejs.
 PUBLISHER_TAP_TESTS=(t/020_*.pl t/021_*.pl t/023_*.pl t/025_*.pl t/026_*.pl t/027_*.pl
   t/030_*.pl t/032_*.pl t/034_*.pl t/036_*.pl t/040_*.pl t/042_*.pl t/043_*.pl
   t/101_*.pl t/062_*.pl
   t/120_*.pl t/121_*.pl t/123_*.pl t/124_*.pl
   t/130_*.pl t/131_*.pl t/133_*.pl t/134_*.pl t/135_*.pl t/136_*.pl
+  t/140_*.pl t/141_*.pl t/143_*.pl t/144_*.pl t/145_*.pl t/147_*.pl
   t/150_*.pl t/151_*.pl t/153_*.pl t/154_*.pl)
 # The fault suites, the longest files of the run (CPU-bound: 070 and 090
 # took 6 minutes each in a chroot): each runs on this machine at READ
 # COMMITTED and in one of the chroots, at that chroot's level, not in both.
 # A TAP_publisher run on any other major runs them all.
 declare -A FAULT_TAP_TESTS=(
-  [17]="t/070_*.pl t/092_*.pl t/094_*.pl t/096_*.pl t/098_*.pl t/122_*.pl"
+  [17]="t/070_*.pl t/092_*.pl t/094_*.pl t/096_*.pl t/098_*.pl t/122_*.pl t/142_*.pl"
   [18]="t/071_*.pl t/090_*.pl t/091_*.pl t/093_*.pl t/095_*.pl t/097_*.pl t/132_*.pl")
 case $PG_MAJOR in
   17 | 18) read -r -a FAULT_FILES <<<"${FAULT_TAP_TESTS[$PG_MAJOR]}" ;;
@@ -601,7 +603,9 @@ tap_suites() {
     banner "TAP publisher and fault suites at default_transaction_isolation = '$level'"
     if [[ -n ${OUTBOX_TAP_FILES:-} ]]; then read -r -a PUBLISHER_TAP_TESTS <<<"$OUTBOX_TAP_FILES"; fi
     mapfile -t tests < <(cd test && for g in "${PUBLISHER_TAP_TESTS[@]}"; do compgen -G "$g"; done)
-    run_tap TAP_publisher "$REPO/test/results/tap-publisher" "OUTBOX_TEST_ISOLATION=$level" -- "${tests[@]}"
+    # The chroots get the HTTP tests' npm tools with the checkout: missing, they fail the run.
+    run_tap TAP_publisher "$REPO/test/results/tap-publisher" "OUTBOX_TEST_ISOLATION=$level" \
+      OUTBOX_REQUIRE_TOOLS=1 -- "${tests[@]}"
   fi
   if [[ -f test/results/reliability.tsv.parts ]]; then
     # One header, then every row.

@@ -60,7 +60,7 @@ PACKAGES=(
   librdkafka-dev libhiredis-dev libipc-run-perl libio-pty-perl
   librabbitmq-dev libnats-dev libmosquitto-dev libcurl4-openssl-dev
   rabbitmq-server nats-server mosquitto python3-pika python3-paho-mqtt python3-aiohttp
-  redis-server kcat googletest libgtest-dev gdb procps
+  redis-server kcat googletest libgtest-dev gdb procps nodejs openssl
 )
 
 # The stamp holds the package list the chroot was finished with: a chroot

@@ -67,20 +67,65 @@ sub start {
 	return $self;
 }
 
+# A receiver over TLS offering HTTP/2 (test/http/h2_receiver.js on Node's
+# http2 module), its certificate (for 127.0.0.1) signed by a CA of the
+# test's own: ca_pem is that CA's PEM text, other_ca_pem another CA's. It
+# answers every request 200 after a short delay and records what
+# received.jsonl holds for receiver.py, plus each request's HTTP version,
+# connection and how many requests that connection had open at once.
+sub start_tls {
+	my ($class) = @_;
+	my $self = bless {
+		port => PostgreSQL::Test::Cluster::get_free_port(),
+		dir => tempdir('outbox-https-XXXXXX', TMPDIR => 1, CLEANUP => 1),
+		tls => 1,
+	}, $class;
+	my $d = $self->{dir};
+	my $openssl = sub {
+		my ($stdout, $stderr) = ('', '');
+		IPC::Run::run([ 'openssl', @_ ], '<', \undef, '>', \$stdout, '2>', \$stderr)
+		  or croak "openssl @_[0 .. 1]: $stderr";
+	};
+	for my $ca ('ca', 'other_ca') {
+		$openssl->('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2',
+			'-subj', "/CN=outbox test $ca", '-keyout', "$d/$ca.key", '-out', "$d/$ca.pem");
+	}
+	$openssl->('req', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=127.0.0.1',
+		'-keyout', "$d/server.key", '-out', "$d/server.csr");
+	open(my $ext, '>', "$d/server.ext") or croak "cannot write $d/server.ext: $!";
+	print $ext "subjectAltName = IP:127.0.0.1\nbasicConstraints = CA:FALSE\n";
+	close $ext;
+	$openssl->('x509', '-req', '-in', "$d/server.csr", '-CA', "$d/ca.pem", '-CAkey', "$d/ca.key",
+		'-CAcreateserial', '-days', '2', '-extfile', "$d/server.ext", '-out', "$d/server.pem");
+	$self->{ca_pem} = slurp_file("$d/ca.pem");
+	$self->{other_ca_pem} = slurp_file("$d/other_ca.pem");
+	$self->_launch;
+	return $self;
+}
+
+sub ca_pem { return $_[0]{ca_pem} }
+sub other_ca_pem { return $_[0]{other_ca_pem} }
 sub port { return $_[0]{port} }
-sub url { my ($self, $path) = @_; return "http://127.0.0.1:$self->{port}" . ($path // '/') }
+
+sub url {
+	my ($self, $path) = @_;
+	return ($self->{tls} ? 'https' : 'http') . "://127.0.0.1:$self->{port}" . ($path // '/');
+}
 sub running { return defined $_[0]{pid} }
 
 sub _launch {
 	my ($self) = @_;
-	my $receiver = _tool_file('receiver.py');
+	my $receiver = _tool_file($self->{tls} ? 'h2_receiver.js' : 'receiver.py');
+	unlink "$self->{dir}/ready";
 	my $pid = fork();
 	croak "fork: $!" unless defined $pid;
 	if ($pid == 0) {
 		syscall(157, 1, 9) if $Config{archname} =~ /^x86_64-linux/;
 		open(STDOUT, '>>', "$self->{dir}/receiver.log") or POSIX::_exit(127);
 		open(STDERR, '>&', \*STDOUT) or POSIX::_exit(127);
-		exec('/usr/bin/python3', $receiver, $self->{port}, $self->{dir}) or POSIX::_exit(127);
+		exec($self->{tls} ? ('node', $receiver, $self->{port}, $self->{dir})
+			: ('/usr/bin/python3', $receiver, $self->{port}, $self->{dir}))
+		  or POSIX::_exit(127);
 	}
 	$self->{pid} = $pid;
 	$running{ $self->{dir} } = $self;
@@ -88,6 +133,11 @@ sub _launch {
 	while (time() - $start < $PostgreSQL::Test::Utils::timeout_default) {
 		croak "receiver exited: " . slurp_file("$self->{dir}/receiver.log")
 		  if waitpid($pid, POSIX::WNOHANG()) == $pid;
+		if ($self->{tls}) {    # h2_receiver.js says when it listens
+			return if -e "$self->{dir}/ready";
+			usleep(50_000);
+			next;
+		}
 		my $sock = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $self->{port});
 		if ($sock) {
 			print $sock "GET /_ready HTTP/1.0\r\n\r\n";
