@@ -105,8 +105,8 @@ void HttpEndpoints::Failed(const std::string &endpoint, std::string_view id) {
   if (m.failed.size() < 2 && m.failed.find(id) == m.failed.end()) m.failed.emplace(id);
 }
 
-bool HttpEndpoints::Down(const std::string &endpoint, bool delivered_now, bool unreachable) {
-  if (unreachable) return true;
+bool HttpEndpoints::Down(const std::string &endpoint, bool delivered_now, bool not_the_events) {
+  if (not_the_events) return true;
   if (delivered_now) return false;  // others go through: the event is refused
   const Memory &m = At(endpoint);
   // Different events failed since the last 2xx (or since the endpoint was

@@ -49,9 +49,10 @@ class HttpEndpoints {
   void Failed(const std::string &endpoint, std::string_view id);
   // Whether the endpoint's transient failures make it down (true) or are
   // each the event's own (false). `delivered_now`: it took another event in
-  // the same call. `unreachable`: no answer could be had at all (no
-  // connection, name or TLS handshake), which no event causes.
-  bool Down(const std::string &endpoint, bool delivered_now, bool unreachable);
+  // the same call. `not_the_events`: no answer could be had at all (no
+  // connection, name or TLS handshake), or the endpoint asked to be left
+  // alone for a while (429, Retry-After), which no event causes.
+  bool Down(const std::string &endpoint, bool delivered_now, bool not_the_events);
 
  private:
   struct Memory {

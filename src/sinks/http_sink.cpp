@@ -147,6 +147,7 @@ void HttpSink::Finished(CURL *easy, CURLcode code) {
     Settle(i, DeliveryStatus::kDelivered, std::string());
   } else if (answer == HttpAnswer::kTransient) {
     slot.transient = true;
+    slot.paced = status == 429 || d.retry_after_ms > 0;
     Settle(i, DeliveryStatus::kRetriable, std::move(error));
   } else {
     Settle(i, DeliveryStatus::kRejected, std::move(error));
@@ -169,8 +170,8 @@ void HttpSink::JudgeEndpoints() {
   for (size_t i = 0; i < n_; ++i) {
     Slot &slot = slots_[i];
     if (!slot.transient || out_[i].status != DeliveryStatus::kRetriable) continue;
-    const bool down =
-        endpoints_.Down(slot.endpoint, delivered_now.count(slot.endpoint) != 0, slot.unreachable);
+    const bool down = endpoints_.Down(slot.endpoint, delivered_now.count(slot.endpoint) != 0,
+                                      slot.unreachable || slot.paced);
     out_[i].status = down ? DeliveryStatus::kTargetDown : DeliveryStatus::kRejected;
     // Said once per outage of each endpoint (bounded: at most as many
     // endpoints as HttpEndpoints remembers), not once per call.

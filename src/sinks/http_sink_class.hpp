@@ -72,6 +72,7 @@ class HttpSink final : public Sink {
     bool settled = false;
     bool transient = false;    // failed so that the endpoint may be at fault
     bool unreachable = false;  // no answer at all could be had
+    bool paced = false;        // answered 429 or with Retry-After: asked to wait
     DeliveryStatus refusal = DeliveryStatus::kRejected;
     std::string refused;  // why it cannot be sent at all (settled on its turn)
   };

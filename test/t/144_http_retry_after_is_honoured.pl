@@ -2,8 +2,9 @@
 # the event is not sent again before 3 s have passed; a Retry-After longer
 # than outbox.backoff_max (here an hour, with a 4 s maximum) waits the
 # maximum, so an endpoint cannot park events for longer than the
-# operator allows. Neither costs an attempt (the endpoint answered no other
-# event: it is down, not the event at fault).
+# operator allows. Neither costs an attempt, though the event is the only
+# one sent there: an endpoint asking to be left alone (429, Retry-After) is
+# down, not the event at fault.
 use strict;
 use warnings;
 use FindBin;
