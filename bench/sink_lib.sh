@@ -14,7 +14,9 @@
 #   SERVER_PIDS   what to watch (CPU) and stop
 # `sink_count KIND outbox|relay` prints "HELD DISTINCT": what the server holds
 # for that side (DISTINCT: different event ids among them, where the server
-# keeps them apart; else HELD again). `sink_stop` stops everything started.
+# keeps them apart; else HELD again); `sink_take KIND SIDE EXPECTED` the same
+# for what came since its last call, emptying the queue or stream (below).
+# `sink_stop` stops everything started.
 # Needs WORK, REPO and pick_free_port (test/lib/cluster.sh).
 
 SINK_PORT_BASE=${SINK_PORT_BASE:-27300}
@@ -129,6 +131,11 @@ log_dest stderr
 max_queued_messages 0
 EOF
   ((EUID == 0)) && echo "user root" >>"$d/mosquitto.conf"
+  # The Receive Maximum mosquitto announces to MQTT 5 clients (and its
+  # window towards the subscriber): 20 unless MQTT_MAX_INFLIGHT says.
+  if [[ -n ${MQTT_MAX_INFLIGHT:-} ]]; then
+    echo "max_inflight_messages $MQTT_MAX_INFLIGHT" >>"$d/mosquitto.conf"
+  fi
   mosquitto -c "$d/mosquitto.conf" >"$d/mosquitto.log" 2>&1 &
   SERVER_PIDS+=($!)
   wait_for 30 bash -c "exec 3<>/dev/tcp/127.0.0.1/$MQTT_PORT"
@@ -155,7 +162,7 @@ start_http() {
 }
 
 sink_start() {
-  SERVER_PIDS=() SUB_PID=""
+  SERVER_PIDS=() SUB_PID="" SINK_TAKEN=()
   "start_$1"
 }
 
@@ -172,6 +179,34 @@ sink_count() {
       curl -s "http://127.0.0.1:$HTTP_PORT/_count" | /usr/bin/python3 -c \
         "import json, sys; c = json.load(sys.stdin).get('/$side', {}); print(c.get('requests', 0), c.get('distinct', 0))" ;;
   esac
+}
+
+# sink_take KIND SIDE EXPECTED: sets TAKEN_HELD and TAKEN_DISTINCT (and
+# prints them) for what reached the server for SIDE since the last call (run
+# it in this shell, not in a $(...) or <(...) subshell, which would lose
+# what it remembers), and empties the queue or stream, so
+# that the next drain does not go into a server holding the last one's
+# messages (RabbitMQ slows down as its queues fill). The counting subscriber
+# and the receiver may lag behind the acknowledgements: waits up to 60 s for
+# EXPECTED, then a moment for any copy beyond it.
+declare -A SINK_TAKEN=()
+sink_take() {
+  local kind=$1 side=$2 expected=$3 held distinct prev_held prev_distinct i
+  read -r prev_held prev_distinct <<<"${SINK_TAKEN[$side]:-0 0}"
+  for ((i = 0; i < 600; i++)); do
+    read -r held distinct < <(sink_count "$kind" "$side")
+    ((held - prev_held >= expected)) && break
+    sleep 0.1
+  done
+  sleep 0.5
+  read -r held distinct < <(sink_count "$kind" "$side")
+  case $kind in
+    amqp) amqp_tool purge "bench_$side" >/dev/null ;;
+    nats) nats_tool purge "${side^^}" >/dev/null ;;
+    *) SINK_TAKEN[$side]="$held $distinct" ;;
+  esac
+  TAKEN_HELD=$((held - prev_held)) TAKEN_DISTINCT=$((distinct - prev_distinct))
+  echo "$TAKEN_HELD $TAKEN_DISTINCT"
 }
 
 sink_stop() {

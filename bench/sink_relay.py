@@ -22,8 +22,11 @@ KIND and ADDRESS:
                       awaited; a nack or a returned message fails the batch.
   mqtt  PORT          python3-paho-mqtt (MQTT 5, clean start) on 127.0.0.1:PORT,
                       QoS 1 to topic TARGET, up to 1,024 messages awaiting their
-                      PUBACK at once (outbox's MQTT sink allows as many); the
-                      batch is marked once every PUBACK arrived.
+                      PUBACK at once (outbox's MQTT sink allows as many), and
+                      no more than the broker's Receive Maximum (its CONNACK
+                      says; mosquitto's max_inflight_messages, 20 by default),
+                      which paho 1.6 does not enforce by itself and libmosquitto
+                      does; the batch is marked once every PUBACK arrived.
   http  URL           python3-aiohttp: one POST of the payload per row to URL,
                       up to CONNECTIONS requests in flight (outbox's HTTP sink
                       defaults to 16), keep-alive; every answer must be 2xx.
@@ -37,6 +40,7 @@ import asyncio
 import os
 import signal
 import sys
+import threading
 import time
 
 import psycopg2
@@ -130,12 +134,20 @@ class MqttOut:
     async def start(self):
         import paho.mqtt.client as mqtt
         self.c = mqtt.Client(client_id="relay-%d" % os.getpid(), protocol=mqtt.MQTTv5)
-        self.c.max_inflight_messages_set(1024)
         self.c.max_queued_messages_set(0)
+        connected = threading.Event()
+
+        def on_connect(client, _userdata, _flags, _rc, properties=None):
+            # MQTT 5: a client keeps no more unacknowledged QoS 1 messages
+            # than the server's Receive Maximum (65,535 when not sent).
+            limit = getattr(properties, "ReceiveMaximum", 65535)
+            client.max_inflight_messages_set(min(1024, limit))
+            connected.set()
+        self.c.on_connect = on_connect
         self.c.connect("127.0.0.1", self.port, keepalive=30, clean_start=True)
         self.c.loop_start()
         deadline = time.monotonic() + 10
-        while not self.c.is_connected():
+        while not connected.is_set():
             if time.monotonic() > deadline:
                 raise RuntimeError("mqtt: no CONNACK")
             await asyncio.sleep(0.01)
