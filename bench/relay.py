@@ -42,6 +42,26 @@ CLAIM = ("SELECT id, topic, key, payload::text FROM relay_outbox"
 MARK = "UPDATE relay_outbox SET sent_at = clock_timestamp() WHERE id = ANY(%s)"
 
 
+class Ticker:
+    """The relay's pace: a claim every interval, the next at once after a
+    full one (bench/sink_relay.py paces itself with it too)."""
+
+    def __init__(self, interval):
+        self.interval = interval
+        self.next_tick = time.monotonic()
+
+    def delay(self, claimed, batch):
+        """Seconds to wait before the next claim, after one of `claimed` rows."""
+        if claimed == batch:
+            return 0.0  # a backlog: claim the next batch at once
+        self.next_tick += self.interval
+        delay = self.next_tick - time.monotonic()
+        if delay > 0:
+            return delay
+        self.next_tick = time.monotonic()
+        return 0.0
+
+
 class RedisOut:
     def __init__(self, port, stream):
         import redis
@@ -99,7 +119,7 @@ def main():
     db.set_session(autocommit=False)
     cur = db.cursor()
     sent = 0
-    next_tick = time.monotonic()
+    ticker = Ticker(interval)
     while not stop:
         cur.execute(CLAIM, (batch,))
         rows = cur.fetchall()
@@ -108,14 +128,9 @@ def main():
             cur.execute(MARK, ([row[0] for row in rows],))
             sent += len(rows)
         db.commit()
-        if len(rows) == batch:
-            continue  # a backlog: claim the next batch at once
-        next_tick += interval
-        delay = next_tick - time.monotonic()
+        delay = ticker.delay(len(rows), batch)
         if delay > 0:
             time.sleep(delay)
-        else:
-            next_tick = time.monotonic()
     print("relay: %d rows sent" % sent, flush=True)
 
 

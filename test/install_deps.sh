@@ -18,6 +18,11 @@ set -euo pipefail
 #   private ports and directories; the packages' own services are not used).
 # python3-pika, amqp-tools, python3-paho-mqtt, python3-aiohttp: reading back,
 #   the webhook receiver and the relay benchmarks.
+# python3-psycopg2, mosquitto-clients, wrk: the relay benchmarks' database
+#   client, bench/sink_drain's counting MQTT subscriber (mosquitto_sub) and its
+#   measure of the webhook receiver's own rate. bench/install_node_tools.sh
+#   installs the npm `nats` and `pg` packages of the NATS relay, pinned, into
+#   bench/node_tools (run with the HTTP tests' npm tools, below).
 # nodejs (and npm, Debian's package only when no npm command is there: a
 #   NodeSource nodejs ships its own and conflicts with Debian's npm): the
 #   HTTP sink's TAP tests verify signatures and CloudEvents with the npm
@@ -72,7 +77,7 @@ else
     libio-pty-perl librabbitmq-dev libnats-dev libmosquitto-dev libcurl4-openssl-dev
     redis-server kcat "postgresql-$MAJOR-pgq3"
     rabbitmq-server nats-server mosquitto python3-pika amqp-tools python3-paho-mqtt
-    python3-aiohttp openssl libssl-dev nodejs
+    python3-aiohttp python3-psycopg2 mosquitto-clients wrk openssl libssl-dev nodejs
     googletest libgtest-dev clang-format clang-tidy python3 procps
     clang libclang-rt-14-dev
     valgrind gdb iproute2
@@ -99,6 +104,7 @@ fi
 node_tools() {
   if [[ ${1:-} != demo ]]; then
     bash "$(dirname "${BASH_SOURCE[0]}")/http/install_node_tools.sh"
+    bash "$(dirname "${BASH_SOURCE[0]}")/../bench/install_node_tools.sh"
   fi
 }
 
