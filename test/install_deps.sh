@@ -20,9 +20,9 @@ set -euo pipefail
 #   the webhook receiver and the relay benchmarks.
 # python3-psycopg2, mosquitto-clients, wrk: the relay benchmarks' database
 #   client, bench/sink_drain's counting MQTT subscriber (mosquitto_sub) and its
-#   measure of the webhook receiver's own rate. bench/install_node_tools.sh
-#   installs the npm `nats` and `pg` packages of the NATS relay, pinned, into
-#   bench/node_tools (run with the HTTP tests' npm tools, below).
+#   measure of the webhook receiver's own rate. (The NATS relay's npm `nats`
+#   and `pg` packages are installed by the benchmark itself when it runs,
+#   bench/install_node_tools.sh: no test needs them.)
 # nodejs (and npm, Debian's package only when no npm command is there: a
 #   NodeSource nodejs ships its own and conflicts with Debian's npm): the
 #   HTTP sink's TAP tests verify signatures and CloudEvents with the npm
@@ -104,7 +104,6 @@ fi
 node_tools() {
   if [[ ${1:-} != demo ]]; then
     bash "$(dirname "${BASH_SOURCE[0]}")/http/install_node_tools.sh"
-    bash "$(dirname "${BASH_SOURCE[0]}")/../bench/install_node_tools.sh"
   fi
 }
 

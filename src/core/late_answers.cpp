@@ -68,6 +68,7 @@ void LateAnswers::Take(SinkGroup *group, const EventRow *rows, const int *route_
                              : settings.now_us;
   late.parked_until_us = now_us + (group->sink->SettleLimitMs() + kLateMarginMs) * kUsecPerMs;
   late.rows.reserve(unanswered.size());
+  late.handed.assign(unanswered.size(), 0);
   late.result_of.reserve(unanswered.size());
   for (size_t k : unanswered) {
     const EventRow &row = rows[group->members[k]];
@@ -121,9 +122,16 @@ void LateAnswers::Take(SinkGroup *group, const EventRow *rows, const int *route_
 std::vector<std::string> LateAnswers::Ids() const {
   std::vector<std::string> ids;
   for (const Late &late : late_) {
-    for (const LateRow &row : late.rows) ids.push_back(row.id);
+    for (size_t k = 0; k < late.rows.size(); ++k) {
+      if (!late.handed[k]) ids.push_back(late.rows[k].id);
+    }
   }
   return ids;
+}
+
+bool LateAnswers::DeliveredEarly(const Late &late, size_t k) noexcept {
+  return !late.handed[k] && late.sink_ticket != 0 &&
+         late.results[late.result_of[k]].status == DeliveryStatus::kDelivered;
 }
 
 bool LateAnswers::Arrived() noexcept {
@@ -138,14 +146,56 @@ bool LateAnswers::Arrived() noexcept {
       }
     }
     any = any || late.complete;
+    for (size_t k = 0; !any && k < late.rows.size(); ++k) any = DeliveredEarly(late, k);
   }
   return any;
+}
+
+LateOutcome LateAnswers::OutcomeOf(const Late &late, size_t k, const RowOutcome &outcome) const {
+  LateOutcome o;
+  CopyOut(late.rows[k].id, o.id, sizeof o.id);
+  o.created_at = late.rows[k].created_at;
+  o.attempts = late.rows[k].attempts;
+  o.parked_until_us = late.parked_until_us;
+  o.answered_at_us = late.results[late.result_of[k]].answered_at_us;
+  o.outcome = outcome;
+  return o;
+}
+
+// The broker took these events: published, whatever becomes of the rest of
+// their group (a verdict on the group never turns a delivery into anything
+// else). Their answers also measure their topics.
+void LateAnswers::HandOutDelivered(Late *late) {
+  SinkState *state = late->retired ? nullptr : sinks_->Find(late->sink_name);
+  for (size_t k = 0; k < late->rows.size(); ++k) {
+    if (!DeliveredEarly(*late, k)) continue;
+    const LateRow &r = late->rows[k];
+    const Delivery &answer = late->results[late->result_of[k]];
+    RowOutcome published;
+    published.outcome = Outcome::kPublished;
+    published.attempts = r.attempts;
+    outcomes_.push_back(OutcomeOf(*late, k, published));
+    late->handed[k] = 1;  // after the push: a bad_alloc leaves it to the group's verdict
+    if (state != nullptr) {
+      state->last_answer_ms = SteadyMs();
+      sinks_->NoteAnsweredTopic(state, r.topic, (answer.answered_at_us - late->sent_unix_us) / 1000);
+    }
+    if (!r.has_key) continue;
+    guard_->Release(r.pattern, r.key, r.id);
+    bool key_awaited = false;
+    for (size_t x = 0; x < late->rows.size() && !key_awaited; ++x) {
+      key_awaited = !late->handed[x] && late->rows[x].has_key && late->rows[x].key == r.key &&
+                    late->rows[x].pattern == r.pattern;
+    }
+    if (!key_awaited) late_keys_.erase(RouteKey(r.pattern, r.key));
+  }
 }
 
 void LateAnswers::Settle(const DispatchSettings &settings) {
   (void)Arrived();
   for (auto it = late_.begin(); it != late_.end();) {
     if (!it->complete) {
+      HandOutDelivered(&*it);
       ++it;
       continue;
     }
@@ -164,9 +214,12 @@ void LateAnswers::Settle(const DispatchSettings &settings) {
       rows[k].attempts = r.attempts;
       rows[k].created_at = r.created_at;
       out[k].attempts = r.attempts;
-      if (r.has_key) {
+      if (r.has_key && !late.handed[k]) {
         // Judged afresh below: the hold Take put on the key (until the
         // sink's whole timeout) goes, and the verdict sets the new one.
+        // (A row handed out early freed its key then, if no other row of
+        // the key was awaited; a later event of the key may be late in
+        // another group by now, and its hold is that group's.)
         late_keys_.erase(RouteKey(r.pattern, r.key));
         guard_->Release(r.pattern, r.key, r.id);
       }
@@ -195,7 +248,7 @@ void LateAnswers::Settle(const DispatchSettings &settings) {
     for (size_t k : members) results.push_back(late.results[late.result_of[k]]);
     if (SinkState *state = sinks_->Find(late.sink_name); !late.retired && state != nullptr) {
       for (size_t x = 0; x < members.size(); ++x) {
-        if (results[x].status == DeliveryStatus::kDelivered) {
+        if (results[x].status == DeliveryStatus::kDelivered && !late.handed[members[x]]) {
           sinks_->NoteAnsweredTopic(state, late.rows[members[x]].topic,
                                     (results[x].answered_at_us - late.sent_unix_us) / 1000);
         }
@@ -213,15 +266,10 @@ void LateAnswers::Settle(const DispatchSettings &settings) {
     j.retired = late.retired;
     verdicts_->Judge(j, nullptr);
     for (size_t k = 0; k < n; ++k) {
-      if (out[k].outcome == Outcome::kUntouched) continue;
-      LateOutcome o;
-      CopyOut(late.rows[k].id, o.id, sizeof o.id);
-      o.created_at = late.rows[k].created_at;
-      o.attempts = late.rows[k].attempts;
-      o.parked_until_us = late.parked_until_us;
-      o.answered_at_us = late.results[late.result_of[k]].answered_at_us;
-      o.outcome = out[k];
-      outcomes_.push_back(o);
+      // Rows handed out early were judged with the group (its verdict
+      // reads every answer) but are not handed out twice.
+      if (out[k].outcome == Outcome::kUntouched || late.handed[k]) continue;
+      outcomes_.push_back(OutcomeOf(late, k, out[k]));
     }
     it = late_.erase(it);
   }
@@ -236,8 +284,9 @@ bool LateAnswers::NextOutcome(LateOutcome *out) noexcept {
 
 void LateAnswers::HoldKeys() {
   for (const Late &late : late_) {
-    for (const LateRow &r : late.rows) {
-      if (r.has_key) guard_->Block(r.pattern, r.key, r.id, late.parked_until_us);
+    for (size_t k = 0; k < late.rows.size(); ++k) {
+      const LateRow &r = late.rows[k];
+      if (r.has_key && !late.handed[k]) guard_->Block(r.pattern, r.key, r.id, late.parked_until_us);
     }
   }
 }
@@ -302,7 +351,7 @@ bool LateAnswers::SinkHeld(const std::string &sink) const {
   for (const Late &l : late_) {
     if (l.retired || l.sink_name != sink) continue;
     if (l.whole) ++whole;
-    unanswered += l.rows.size();
+    unanswered += static_cast<size_t>(std::count(l.handed.begin(), l.handed.end(), 0));
   }
   return whole >= kHeldAfterWholeGroups || unanswered >= kHeldAfterLateEvents;
 }

@@ -50,10 +50,15 @@ class LateAnswers {
             const DispatchSettings &settings, Sink::InterruptCheck interrupted);
 
   // Gathers what has arrived without waiting; true when some late group is
-  // complete.
+  // complete, or some event of a group still awaiting others was delivered.
   bool Arrived() noexcept;
   // Judges the complete groups (with this cycle's settings) into late
   // outcomes, which NextOutcome hands out one by one, and forgets them.
+  // An event the broker took is handed out as published as soon as its
+  // answer is in, without waiting for its group: a healthy topic's events
+  // sent with a topic the cluster lacks would otherwise wait for that
+  // topic's delivery timeout. Its key goes free once no other event of the
+  // key in its group awaits an answer.
   void Settle(const DispatchSettings &settings);
   bool NextOutcome(LateOutcome *out) noexcept;
   void ClearOutcomes() noexcept {
@@ -125,12 +130,18 @@ class LateAnswers {
     bool retired = false;
     int64_t sent_unix_us = 0;  // SinkGroup::sent_unix_us
     std::vector<LateRow> rows;
+    std::vector<char> handed;       // per row: handed out already (delivered early)
     std::vector<size_t> result_of;  // per row: its answer's index in results
     std::vector<Delivery> results;  // the sink fills these (its Send's `out`)
   };
 
   void Log(LogLevel level, std::string text) { logs_->Add(level, std::move(text)); }
   void FreeRetiredSinks() noexcept;
+  // Whether row k of `late` was delivered and not handed out yet.
+  static bool DeliveredEarly(const Late &late, size_t k) noexcept;
+  // Hands out the delivered rows of a group still awaiting others.
+  void HandOutDelivered(Late *late);
+  LateOutcome OutcomeOf(const Late &late, size_t k, const RowOutcome &outcome) const;
 
   const std::vector<DispatchRoute> *routes_;
   OrderGuard *guard_;

@@ -141,6 +141,43 @@ TEST_F(LateAnswersTest, AGroupIsJudgedOnceEveryAnswerIsInAndThenForgotten) {
   EXPECT_NE(parts_.sinks["kafka"].last_answer_ms, 0);
 }
 
+TEST_F(LateAnswersTest, ADeliveredEventIsHandedOutAtOnceWhileItsGroupAwaitsAStuckTopic) {
+  Broker().slow = true;
+  PartsBatch batch;
+  batch.Add(1, "orders.a", "ka");
+  batch.Add(2, "orders.b", "kb");
+  batch.Add(3, "orders.a", "kb");  // same key as the stuck one: stays held
+  SendLate(&batch);
+  EXPECT_TRUE(parts_.late.keys().count(RouteKey("orders.*", "ka")) == 1);
+  // The broker answers again, but not for orders.b (a topic it lacks).
+  Broker().slow = false;
+  Broker().stuck_topics = {"orders.b"};
+  EXPECT_TRUE(parts_.late.Arrived());
+  std::vector<LateOutcome> outcomes = Settle();
+  ASSERT_EQ(outcomes.size(), 2u);
+  EXPECT_EQ(outcomes[0].id, Id(1));
+  EXPECT_TRUE(Is(outcomes[0].outcome, Outcome::kPublished));
+  EXPECT_NE(outcomes[0].answered_at_us, 0);
+  EXPECT_EQ(outcomes[1].id, Id(3));
+  EXPECT_TRUE(Is(outcomes[1].outcome, Outcome::kPublished));
+  EXPECT_FALSE(HeldBack(4, "ka"));  // its key goes free
+  EXPECT_EQ(parts_.late.keys().count(RouteKey("orders.*", "ka")), 0u);
+  EXPECT_TRUE(HeldBack(5, "kb"));  // event 2 of kb still awaits its answer
+  EXPECT_EQ(parts_.late.keys().count(RouteKey("orders.*", "kb")), 1u);
+  EXPECT_EQ(parts_.late.Ids(), std::vector<std::string>{Id(2)});
+  EXPECT_FALSE(parts_.late.Arrived());  // nothing new: no busy loop
+  EXPECT_TRUE(Settle().empty());
+  // Once the group is complete, only event 2 is judged into an outcome.
+  Broker().stuck_topics.clear();
+  outcomes = Settle();
+  ASSERT_EQ(outcomes.size(), 1u);
+  EXPECT_EQ(outcomes[0].id, Id(2));
+  EXPECT_TRUE(Is(outcomes[0].outcome, Outcome::kPublished));
+  EXPECT_TRUE(parts_.late.empty());
+  EXPECT_TRUE(parts_.late.keys().empty());
+  EXPECT_FALSE(HeldBack(5, "kb"));
+}
+
 TEST_F(LateAnswersTest, AnEventWhoseRouteWentIsPublishedIfTheBrokerTookItAndElseDueNow) {
   Broker().slow = true;
   Broker().script = [](const OutMessage &m, int) {
