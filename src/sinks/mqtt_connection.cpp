@@ -1,7 +1,8 @@
 // The MQTT sink's connection: the libmosquitto client and its options,
-// connecting (TCP, TLS, CONNECT and CONNACK, bounded by connect_timeout_ms),
-// driving its socket from the owner's thread, libmosquitto's callbacks, and
-// closing it. Runs on the owner's thread only (mqtt_sink_class.hpp).
+// starting to connect (TCP, TLS, CONNECT; the CONNACK is awaited by
+// mqtt_delivery.cpp, within connect_timeout_ms), driving its socket from the
+// owner's thread, libmosquitto's callbacks, and closing it. Runs on the owner's thread only
+// (mqtt_sink_class.hpp).
 //
 // A connection is never re-established in place (mosquitto_reconnect):
 // after a loss the client is destroyed, with whatever libmosquitto still
@@ -89,53 +90,6 @@ void MqttSink::OnDisconnect(int rc) noexcept {
   } catch (...) {
     callback_failed_ = true;
   }
-}
-
-bool MqttSink::EnsureConnection(InterruptCheck interrupted, std::string *error) {
-  // An idle connection the broker closed (keepalive passed without Poll, a
-  // broker restarted) is noticed here, before anything is sent on it.
-  if (mosq_ != nullptr && connected_ && !lost_) Drive(0);
-  if (mosq_ != nullptr && (lost_ || !connected_)) Disconnect();
-  if (mosq_ != nullptr) return true;
-  if (!StartClient(error)) {
-    Disconnect();
-    return false;
-  }
-  const Clock::time_point deadline = Clock::now() + Millis(options_.connect_timeout_ms);
-  const bool made = AwaitConnack(deadline, interrupted, error);
-  ForgetCaFile();  // read by libmosquitto when it connected (or failed to)
-  if (!made) {
-    Disconnect();
-    return false;
-  }
-  AddLog(LogLevel::kInfo, std::string(ever_connected_ ? "reconnected" : "connected") + " to " +
-                              Where() + " as client \"" + client_id_ + "\" (MQTT " +
-                              (options_.protocol == 5 ? "5" : "3.1.1") + ")");
-  ever_connected_ = true;
-  return true;
-}
-
-bool MqttSink::AwaitConnack(Clock::time_point deadline, InterruptCheck interrupted,
-                            std::string *error) {
-  while (!connected_ && !lost_) {
-    const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now()).count();
-    if (left <= 0) {
-      *error = "cannot connect to " + Where() + ": no CONNACK within " +
-               std::to_string(options_.connect_timeout_ms) + " ms";
-      return false;
-    }
-    Drive(std::min<int64_t>(left, kWaitSliceMs));
-    if (callback_failed_) throw std::bad_alloc();
-    if (interrupted != nullptr && !connected_ && !lost_ && interrupted()) {
-      *error = "interrupted while connecting to " + Where();
-      return false;
-    }
-  }
-  if (!connected_) {
-    *error = Masked(lost_reason_.empty() ? "cannot connect to " + Where() : lost_reason_);
-    return false;
-  }
-  return true;
 }
 
 void MqttSink::ForgetCaFile() noexcept {
@@ -310,6 +264,8 @@ void MqttSink::Disconnect() noexcept {
   mosq_ = nullptr;
   connected_ = false;
   lost_ = false;
+  unsure_ = false;
+  callback_failed_ = false;
   ForgetCaFile();
 }
 

@@ -41,85 +41,84 @@ std::string Shown(std::string_view subject) {
 
 // Sends what may go now, in order, until kMaxInFlight are in flight.
 void NatsSink::SendReady() {
-  while (!ready_.empty() && in_flight_ < kMaxInFlight && !connection_lost_) {
-    const size_t i = ready_.front();
-    ready_.pop_front();
-    if (!SendMessage(i)) return;
+  SendRef ref;
+  while (nc_ != nullptr && sends_.in_flight() < kMaxInFlight && sends_.NextReady(&ref)) {
+    if (!SendMessage(ref)) return;
   }
 }
 
-// Sends message i, or settles it when it cannot be sent as it is. False
-// when the connection failed (everything unsettled is then settled).
-bool NatsSink::SendMessage(size_t i) {
-  const OutMessage &m = messages_[i];
+// Sends message `ref`, or settles it when it cannot be sent as it is. False
+// when the connection failed (everything outstanding is then settled).
+bool NatsSink::SendMessage(SendRef ref) {
+  const OutMessage &m = sends_.Message(ref);
   if (!HeaderedFormat(m.format)) {
-    Settle(i, DeliveryStatus::kRejected,
-           "the " + std::string(MessageFormatName(m.format)) +
-               " format cannot be sent to NATS (routes to NATS sinks take raw or cloudevents)",
-           false);
+    sends_.Settle(
+        ref, DeliveryStatus::kRejected,
+        "the " + std::string(MessageFormatName(m.format)) +
+            " format cannot be sent to NATS (routes to NATS sinks take raw or cloudevents)",
+        false);
     return true;
   }
   if (std::optional<std::string> bad = CheckNatsSubject(m.target)) {
-    Settle(i, DeliveryStatus::kTargetRefused,
-           "cannot publish to subject " + Shown(m.target) + ": " + *bad, false);
+    sends_.Settle(ref, DeliveryStatus::kTargetRefused,
+                  "cannot publish to subject " + Shown(m.target) + ": " + *bad, false);
     return true;
   }
   if (std::optional<std::string> bad = NatsHeaders(m, &header_scratch_, &headers_)) {
-    Settle(i, DeliveryStatus::kRejected, std::move(*bad), false);
+    sends_.Settle(ref, DeliveryStatus::kRejected, std::move(*bad), false);
     return true;
   }
   const std::string_view body = HeaderedBody(m, CloudEventsMode::kBinary, &body_scratch_);
   const uint64_t reply = next_reply_++;
-  sent_.push_back(Sent{false, i});
   natsStatus status = NATS_OK;
-  if (PublishRaw(std::string(m.target), reply, body, headers_, &status)) {
-    Slot &slot = slots_[i];
-    slot.reply = reply;
-    slot.in_flight = true;
-    slot.deadline = Clock::now() + Millis(options_.ack_timeout_ms);
-    ++in_flight_;
-    flight_order_.push_back(i);
+  subject_.assign(m.target);
+  if (PublishRaw(subject_, reply, body, headers_, &status)) {
+    // Reply ids are never reused: MarkSent cannot refuse it.
+    sends_.MarkSent(ref, reply, Clock::now() + Millis(options_.ack_timeout_ms));
     return true;
   }
   if (status == NATS_MAX_PAYLOAD) {
     // libnats compares headers plus body with the max_payload the server
     // announced: the server would close the connection over it.
-    Settle(i, DeliveryStatus::kRejected, "too large for the server: " + LastErrorText(), false);
+    sends_.Settle(ref, DeliveryStatus::kRejected, "too large for the server: " + LastErrorText(),
+                  false);
     return true;
   }
   if (status == NATS_NO_MEMORY) throw std::bad_alloc();
   if (status == NATS_INVALID_ARG || status == NATS_INVALID_SUBJECT) {
-    Settle(i, DeliveryStatus::kRejected, "libnats refused it: " + LastErrorText(), false);
+    sends_.Settle(ref, DeliveryStatus::kRejected, "libnats refused it: " + LastErrorText(), false);
     return true;
   }
   const std::string reason =
       ConnectionError("cannot publish to " + servers_text_ + ": " + LastErrorText());
-  Settle(i, DeliveryStatus::kRetriable, "not sent: " + reason, false);
+  sends_.Settle(ref, DeliveryStatus::kRetriable, "not sent: " + reason, false);
   LoseConnection(reason);
   return false;
 }
 
-// After "no responders" to message i: asks JetStream which streams capture
-// its subject (one lookup per subject per call), unless that is known
-// already in this call. False when the connection failed.
-bool NatsSink::SendLookup(size_t i) {
-  const std::string_view subject = messages_[i].target;
-  const Lookup lookup_template{std::string(subject)};
-  const size_t l = lookups_.size();
-  lookups_.push_back(lookup_template);
-  Lookup &lookup = lookups_.back();
+// After "no responders" to message `ref`: asks JetStream which streams
+// capture its subject (one lookup per subject per Send), unless that is
+// known already. False when the connection failed.
+bool NatsSink::SendLookup(SendRef ref) {
+  const std::string_view subject = sends_.Message(ref).target;
+  Lookup lookup;
+  lookup.ticket = ref.ticket;
+  lookup.subject.assign(subject);
   lookup.reply = next_reply_++;
   lookup.deadline = Clock::now() + Millis(options_.ack_timeout_ms);
-  sent_.push_back(Sent{true, l});
-  slots_[i].lookup = l;
+  lookup.waiting.push_back(ref);
+  lookups_.push_back(std::move(lookup));
+  sends_.Unbind(ref);  // its own answer came: the lookup's settles it
   body_scratch_ = "{\"subject\":";
   AppendJsonString(subject, &body_scratch_);
   body_scratch_ += "}";
   headers_.clear();
   natsStatus status = NATS_OK;
-  if (PublishRaw(kStreamNamesSubject, lookup.reply, body_scratch_, headers_, &status)) return true;
+  if (PublishRaw(kStreamNamesSubject, lookups_.back().reply, body_scratch_, headers_, &status)) {
+    return true;
+  }
   if (status == NATS_NO_MEMORY) throw std::bad_alloc();
-  lookup.done = true;
+  lookups_.back().done = true;
   const std::string reason =
       ConnectionError("cannot ask " + servers_text_ + " for streams: " + LastErrorText());
   LoseConnection(reason);

@@ -1,7 +1,9 @@
-// The NATS sink's outcomes as answers arrive: each answer on the inbox is
-// matched to what was sent by its reply id and judged (nats_replies.hpp);
-// a lost connection and passed deadlines settle what has no answer. Runs on
-// the owner's thread only.
+// The NATS sink's outcomes as answers arrive, KeyedSink's part
+// (keyed_sink.hpp): each answer on the inbox is matched to what was sent by
+// its reply id and judged (nats_replies.hpp), whichever open Send it
+// belongs to; a lost connection and passed deadlines settle what has no
+// answer. Runs on the owner's thread only (Step, from CollectFor, Collect
+// and Poll).
 //
 // "No responders" (status 503): nothing on the server listens on the
 // message's subject. That is the event's fault only when no stream captures
@@ -15,8 +17,8 @@
 //   ready yet);
 // - JetStream's API has no responders either, answers an error, or does not
 //   answer in time: kRetriable, and the sink is down (JetStream is not
-//   there). Every later "no responders" of the call is then kRetriable at
-//   once: without JetStream, every subject has none.
+//   there). Every later "no responders" is then kRetriable at once, until
+//   the next Send: without JetStream, every subject has none.
 #include "sinks/nats_sink_class.hpp"
 
 #include <nats/nats.h>
@@ -70,24 +72,61 @@ std::string Excerpt(std::string_view body) {
 
 }  // namespace
 
+std::string NatsSink::UpText() const { return "JetStream acknowledges messages again"; }
+
+// A connection for a new Send: the one there is (answers that came so far
+// judged first, and what a lost one carried settled), else a new one.
+bool NatsSink::Connect(InterruptCheck interrupted, std::string *error) {
+  (void)interrupted;  // libnats's first attempt cannot be interrupted
+  Step(0);
+  api_silent_ = false;  // each Send asks JetStream afresh
+  return EnsureConnection(error);
+}
+
+void NatsSink::Step(int64_t wait_ms) {
+  if (nc_ == nullptr || inbox_ == nullptr) return;  // nothing is outstanding without one
+  SendReady();
+  inbox_->Take(sends_.MsUntilNextDeadline(Clock::now(), wait_ms), &answers_);
+  for (NatsMsgPtr &answer : answers_) Judge(answer.get());
+  answers_.clear();
+  if (duplicates_ > 0 && !sends_.HasOutstanding()) {  // one line for a burst of Sends
+    AddLog(LogLevel::kDebug,
+           std::to_string(duplicates_) +
+               " message(s) were already in their stream (duplicate Nats-Msg-Id): counted as "
+               "delivered, stored once");
+    duplicates_ = 0;
+  }
+  std::string reason;
+  if (sends_.HasOutstanding() && ConnectionLost(&reason)) {
+    LoseConnection(reason);
+    return;
+  }
+  Expire(Clock::now());
+  sends_.CutOff(Clock::now(), CutOffText());
+  lookups_.erase(std::remove_if(lookups_.begin(), lookups_.end(),
+                                [this](const Lookup &l) { return !sends_.IsOpen(l.ticket); }),
+                 lookups_.end());
+  SendReady();  // the followers of what was acknowledged
+}
+
 void NatsSink::Judge(natsMsg *answer) {
   const char *subject = natsMsg_GetSubject(answer);
   const uint64_t id = ReplyId(subject != nullptr ? subject : "", inbox_prefix_);
-  if (id < first_reply_ || id - first_reply_ >= sent_.size()) return;  // an earlier call's
-  const Sent sent = sent_[id - first_reply_];
-  answered_ = true;  // the server answered: the connection carries
-  if (sent.lookup) {
-    JudgeLookup(sent.index, answer);
-  } else {
-    JudgeMessage(sent.index, answer);
+  if (id == 0) return;
+  last_answer_ = Clock::now();  // the server answered: the connection carries
+  for (Lookup &lookup : lookups_) {
+    if (lookup.reply == id) {
+      JudgeLookup(&lookup, answer);
+      return;
+    }
   }
+  SendRef ref;
+  if (sends_.FindSent(id, &ref)) JudgeMessage(ref, answer);  // else a Send gone meanwhile
 }
 
-void NatsSink::JudgeMessage(size_t i, natsMsg *answer) {
-  const Slot &slot = slots_[i];
-  if (slot.settled || !slot.in_flight || slot.lookup != kNone) return;
+void NatsSink::JudgeMessage(SendRef ref, natsMsg *answer) {
   if (natsMsg_IsNoResponders(answer)) {
-    NoResponders(i);
+    NoResponders(ref);
     return;
   }
   const std::string_view body = Body(answer);
@@ -95,109 +134,111 @@ void NatsSink::JudgeMessage(size_t i, natsMsg *answer) {
   if (!ParseJetStreamReply(body, &reply) || (!IsPubAck(reply) && !reply.has_error)) {
     // Something else listens on the subject and answered: the message went
     // to it, not to a stream.
-    Settle(i, DeliveryStatus::kTargetRefused,
-           "the answer on its subject is not JetStream's (no stream captures it, and something "
-           "else answers): " +
-               Excerpt(body),
-           true);
+    sends_.Settle(ref, DeliveryStatus::kTargetRefused,
+                  "the answer on its subject is not JetStream's (no stream captures it, and "
+                  "something else answers): " +
+                      Excerpt(body),
+                  true);
     return;
   }
   if (IsPubAck(reply)) {
     if (reply.duplicate) ++duplicates_;
     NoteUp();
-    Settle(i, DeliveryStatus::kDelivered, std::string(), true);
+    sends_.Settle(ref, DeliveryStatus::kDelivered, std::string(), true);
     return;
   }
-  Settle(i, ClassifyJetStreamError(reply.code, reply.err_code, reply.description),
-         JetStreamErrorText(reply), true);
+  sends_.Settle(ref, ClassifyJetStreamError(reply.code, reply.err_code, reply.description),
+                JetStreamErrorText(reply), true);
 }
 
-// Message i had no responders: judged by what JetStream says of its subject
-// (see the top of this file).
-void NatsSink::NoResponders(size_t i) {
+// Message `ref` had no responders: judged by what JetStream says of its
+// subject (see the top of this file).
+void NatsSink::NoResponders(SendRef ref) {
   if (api_silent_) {
-    Settle(i, DeliveryStatus::kRetriable, kApiSilent, false);
+    sends_.Settle(ref, DeliveryStatus::kRetriable, kApiSilent, false);
     return;
   }
-  const std::string_view subject = messages_[i].target;
-  for (size_t l = 0; l < lookups_.size(); ++l) {
-    Lookup &lookup = lookups_[l];
-    if (lookup.subject != subject) continue;
+  const std::string_view subject = sends_.Message(ref).target;
+  for (Lookup &lookup : lookups_) {
+    if (lookup.ticket != ref.ticket || lookup.subject != subject) continue;
     if (lookup.done) {
-      Settle(i, lookup.status, lookup.error, lookup.answered);
+      sends_.Settle(ref, lookup.status, lookup.error, lookup.answered);
     } else {
-      slots_[i].lookup = l;
+      lookup.waiting.push_back(ref);
+      sends_.Unbind(ref);
     }
     return;
   }
-  SendLookup(i);
+  SendLookup(ref);
 }
 
-void NatsSink::JudgeLookup(size_t l, natsMsg *answer) {
-  Lookup &lookup = lookups_[l];
-  if (lookup.done) return;
-  lookup.done = true;
-  const std::string shown = "\"" + lookup.subject + "\"";  // a valid subject: printable
+void NatsSink::JudgeLookup(Lookup *lookup, natsMsg *answer) {
+  if (lookup->done) return;
+  lookup->done = true;
+  const std::string shown = "\"" + lookup->subject + "\"";  // a valid subject: printable
   JetStreamReply reply;
   if (natsMsg_IsNoResponders(answer)) {
     api_silent_ = true;
-    lookup.error = kApiSilent;
+    lookup->error = kApiSilent;
     NoteDown(kApiSilent);
   } else if (!ParseJetStreamReply(Body(answer), &reply)) {
-    lookup.error =
+    lookup->error =
         "no responders on subject " + shown +
         ", and JetStream's stream lookup answered what is not JSON: " + Excerpt(Body(answer));
   } else if (reply.has_error) {
-    lookup.error = "no responders on subject " + shown + ", and JetStream's stream lookup " +
-                   "failed: " + reply.description + " (" + std::to_string(reply.code) + "/" +
-                   std::to_string(reply.err_code) + ")";
+    lookup->error = "no responders on subject " + shown + ", and JetStream's stream lookup " +
+                    "failed: " + reply.description + " (" + std::to_string(reply.code) + "/" +
+                    std::to_string(reply.err_code) + ")";
   } else if (reply.total.value_or(1) == 0) {
-    lookup.status = DeliveryStatus::kTargetRefused;
-    lookup.answered = true;
-    lookup.error = "no JetStream stream captures subject " + shown + " (no responders)";
+    lookup->status = DeliveryStatus::kTargetRefused;
+    lookup->answered = true;
+    lookup->error = "no JetStream stream captures subject " + shown + " (no responders)";
   } else {
-    lookup.error = "no responders on subject " + shown +
-                   ", though a stream captures it: the stream is not ready yet";
+    lookup->error = "no responders on subject " + shown +
+                    ", though a stream captures it: the stream is not ready yet";
   }
-  for (size_t i = 0; i < n_; ++i) {
-    if (slots_[i].lookup == l && !slots_[i].settled) {
-      Settle(i, lookup.status, lookup.error, lookup.answered);
-    }
+  for (const SendRef &ref : lookup->waiting) {
+    sends_.Settle(ref, lookup->status, lookup->error, lookup->answered);
   }
 }
 
 // The connection is gone (or was replaced): answers to what was sent may
-// never come, and nothing more is sent in this call.
+// never come.
 void NatsSink::LoseConnection(const std::string &reason) {
-  connection_lost_ = true;
-  for (size_t i : flight_order_) {
-    if (!slots_[i].settled) Settle(i, DeliveryStatus::kRetriable, reason, false);
-  }
-  while (!ready_.empty()) {
-    const size_t i = ready_.front();
-    ready_.pop_front();
-    if (!slots_[i].settled) Settle(i, DeliveryStatus::kRetriable, "not sent: " + reason, false);
-  }
+  sends_.FailOutstanding(reason);
   NoteDown(reason);
 }
 
-// Settles what waited in vain until now. Messages were sent in
-// flight_order_ with the same timeout, so the first unsettled one has the
-// nearest deadline.
-void NatsSink::Expire(Clock::time_point now) {
-  while (!flight_order_.empty()) {
-    const size_t i = flight_order_.front();
-    if (!slots_[i].settled) {
-      if (slots_[i].deadline > now) break;
-      timed_out_ = true;
-      Settle(i, DeliveryStatus::kRetriable,
-             (slots_[i].lookup != kNone
-                  ? "no answer from JetStream's stream lookup (after no responders) within "
-                  : "no acknowledgement from JetStream within ") +
-                 std::to_string(options_.ack_timeout_ms) + " ms",
-             false);
+bool NatsSink::AwaitsLookup(SendRef ref) const {
+  for (const Lookup &lookup : lookups_) {
+    for (const SendRef &w : lookup.waiting) {
+      if (w.ticket == ref.ticket && w.index == ref.index) return true;
     }
-    flight_order_.pop_front();
+  }
+  return false;
+}
+
+// Settles what waited in vain until now. A server that answered nothing at
+// all since such a message was sent has stopped answering: the sink is down
+// and everything outstanding is retriable at once. The connection stays:
+// libnats's pings find a dead one and reconnect, and a new connection would
+// make the next Send wait for connect_timeout_ms on a server that is
+// stopped; answers that come later match no open message.
+void NatsSink::Expire(Clock::time_point now) {
+  SendRef ref;
+  Clock::time_point deadline;
+  while (sends_.Overdue(now, &ref, &deadline)) {
+    if (last_answer_ < deadline - Millis(options_.ack_timeout_ms)) {
+      LoseConnection("no answer from " + servers_text_ + " within " +
+                     std::to_string(options_.ack_timeout_ms) + " ms");
+      break;
+    }
+    sends_.Settle(ref, DeliveryStatus::kRetriable,
+                  (AwaitsLookup(ref)
+                       ? "no answer from JetStream's stream lookup (after no responders) within "
+                       : "no acknowledgement from JetStream within ") +
+                      std::to_string(options_.ack_timeout_ms) + " ms",
+                  false);
   }
   for (Lookup &lookup : lookups_) {
     if (lookup.done || lookup.deadline > now) continue;
@@ -205,16 +246,6 @@ void NatsSink::Expire(Clock::time_point now) {
     lookup.error = "no answer from JetStream's stream lookup within " +
                    std::to_string(options_.ack_timeout_ms) + " ms";
   }
-}
-
-int64_t NatsSink::MsUntilNextDeadline(Clock::time_point now) {
-  while (!flight_order_.empty() && slots_[flight_order_.front()].settled) {
-    flight_order_.pop_front();
-  }
-  if (flight_order_.empty()) return kWaitSliceMs;
-  const auto left =
-      std::chrono::duration_cast<Millis>(slots_[flight_order_.front()].deadline - now).count();
-  return std::max<int64_t>(0, left + 1);
 }
 
 }  // namespace outbox

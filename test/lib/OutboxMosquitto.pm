@@ -11,6 +11,7 @@
 #   $node->safe_psql('postgres', $mq->sink_sql('mqtt', ack_timeout_ms => 2000));
 #   my @messages = $mq->messages;   # { topic, body, content_type, correlation, properties }
 #   $mq->stop;  $mq->start_again;   # SIGKILL, then the same port
+#   $mq->pause;  $mq->resume;       # SIGSTOP, SIGCONT: it keeps its connections, answers nothing
 package OutboxMosquitto;
 
 use strict;
@@ -196,6 +197,22 @@ sub stop {
 	return unless $pid;
 	kill $o{graceful} ? 'TERM' : 'KILL', $pid;
 	waitpid($pid, 0);
+	return;
+}
+
+# SIGSTOP the broker by its PID: its connections stay open (the kernel
+# takes their bytes) and it answers nothing until resume (SIGCONT).
+# mosquitto is one thread, stopped at once.
+sub pause {
+	my ($self) = @_;
+	croak 'the broker is not running' unless $self->{pid};
+	kill 'STOP', $self->{pid};
+	return;
+}
+
+sub resume {
+	my ($self) = @_;
+	kill 'CONT', $self->{pid} if $self->{pid};
 	return;
 }
 

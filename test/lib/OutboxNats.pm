@@ -11,6 +11,7 @@
 #   $node->safe_psql('postgres', $nats->sink_sql('nats', ack_timeout_ms => 2000));
 #   my @messages = $nats->messages('ORDERS');   # { seq, subject, headers => {...}, data }
 #   $nats->stop;  $nats->start_again;       # SIGKILL, then the same port and store
+#   $nats->pause;  $nats->resume;           # SIGSTOP, SIGCONT: connections stay, no answers
 package OutboxNats;
 
 use strict;
@@ -164,11 +165,36 @@ sub sink_sql {
 # SIGKILL; the store stays.
 sub stop {
 	my ($self) = @_;
+	local $?;    # waitpid's status must not become the test's exit status (END)
 	my $pid = delete $self->{pid};
 	delete $running{ $self->{dir} };
 	return unless $pid;
 	kill 'KILL', $pid;
 	waitpid($pid, 0);
+	return;
+}
+
+# SIGSTOP the server by its PID: its connections stay open (the kernel
+# takes their bytes) and it answers nothing until resume (SIGCONT). Returns
+# once every thread of it has stopped (/proc's task states), so that nothing
+# it had read is still answered after pause returns.
+sub pause {
+	my ($self) = @_;
+	croak 'the server is not running' unless $self->{pid};
+	kill 'STOP', $self->{pid};
+	my $start = time();
+	while (time() - $start < 10) {
+		my @states = map { ((eval { slurp_file($_) } // '') =~ /^\d+ \(.*\) (\S)/)[0] // 'T' }
+		  glob("/proc/$self->{pid}/task/*/stat");
+		return if !grep { $_ ne 'T' && $_ ne 't' } @states;
+		usleep(10_000);
+	}
+	croak 'nats-server did not stop';
+}
+
+sub resume {
+	my ($self) = @_;
+	kill 'CONT', $self->{pid} if $self->{pid};
 	return;
 }
 

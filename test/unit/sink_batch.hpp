@@ -58,7 +58,8 @@ struct Batch {
     return *this;
   }
 
-  void Publish(Sink *sink, Sink::InterruptCheck interrupted = nullptr) {
+  // The views of what was added, and results reset (kNotSent, "unset").
+  void Build() {
     messages.clear();
     for (const auto &o : owned) {
       o->headers.clear();
@@ -79,7 +80,17 @@ struct Batch {
       messages.push_back(m);
     }
     results.assign(messages.size(), Delivery{DeliveryStatus::kNotSent, "unset"});
+  }
+
+  void Publish(Sink *sink, Sink::InterruptCheck interrupted = nullptr) {
+    Build();
     sink->Publish(messages.data(), messages.size(), results.data(), interrupted);
+  }
+
+  // Pipelined: the Send's ticket (0 when it settled everything at once).
+  uint64_t Send(Sink *sink) {
+    Build();
+    return sink->Send(messages.data(), messages.size(), results.data(), nullptr);
   }
 
   size_t Count(DeliveryStatus status) const {

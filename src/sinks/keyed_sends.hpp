@@ -1,0 +1,148 @@
+// The open Sends of a sink that pipelines one connection (MQTT, NATS): each
+// Send's messages copied, their outcomes written into the caller's `out`,
+// the chain of each target and key within a Send, what may be sent next,
+// what is in flight under which id of the broker's protocol (an MQTT packet
+// identifier, a NATS reply id), and when each stops waiting. No client
+// library and no PostgreSQL here: the sinks (keyed_sink.hpp) drive their
+// connection and tell this what happened; test/unit/keyed_sends_test.cpp
+// checks it alone.
+//
+// Per-key order: within a Send, a target and key has at most one message in
+// flight. Its next one becomes ready when it is delivered, and never goes
+// when it fails (kNotSent: it waits behind it). Across Sends nothing is
+// chained: the dispatcher never has a route and key in two open Sends.
+//
+// Lifetime of an `out` array: written only while its Send is open. Close,
+// and AbandonAll, forget a Send; nothing writes into its array afterwards,
+// whatever its broker still answers (an answer whose id names no open
+// message is ignored).
+//
+// Used from the sink's owner thread only (no lock).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/sink.hpp"
+
+namespace outbox {
+
+// A message of an open Send: the Send's ticket and the message's index in it.
+struct SendRef {
+  uint64_t ticket = 0;
+  size_t index = 0;
+};
+
+class KeyedSends {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // The outcome of a message held back behind its key's failed one.
+  static constexpr const char *kHeldBack =
+      "held back: an earlier event of its key failed in this batch";
+
+  // Opens a Send of messages[0..n), outcomes into out[0..n). Copies the
+  // messages (the caller keeps only `out`), chains each keyed message to
+  // the next of its target and key, and makes ready the first of each key
+  // and every message without a key, in order. Nothing of it is handed out
+  // by NextReady after send_until (CutOff). Returns its ticket: never 0,
+  // never reused. Throws std::bad_alloc (then nothing is opened).
+  uint64_t Open(const OutMessage *messages, size_t n, Delivery *out, Clock::time_point send_until);
+
+  bool IsOpen(uint64_t ticket) const { return sends_.count(ticket) != 0; }
+  // Every message of the Send has its outcome (true for one not open).
+  bool Done(uint64_t ticket) const;
+  // Forgets the Send: its `out` is never written again.
+  void Close(uint64_t ticket) noexcept;
+  bool empty() const { return sends_.empty(); }
+  // Some open Send has a message without an outcome.
+  bool HasOutstanding() const;
+  size_t in_flight() const { return in_flight_; }
+
+  // The next message that may be sent now, oldest Send first, each Send's
+  // in order; false when there is none.
+  bool NextReady(SendRef *ref);
+  // An open message's copy.
+  const OutMessage &Message(SendRef ref) const;
+  // Message `ref` was handed to the broker under `wire_id` and waits for
+  // its answer until `deadline`. False (and nothing changes) when another
+  // message in flight has that id: an answer could not be told apart.
+  bool MarkSent(SendRef ref, uint64_t wire_id, Clock::time_point deadline);
+  // The message in flight under `wire_id`, if any.
+  bool FindSent(uint64_t wire_id, SendRef *ref) const;
+  // No answer under its id will settle message `ref` any more (NATS: it
+  // awaits a stream lookup); it stays in flight until its deadline.
+  void Unbind(SendRef ref);
+
+  // Gives an open message its outcome (a settled or closed one is left
+  // alone). Delivered: its key's next message becomes ready. Anything else:
+  // its key's later messages in the Send are kNotSent, never sent.
+  void Settle(SendRef ref, DeliveryStatus status, std::string error, bool answered);
+
+  // The message in flight with the earliest deadline, when that has passed
+  // by `now` (with its deadline). Messages are sent with one timeout, so
+  // the first sent is the first due.
+  bool Overdue(Clock::time_point now, SendRef *ref, Clock::time_point *deadline);
+  // How long until the next deadline (a message in flight, or a Send with
+  // messages left to send reaching send_until), at most cap_ms, at least 0.
+  int64_t MsUntilNextDeadline(Clock::time_point now, int64_t cap_ms);
+  // Sends past their send_until: their messages not sent yet are kNotSent
+  // with `why` (their keys' earlier messages decide for them).
+  void CutOff(Clock::time_point now, const std::string &why);
+
+  // The connection is gone: every message in flight is kRetriable with
+  // `reason`, every ready one with "not sent: " and the reason, and those
+  // behind either kNotSent. Every open Send is then done.
+  void FailOutstanding(const std::string &reason) noexcept;
+  // Every message of one Send, or of all, without an outcome gets
+  // kRetriable with `reason`. Returns how many of them were in flight (the
+  // broker may still answer them; their ids are forgotten).
+  size_t FailRest(uint64_t ticket, const char *reason) noexcept;
+  size_t FailAllRest(const char *reason) noexcept;
+  // FailAllRest, then every Send is forgotten (Close).
+  size_t AbandonAll(const char *reason) noexcept;
+
+ private:
+  static constexpr size_t kNone = static_cast<size_t>(-1);
+
+  struct Slot {
+    size_t next = kNone;  // the next message of its target and key, in its Send
+    uint64_t wire_id = 0;
+    Clock::time_point deadline;
+    bool bound = false;  // wire_id names it in by_wire_
+    bool in_flight = false;
+    bool settled = false;
+  };
+  struct OpenSend {
+    Delivery *out = nullptr;
+    size_t settled = 0;
+    Clock::time_point send_until;
+    std::string bytes;            // every view of the copies points here
+    std::vector<Header> headers;  // the copies' headers
+    std::vector<OutMessage> messages;
+    std::vector<Slot> slots;
+    std::deque<size_t> ready;
+  };
+
+  OpenSend *Find(uint64_t ticket);
+  const OpenSend *Find(uint64_t ticket) const;
+  static void Copy(const OutMessage *messages, size_t n, OpenSend *send);
+  static void Chain(OpenSend *send);
+  void Land(Slot *slot) noexcept;  // no longer in flight
+  static void Write(Delivery *d, DeliveryStatus status, const char *error) noexcept;
+  size_t FailRest(OpenSend *send, const char *reason) noexcept;
+
+  std::map<uint64_t, OpenSend> sends_;  // by ticket: oldest first
+  std::unordered_map<uint64_t, SendRef> by_wire_;
+  std::deque<SendRef> flight_order_;  // as sent (so by deadline); stale ones skipped
+  size_t in_flight_ = 0;
+  uint64_t last_ticket_ = 0;
+};
+
+}  // namespace outbox

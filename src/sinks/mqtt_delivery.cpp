@@ -1,0 +1,150 @@
+// The MQTT sink's outcomes as acknowledgements arrive: KeyedSink's part
+// (keyed_sink.hpp). A Send connects without waiting (the CONNACK, like every
+// acknowledgement, is read by Step, from CollectFor, Collect and Poll), so a
+// broker that stops answering, or one that takes TCP connections but never
+// answers them, delays only its own Sends. Runs on the owner's thread only
+// (mqtt_sink_class.hpp).
+#include "sinks/mqtt_sink_class.hpp"
+
+#include <algorithm>
+#include <new>
+#include <string>
+
+#include "sinks/mqtt_library.hpp"
+
+namespace outbox {
+
+std::string MqttSink::UpText() const {
+  return "the MQTT broker " + Where() + " acknowledges messages again";
+}
+
+// A connection for a new Send: the one there is, unless it was lost (then
+// what is outstanding on it is settled first), else a new one being made.
+bool MqttSink::Connect(InterruptCheck interrupted, std::string *error) {
+  (void)interrupted;  // nothing here waits
+  // An idle connection the broker closed (keepalive passed without Poll, a
+  // broker restarted) is noticed here, before anything is sent on it.
+  if (mosq_ != nullptr) Step(0);
+  if (mosq_ != nullptr) return true;
+  if (!StartClient(error)) {
+    *error = Masked(*error);
+    Disconnect();
+    return false;
+  }
+  connect_deadline_ = Clock::now() + Millis(options_.connect_timeout_ms);
+  return true;
+}
+
+// While connecting: drives the handshake until the CONNACK, a refusal or
+// connect_timeout_ms. A connection never made settles every open Send's
+// messages (none of them was sent) as kRetriable.
+void MqttSink::StepConnecting(int64_t wait_ms) {
+  const auto left = std::chrono::duration_cast<Millis>(connect_deadline_ - Clock::now()).count();
+  Drive(std::clamp<int64_t>(left, 0, wait_ms));
+  if (callback_failed_) throw std::bad_alloc();
+  if (connected_) {
+    ForgetCaFile();  // read by libmosquitto when it connected
+    AddLog(LogLevel::kInfo, std::string(ever_connected_ ? "reconnected" : "connected") + " to " +
+                                Where() + " as client \"" + client_id_ + "\" (MQTT " +
+                                (options_.protocol == 5 ? "5" : "3.1.1") + ")");
+    ever_connected_ = true;
+    return;
+  }
+  std::string error;
+  if (lost_) {
+    error = lost_reason_.empty() ? "cannot connect to " + Where() : lost_reason_;
+  } else if (Clock::now() >= connect_deadline_) {
+    error = "cannot connect to " + Where() + ": no CONNACK within " +
+            std::to_string(options_.connect_timeout_ms) + " ms";
+  } else {
+    return;  // still connecting
+  }
+  error = Masked(std::move(error));
+  sends_.FailAllRest(error.c_str());
+  NoteDown(error);
+  Disconnect();
+}
+
+void MqttSink::Step(int64_t wait_ms) {
+  if (mosq_ == nullptr) return;  // nothing is outstanding without a connection
+  if (!connected_ && !lost_) {
+    StepConnecting(wait_ms);
+    if (!connected_) return;
+    wait_ms = 0;  // the wait went to the handshake: send, read what came, return
+  }
+  SendReady();
+  if (mosq_ == nullptr) return;  // sending lost it
+  const bool alive = Drive(sends_.MsUntilNextDeadline(Clock::now(), wait_ms));
+  if (callback_failed_) throw std::bad_alloc();
+  if (!alive) {
+    const std::string reason =
+        lost_reason_.empty() ? "the connection to " + Where() + " was lost" : lost_reason_;
+    if (sends_.HasOutstanding()) {
+      LoseConnection(reason);
+    } else {
+      AddLog(LogLevel::kInfo, reason);
+      Disconnect();
+    }
+    return;
+  }
+  if (unsure_) {
+    LoseConnection("the MQTT broker " + Where() +
+                   " said a packet identifier was in use (0x91): the connection starts afresh");
+    return;
+  }
+  // A message that waited in vain ends the connection as a loss does: the
+  // broker may still acknowledge it, under a packet identifier libmosquitto
+  // would give a later message.
+  SendRef overdue;
+  Clock::time_point deadline;
+  if (sends_.Overdue(Clock::now(), &overdue, &deadline)) {
+    LoseConnection("no acknowledgement from " + Where() + " within " +
+                   std::to_string(options_.ack_timeout_ms) + " ms");
+    return;
+  }
+  sends_.CutOff(Clock::now(), CutOffText());
+  SendReady();  // the followers of what was acknowledged
+}
+
+// The connection is gone: acknowledgements of what was sent may never come.
+void MqttSink::LoseConnection(const std::string &reason) {
+  sends_.FailOutstanding(reason);
+  NoteDown(reason);
+  Disconnect();
+}
+
+// A Send was given up with messages in flight: their packet identifiers may
+// still be acknowledged, so the connection goes (and with it whatever else
+// is outstanding on it, retriable).
+void MqttSink::Forgotten() noexcept {
+  try {
+    sends_.FailOutstanding("the connection to " + Where() +
+                           " was dropped: a batch given up had messages in flight on it");
+  } catch (...) {
+    sends_.FailAllRest("the connection was dropped");
+  }
+  Disconnect();
+}
+
+// The acknowledgement of the message libmosquitto numbered `mid`.
+void MqttSink::OnPublish(int mid, int reason_code) noexcept {
+  try {
+    SendRef ref;
+    if (!sends_.FindSent(static_cast<uint64_t>(mid), &ref)) return;  // not an open Send's
+    const DeliveryStatus status = MqttReasonOutcome(reason_code);
+    if (status == DeliveryStatus::kDelivered) {
+      NoteUp();
+      sends_.Settle(ref, status, std::string(), true);
+      return;
+    }
+    if (reason_code == 0x91) unsure_ = true;  // the session is confused: start afresh
+    sends_.Settle(ref, status,
+                  "the broker refused it: " + MqttReasonText(reason_code) + " (topic " +
+                      ShownTopic(sends_.Message(ref).target) + ")",
+                  true);
+  } catch (...) {
+    callback_failed_ = true;
+  }
+}
+
+}  // namespace outbox

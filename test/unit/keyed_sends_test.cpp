@@ -1,0 +1,289 @@
+// The open-Send bookkeeping of the MQTT and NATS sinks (keyed_sends.hpp),
+// alone: copies that outlive the caller's views, each key's chain within a
+// Send, several Sends open and done independently, wire ids, deadlines,
+// the cut-off, a lost connection, and abandoned Sends whose arrays nothing
+// writes into afterwards.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sinks/keyed_sends.hpp"
+
+namespace outbox {
+namespace {
+
+using Clock = KeyedSends::Clock;
+using std::chrono::milliseconds;
+
+// Messages whose views point into strings the test keeps (and changes).
+struct Messages {
+  std::vector<std::string> targets, keys, payloads;
+  std::vector<bool> keyed;
+  std::vector<Header> headers;
+  std::string header_name = "trace", header_value = "abc";
+
+  Messages &Add(std::string target, std::optional<std::string> key, std::string payload) {
+    targets.push_back(std::move(target));
+    keyed.push_back(key.has_value());
+    keys.push_back(key.value_or(""));
+    payloads.push_back(std::move(payload));
+    return *this;
+  }
+  std::vector<OutMessage> Views() {
+    headers = {Header{header_name, header_value}};
+    std::vector<OutMessage> views;
+    for (size_t i = 0; i < targets.size(); ++i) {
+      OutMessage m;
+      m.id = payloads[i];
+      m.target = targets[i];
+      m.has_key = keyed[i];
+      m.key = keys[i];
+      m.payload = payloads[i];
+      m.headers = headers.data();
+      m.header_count = headers.size();
+      views.push_back(m);
+    }
+    return views;
+  }
+};
+
+std::vector<SendRef> AllReady(KeyedSends *sends) {
+  std::vector<SendRef> refs;
+  SendRef ref;
+  while (sends->NextReady(&ref)) refs.push_back(ref);
+  return refs;
+}
+
+const Clock::time_point kLater = Clock::now() + std::chrono::hours(1);
+
+// One Send open over the messages of `m`; `sends` and `out` as the tests
+// name them.
+struct Opened {
+  std::vector<OutMessage> views;
+  std::vector<Delivery> out;
+  KeyedSends sends;
+  uint64_t ticket = 0;
+  explicit Opened(Messages *m, Clock::time_point send_until = kLater)
+      : views(m->Views()), out(views.size()) {
+    ticket = sends.Open(views.data(), views.size(), out.data(), send_until);
+  }
+};
+
+TEST(KeyedSends, CopiesOutliveTheCallersViews) {
+  Messages m;
+  m.Add("t/a", "k", "payload-one");
+  Opened o(&m);
+  KeyedSends &sends = o.sends;
+  const uint64_t ticket = o.ticket;
+  m.targets[0].assign("XXXXXXXX");
+  m.payloads[0].assign("overwritten by the caller");
+  m.header_value.assign("zzz");
+  o.views.clear();
+  const OutMessage &copy = sends.Message(SendRef{ticket, 0});
+  EXPECT_EQ(copy.target, "t/a");
+  EXPECT_EQ(copy.key, "k");
+  EXPECT_EQ(copy.payload, "payload-one");
+  ASSERT_EQ(copy.header_count, 1u);
+  EXPECT_EQ(copy.headers[0].name, "trace");
+  EXPECT_EQ(copy.headers[0].value, "abc");
+}
+
+TEST(KeyedSends, AKeysNextMessageWaitsForTheOneBeforeIt) {
+  Messages m;
+  m.Add("t/a", "k", "1").Add("t/a", "j", "2").Add("t/a", "k", "3").Add("t/a", std::nullopt, "4");
+  m.Add("t/b", "k", "5");  // another target: another chain
+  Opened o(&m);
+  KeyedSends &sends = o.sends;
+  std::vector<Delivery> &out = o.out;
+  const uint64_t ticket = o.ticket;
+  std::vector<SendRef> ready = AllReady(&sends);
+  ASSERT_EQ(ready.size(), 4u);  // 1, 2, 4, 5: not 3, behind 1
+  EXPECT_EQ(ready[0].index, 0u);
+  EXPECT_EQ(ready[1].index, 1u);
+  EXPECT_EQ(ready[2].index, 3u);
+  EXPECT_EQ(ready[3].index, 4u);
+  for (size_t i = 0; i < ready.size(); ++i) ASSERT_TRUE(sends.MarkSent(ready[i], 10 + i, kLater));
+  EXPECT_EQ(sends.in_flight(), 4u);
+  sends.Settle(SendRef{ticket, 0}, DeliveryStatus::kDelivered, "", true);
+  ready = AllReady(&sends);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].index, 2u);  // now, and only now
+  EXPECT_EQ(out[0].status, DeliveryStatus::kDelivered);
+  EXPECT_GT(out[0].answered_at_us, 0);
+  EXPECT_FALSE(sends.Done(ticket));
+}
+
+TEST(KeyedSends, AFailureHoldsBackTheRestOfItsKeyOnly) {
+  Messages m;
+  m.Add("t/a", "k", "1").Add("t/a", "k", "2").Add("t/a", "k", "3").Add("t/a", "j", "4");
+  Opened o(&m);
+  KeyedSends &sends = o.sends;
+  std::vector<Delivery> &out = o.out;
+  const uint64_t ticket = o.ticket;
+  for (const SendRef &ref : AllReady(&sends)) ASSERT_TRUE(sends.MarkSent(ref, ref.index, kLater));
+  sends.Settle(SendRef{ticket, 0}, DeliveryStatus::kRejected, "refused", true);
+  EXPECT_EQ(out[0].status, DeliveryStatus::kRejected);
+  EXPECT_EQ(out[1].status, DeliveryStatus::kNotSent);
+  EXPECT_EQ(out[2].status, DeliveryStatus::kNotSent);
+  EXPECT_EQ(out[2].error, KeyedSends::kHeldBack);
+  EXPECT_TRUE(AllReady(&sends).empty());
+  EXPECT_FALSE(sends.Done(ticket));  // key j is still in flight
+  sends.Settle(SendRef{ticket, 3}, DeliveryStatus::kDelivered, "", true);
+  EXPECT_TRUE(sends.Done(ticket));
+}
+
+TEST(KeyedSends, SeveralSendsAreOpenAndDoneIndependently) {
+  Messages first, second;
+  first.Add("t/a", "k", "1").Add("t/a", "k", "2");
+  second.Add("t/a", "j", "3");
+  std::vector<OutMessage> v1 = first.Views(), v2 = second.Views();
+  std::vector<Delivery> out1(2), out2(1);
+  KeyedSends sends;
+  const uint64_t t1 = sends.Open(v1.data(), v1.size(), out1.data(), kLater);
+  const uint64_t t2 = sends.Open(v2.data(), v2.size(), out2.data(), kLater);
+  EXPECT_NE(t1, 0u);
+  EXPECT_GT(t2, t1);
+  std::vector<SendRef> ready = AllReady(&sends);
+  ASSERT_EQ(ready.size(), 2u);
+  EXPECT_EQ(ready[0].ticket, t1);  // the older Send first
+  EXPECT_EQ(ready[1].ticket, t2);
+  ASSERT_TRUE(sends.MarkSent(ready[0], 7, kLater));
+  ASSERT_TRUE(sends.MarkSent(ready[1], 8, kLater));
+  SendRef found;
+  ASSERT_TRUE(sends.FindSent(8, &found));
+  EXPECT_EQ(found.ticket, t2);
+  sends.Settle(found, DeliveryStatus::kDelivered, "", true);
+  EXPECT_TRUE(sends.Done(t2));
+  EXPECT_FALSE(sends.Done(t1));
+  EXPECT_FALSE(sends.FindSent(8, &found));  // answered: its id names nothing now
+  sends.Close(t2);
+  EXPECT_FALSE(sends.IsOpen(t2));
+  EXPECT_TRUE(sends.Done(t2));  // a closed ticket matches nothing
+  EXPECT_TRUE(sends.HasOutstanding());
+  const uint64_t t3 = sends.Open(v2.data(), v2.size(), out2.data(), kLater);
+  EXPECT_GT(t3, t2);  // never reused
+}
+
+TEST(KeyedSends, AWireIdNamesOneMessageInFlightAtOnce) {
+  Messages m;
+  m.Add("t/a", "k", "1").Add("t/a", "j", "2");
+  Opened o(&m);
+  KeyedSends &sends = o.sends;
+  const uint64_t ticket = o.ticket;
+  std::vector<SendRef> ready = AllReady(&sends);
+  ASSERT_TRUE(sends.MarkSent(ready[0], 5, kLater));
+  EXPECT_FALSE(sends.MarkSent(ready[1], 5, kLater));
+  EXPECT_EQ(sends.in_flight(), 1u);
+  sends.Unbind(SendRef{ticket, 0});
+  SendRef found;
+  EXPECT_FALSE(sends.FindSent(5, &found));  // no answer under 5 settles it now
+  EXPECT_EQ(sends.in_flight(), 1u);         // but it is still in flight
+  EXPECT_TRUE(sends.MarkSent(ready[1], 5, kLater));
+}
+
+TEST(KeyedSends, DeadlinesComeFirstSentFirst) {
+  Messages m;
+  m.Add("t/a", "k", "1").Add("t/a", "j", "2");
+  const Clock::time_point now = Clock::now();
+  Opened o(&m);
+  KeyedSends &sends = o.sends;
+  std::vector<SendRef> ready = AllReady(&sends);
+  ASSERT_TRUE(sends.MarkSent(ready[0], 1, now + milliseconds(50)));
+  ASSERT_TRUE(sends.MarkSent(ready[1], 2, now + milliseconds(80)));
+  EXPECT_LE(sends.MsUntilNextDeadline(now, 100), 51);
+  EXPECT_GE(sends.MsUntilNextDeadline(now, 100), 49);
+  EXPECT_EQ(sends.MsUntilNextDeadline(now, 10), 10);
+  SendRef overdue;
+  Clock::time_point deadline;
+  EXPECT_FALSE(sends.Overdue(now, &overdue, &deadline));
+  ASSERT_TRUE(sends.Overdue(now + milliseconds(60), &overdue, &deadline));
+  EXPECT_EQ(overdue.index, 0u);
+  sends.Settle(overdue, DeliveryStatus::kRetriable, "no answer", false);
+  ASSERT_TRUE(sends.Overdue(now + milliseconds(90), &overdue, &deadline));
+  EXPECT_EQ(overdue.index, 1u);
+}
+
+TEST(KeyedSends, WhatIsNotSentByTheCutOffWaitsBehindItsKey) {
+  Messages m;
+  m.Add("t/a", "k", "1").Add("t/a", "k", "2").Add("t/a", std::nullopt, "3");
+  const Clock::time_point now = Clock::now();
+  Opened o(&m, now + milliseconds(10));
+  KeyedSends &sends = o.sends;
+  std::vector<Delivery> &out = o.out;
+  const uint64_t ticket = o.ticket;
+  SendRef first;
+  ASSERT_TRUE(sends.NextReady(&first));
+  ASSERT_TRUE(sends.MarkSent(first, 1, kLater));
+  sends.CutOff(now, "cut off");  // not yet
+  EXPECT_EQ(sends.MsUntilNextDeadline(now, 100), 11);
+  sends.CutOff(now + milliseconds(20), "cut off");
+  EXPECT_EQ(out[1].status, DeliveryStatus::kNotSent);
+  EXPECT_EQ(out[2].status, DeliveryStatus::kNotSent);
+  EXPECT_EQ(out[2].error, "cut off");
+  EXPECT_FALSE(sends.Done(ticket));  // the one in flight still waits for its answer
+  sends.Settle(first, DeliveryStatus::kDelivered, "", true);
+  EXPECT_TRUE(sends.Done(ticket));
+  EXPECT_EQ(out[1].status, DeliveryStatus::kNotSent);  // not made ready again
+  EXPECT_TRUE(AllReady(&sends).empty());
+}
+
+TEST(KeyedSends, ALostConnectionSettlesEveryOpenSend) {
+  Messages m;
+  m.Add("t/a", "k", "1").Add("t/a", "k", "2").Add("t/a", "j", "3");
+  std::vector<OutMessage> views = m.Views();
+  std::vector<Delivery> out1(3), out2(3);
+  KeyedSends sends;
+  const uint64_t t1 = sends.Open(views.data(), views.size(), out1.data(), kLater);
+  const uint64_t t2 = sends.Open(views.data(), views.size(), out2.data(), kLater);
+  SendRef ref;
+  ASSERT_TRUE(sends.NextReady(&ref));  // t1's first
+  ASSERT_TRUE(sends.MarkSent(ref, 1, kLater));
+  sends.FailOutstanding("gone");
+  EXPECT_TRUE(sends.Done(t1));
+  EXPECT_TRUE(sends.Done(t2));
+  EXPECT_EQ(out1[0].status, DeliveryStatus::kRetriable);
+  EXPECT_EQ(out1[0].error, "gone");
+  EXPECT_EQ(out1[1].status, DeliveryStatus::kNotSent);
+  EXPECT_EQ(out1[2].status, DeliveryStatus::kRetriable);
+  EXPECT_EQ(out1[2].error, "not sent: gone");
+  EXPECT_EQ(out2[0].error, "not sent: gone");
+  EXPECT_EQ(sends.in_flight(), 0u);
+  EXPECT_FALSE(sends.HasOutstanding());
+}
+
+TEST(KeyedSends, AbandonedSendsAreNeverWrittenAgain) {
+  Messages m;
+  m.Add("t/a", "k", "1").Add("t/a", "k", "2").Add("t/a", "j", "3");
+  Opened o(&m);
+  KeyedSends &sends = o.sends;
+  std::vector<Delivery> &out = o.out;
+  const uint64_t ticket = o.ticket;
+  std::vector<SendRef> ready = AllReady(&sends);
+  ASSERT_EQ(ready.size(), 2u);
+  ASSERT_TRUE(sends.MarkSent(ready[0], 1, kLater));
+  ASSERT_TRUE(sends.MarkSent(ready[1], 2, kLater));
+  sends.Settle(ready[1], DeliveryStatus::kDelivered, "", true);
+  EXPECT_EQ(sends.AbandonAll("abandoned"), 1u);  // one was in flight
+  EXPECT_EQ(out[0].status, DeliveryStatus::kRetriable);
+  EXPECT_EQ(out[0].error, "abandoned");
+  EXPECT_EQ(out[1].status, DeliveryStatus::kRetriable);
+  EXPECT_EQ(out[2].status, DeliveryStatus::kDelivered);  // its outcome stays
+  EXPECT_TRUE(sends.empty());
+  const Delivery sentinel{DeliveryStatus::kTargetDown, "sentinel", 42, 0};
+  out.assign(3, sentinel);
+  SendRef found;
+  EXPECT_FALSE(sends.FindSent(1, &found));
+  sends.Settle(SendRef{ticket, 0}, DeliveryStatus::kDelivered, "", true);
+  sends.FailOutstanding("later");
+  sends.CutOff(kLater + std::chrono::hours(1), "later");
+  for (const Delivery &d : out) {
+    EXPECT_EQ(d.status, DeliveryStatus::kTargetDown);
+    EXPECT_EQ(d.error, "sentinel");
+  }
+}
+
+}  // namespace
+}  // namespace outbox
