@@ -178,7 +178,8 @@ void LateAnswers::HandOutDelivered(Late *late) {
     late->handed[k] = 1;  // after the push: a bad_alloc leaves it to the group's verdict
     if (state != nullptr) {
       state->last_answer_ms = SteadyMs();
-      sinks_->NoteAnsweredTopic(state, r.topic, (answer.answered_at_us - late->sent_unix_us) / 1000);
+      sinks_->NoteAnsweredTopic(state, r.topic,
+                                (answer.answered_at_us - late->sent_unix_us) / 1000);
     }
     if (!r.has_key) continue;
     guard_->Release(r.pattern, r.key, r.id);

@@ -96,9 +96,7 @@ HttpEndpoints::Memory &HttpEndpoints::At(const std::string &endpoint) {
   return endpoints_[endpoint];
 }
 
-void HttpEndpoints::Delivered(const std::string &endpoint) {
-  At(endpoint).failed.clear();
-}
+void HttpEndpoints::Delivered(const std::string &endpoint) { At(endpoint).failed.clear(); }
 
 void HttpEndpoints::Failed(const std::string &endpoint, std::string_view id) {
   Memory &m = At(endpoint);
