@@ -219,18 +219,12 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
     if (result.status == DeliveryStatus::kNotSent) {
       // Held back behind an earlier failure of its key in this call (handled
       // above, in id order): wait as long as that one waits, or go at once
-      // if it died. Or not sent for want of time (the sink cut its call
-      // short after the key's earlier events were delivered): due at once,
-      // and its key blocked behind it all the same, or the key's later
-      // events, claimed as new, would reach the broker before it.
+      // if it died.
       const std::string_view why = result.error.empty() ? kWaitingForKey : result.error;
       if (!ParkBehindEarlier(rows[i], route, nullptr, settings.now_us, why, &out[i])) {
         out[i].outcome = Outcome::kPark;
         out[i].next_attempt_us = settings.now_us;
         SetError(&out[i], why);
-        if (rows[i].has_key) {
-          guard_->Block(route.pattern, rows[i].key, rows[i].id, out[i].next_attempt_us);
-        }
       }
       continue;
     }
