@@ -522,17 +522,26 @@ TEST(RedisSink, AKeysNextMessageWaitsForTheReplyToItsFirst) {
   warmup.Publish(sink.get());  // connected before the server gets busy
   ASSERT_EQ(warmup.results[0].status, DeliveryStatus::kDelivered);
 
-  // Another client runs a script for 400 ms: Redis answers BUSY meanwhile.
+  // Another client runs a script for 1.5 s: Redis answers BUSY meanwhile.
+  // The batch goes once a PING is answered BUSY (not after a fixed sleep: on
+  // a loaded machine the script may not have started by then).
   std::thread busy([port = server.port()] {
     Client client(port);
     client.Command({"EVAL",
                     "local t0 = redis.call('TIME') "
                     "while true do local t = redis.call('TIME') "
-                    "if (t[1] - t0[1]) * 1000000 + (t[2] - t0[2]) > 400000 then break end end "
+                    "if (t[1] - t0[1]) * 1000000 + (t[2] - t0[2]) > 1500000 then break end end "
                     "return 1",
                     "0"});
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  {
+    Client probe(server.port());
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!Contains(probe.String({"PING"}), "BUSY") &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
   Batch batch;
   batch.Add("s", "k", "1").Add("s", "j", "2").Add("s", "k", "3");
   batch.Publish(sink.get());
