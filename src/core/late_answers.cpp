@@ -20,9 +20,17 @@ void LateAnswers::Take(SinkGroup *group, const EventRow *rows, const int *route_
                        const DispatchSettings &settings, Sink::InterruptCheck interrupted) {
   SinkState &state = (*sinks_)[group->sink_name];
   const int64_t now_ms = SteadyMs();
+  // Judged now: what the broker answered, and what the sink chose not to
+  // send (kNotSent is written once and never changes: cut off for want of
+  // time, or held back behind its key's failure). Kept late, it would wait
+  // parked for the sink's whole settle time although it was never sent, be
+  // claimed and sent again when that passed, and its late verdict, dropped
+  // by then in the table, would still hold its key in the order guard.
   std::vector<size_t> answered, unanswered;  // positions in the group
   for (size_t k = 0; k < group->members.size(); ++k) {
-    (group->results[k].answered_at_us != 0 ? answered : unanswered).push_back(k);
+    const Delivery &d = group->results[k];
+    const bool settled = d.answered_at_us != 0 || d.status == DeliveryStatus::kNotSent;
+    (settled ? answered : unanswered).push_back(k);
   }
   const bool broker_answered = std::any_of(answered.begin(), answered.end(), [group](size_t k) {
     return FromBroker(group->results[k]);

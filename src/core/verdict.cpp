@@ -219,12 +219,20 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
     if (result.status == DeliveryStatus::kNotSent) {
       // Held back behind an earlier failure of its key in this call (handled
       // above, in id order): wait as long as that one waits, or go at once
-      // if it died.
+      // if it died. Or not sent for want of time (the sink cut its call
+      // short after the key's earlier events were delivered): due at once,
+      // and its key blocked behind it all the same, or the key's later
+      // events, claimed as new, would reach the broker before it. The rest
+      // of the chain parks behind it, due at once too (with_its_call): the
+      // next claim takes them together, in id order.
       const std::string_view why = result.error.empty() ? kWaitingForKey : result.error;
-      if (!ParkBehindEarlier(rows[i], route, nullptr, settings.now_us, why, &out[i])) {
+      if (!ParkBehindEarlier(rows[i], route, nullptr, settings.now_us, why, &out[i], true)) {
         out[i].outcome = Outcome::kPark;
         out[i].next_attempt_us = settings.now_us;
         SetError(&out[i], why);
+        if (rows[i].has_key) {
+          guard_->Block(route.pattern, rows[i].key, rows[i].id, out[i].next_attempt_us);
+        }
       }
       continue;
     }
@@ -276,13 +284,13 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
 
 bool Verdicts::ParkBehindEarlier(const EventRow &row, const DispatchRoute &route,
                                  const std::set<std::string> *in_batch, int64_t now_us,
-                                 std::string_view error, RowOutcome *out) {
+                                 std::string_view error, RowOutcome *out, bool with_its_call) {
   int64_t until = now_us;
   if (!row.has_key || guard_->MayDeliver(route.pattern, row.key, row.id, in_batch, &until)) {
     return false;
   }
   out->outcome = Outcome::kPark;
-  out->next_attempt_us = std::max(until, now_us);
+  out->next_attempt_us = until > now_us ? until : now_us + (with_its_call ? 0 : kBehindDueUs);
   if (!late_keys_->empty() &&
       late_keys_->count(RouteKey(route.pattern, std::string(row.key))) != 0) {
     // Behind an event whose sink has not answered yet: its answer may come

@@ -83,10 +83,13 @@ class Verdicts {
 
   // If an earlier event of row's route and key waits (and is not admitted to
   // this batch ahead of it), park row behind it until that one's time, and
-  // note row as waiting too. Returns whether it parked.
+  // note row as waiting too. Returns whether it parked. When that time is
+  // now, row is due kBehindDueUs later, or at once with `with_its_call`:
+  // the rest of a call the sink cut short, due as the call's first event
+  // not sent is, and claimed with it in id order.
   bool ParkBehindEarlier(const EventRow &row, const DispatchRoute &route,
                          const std::set<std::string> *in_batch, int64_t now_us,
-                         std::string_view error, RowOutcome *out);
+                         std::string_view error, RowOutcome *out, bool with_its_call = false);
 
   // An attempt's verdict: published, retried after a backoff, or dead
   // after settings.max_attempts (which releases its key).
@@ -110,6 +113,14 @@ class Verdicts {
   // How long a later event of a key waits, at a time, behind an event of
   // that key whose sink has not answered yet.
   static constexpr int64_t kLateRecheckUs = 1000000;
+  // How much later than now a later event of a key is due when what it
+  // waits behind is due now (not sent for want of time, or not claimed in
+  // this batch). Claims take due events in next_attempt_at order, up to
+  // the batch size: due at the same moment as the events ahead of it, a
+  // key's long tail (thousands, each parked again every cycle) was claimed
+  // before its head, which then waited a cycle, and the key advanced by a
+  // few events per cycle.
+  static constexpr int64_t kBehindDueUs = 1000000;
   // Most event ids one NoteOvertaken line names.
   static constexpr size_t kMaxOvertakenNamed = 20;
   // Most targets a sink remembers as down (targets may be events' topics).

@@ -837,6 +837,53 @@ TEST_F(DispatcherTest, EventHeldBackByTheSinkWaitsBehindTheFailedOneWithoutAnAtt
   EXPECT_EQ(Broker("kafka").Ids(1), (std::vector<std::string>{Id(1), Id(2), Id(4)}));
 }
 
+TEST_F(DispatcherTest, TheRestOfAChainNotSentForWantOfTimeIsDueAtOnceWithItsFirst) {
+  // The next claim must take the whole rest of the chain, in id order, not
+  // its first event alone.
+  ConfigureOneSink();
+  Broker("kafka").script = [](const OutMessage &m, int) {
+    if (m.id == Id(1)) return Delivered();
+    return Delivery{DeliveryStatus::kNotSent, "not sent yet: the broker answers slowly"};
+  };
+  const auto out =
+      Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.a", "k"), Ev(3, "orders.a", "k")});
+  ASSERT_TRUE(Is(out[0], Outcome::kPublished));
+  for (size_t i : {1, 2}) {
+    EXPECT_TRUE(Is(out[i], Outcome::kPark));
+    EXPECT_EQ(out[i].next_attempt_us, kNow);
+  }
+}
+
+TEST_F(DispatcherTest, EventNotSentForWantOfTimeHoldsItsKeyBackUntilItGoes) {
+  // The sink ran out of time for its call after delivering the key's
+  // earlier events (MQTT, NATS and HTTP cut a call short): nothing of the
+  // key failed, yet its later events must not overtake the one not sent.
+  ConfigureOneSink();
+  Broker("kafka").script = [](const OutMessage &m, int) {
+    if (m.id == Id(2)) {
+      return Delivery{DeliveryStatus::kNotSent, "not sent yet: the broker answers slowly"};
+    }
+    return Delivered();
+  };
+  const auto out = Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.a", "k")});
+  ASSERT_TRUE(Is(out[0], Outcome::kPublished));
+  ASSERT_TRUE(Is(out[1], Outcome::kPark));
+  EXPECT_EQ(out[1].attempts, 0);
+  EXPECT_EQ(out[1].next_attempt_us, kNow);  // due at once
+  // A later event of the key, claimed as new, waits behind it, due after
+  // it: claims take due events in next_attempt_at order, so the key's head
+  // comes first however long its tail.
+  Broker("kafka").script = [](const OutMessage &, int) { return Delivered(); };
+  const RowOutcome behind = Dispatch({Ev(3, "orders.a", "k")}, kNow + 1)[0];
+  EXPECT_TRUE(Is(behind, Outcome::kPark));
+  EXPECT_EQ(behind.next_attempt_us, kNow + 1 + Verdicts::kBehindDueUs);
+  // ...and they go in order once it is claimed again.
+  const auto due = Dispatch({Ev(2, "orders.a", "k"), Ev(3, "orders.a", "k")}, kNow + 2);
+  for (const RowOutcome &o : due) EXPECT_TRUE(Is(o, Outcome::kPublished));
+  EXPECT_EQ(Broker("kafka").Ids(Broker("kafka").calls.size() - 1),
+            (std::vector<std::string>{Id(2), Id(3)}));
+}
+
 TEST_F(DispatcherTest, EventHeldBackByTheSinkKeepsItsPlaceAfterTheFailedOneIsDelivered) {
   ConfigureOneSink();
   Broker("kafka").script = [](const OutMessage &m, int) {

@@ -74,6 +74,10 @@ struct FakeBroker {
   // Pipelined: the messages of these topics are answered this many ms after
   // they were sent (a slower broker), not at once.
   std::map<std::string, int> answer_after_ms;
+  // Pipelined: the messages with these ids are not sent; Send settles them
+  // at once as kNotSent without an answer (answered_at_us 0), as a sink
+  // does that cuts its call short for want of time.
+  std::set<std::string> cut_off_ids;
 
   // Ids of the messages of call c, in the order the sink got them.
   std::vector<std::string> Ids(size_t c) const {
@@ -183,7 +187,13 @@ class FakeSink : public Sink {
     const int call = static_cast<int>(broker_->calls.size());
     Record(messages, n);
     open_.push_back(Open{++tickets_, call, out, {}, std::vector<bool>(n, false)});
-    for (size_t i = 0; i < n; ++i) open_.back().copies.push_back(broker_->calls.back()[i]);
+    for (size_t i = 0; i < n; ++i) {
+      open_.back().copies.push_back(broker_->calls.back()[i]);
+      if (broker_->cut_off_ids.count(std::string(messages[i].id)) != 0) {
+        out[i] = Delivery{DeliveryStatus::kNotSent, "not sent: cut off for want of time"};
+        open_.back().answered[i] = true;
+      }
+    }
     return tickets_;
   }
   void Collect(uint64_t ticket, InterruptCheck interrupted) override {

@@ -178,6 +178,36 @@ TEST_F(LateAnswersTest, ADeliveredEventIsHandedOutAtOnceWhileItsGroupAwaitsAStuc
   EXPECT_FALSE(HeldBack(5, "kb"));
 }
 
+TEST_F(LateAnswersTest, AnEventTheSinkDidNotSendIsJudgedAtOnceNotKeptLate) {
+  // The sink cut its call short: events 2 and 3 were never sent, while
+  // event 1 awaits its answer. Kept late, they would wait parked for the
+  // sink's whole settle time, and be sent again when it passed while their
+  // late verdict still held their keys.
+  Broker().stuck_ids = {Id(1)};
+  Broker().cut_off_ids = {Id(2), Id(3)};
+  PartsBatch batch;
+  batch.Add(1, "orders.a", "k");
+  batch.Add(2, "orders.a", "k");
+  batch.Add(3, "orders.a", "j");
+  SendLate(&batch);
+  EXPECT_EQ(parts_.late.Ids(), std::vector<std::string>{Id(1)});
+  EXPECT_EQ(batch.out[0].next_attempt_us, kParkedUntil);
+  for (size_t i : {1, 2}) {
+    EXPECT_TRUE(Is(batch.out[i], Outcome::kPark));
+    EXPECT_EQ(batch.out[i].attempts, 0);
+    EXPECT_EQ(batch.out[i].next_attempt_us, kNow);  // due at once
+  }
+  // Each holds its key back: the later events of "k" and "j" wait.
+  EXPECT_TRUE(HeldBack(4, "k"));
+  EXPECT_TRUE(HeldBack(5, "j"));
+  // Event 1's answer comes: only its outcome is handed out.
+  Broker().stuck_ids.clear();
+  const std::vector<LateOutcome> outcomes = Settle();
+  ASSERT_EQ(outcomes.size(), 1u);
+  EXPECT_EQ(outcomes[0].id, Id(1));
+  EXPECT_TRUE(Is(outcomes[0].outcome, Outcome::kPublished));
+}
+
 TEST_F(LateAnswersTest, AnEventWhoseRouteWentIsPublishedIfTheBrokerTookItAndElseDueNow) {
   Broker().slow = true;
   Broker().script = [](const OutMessage &m, int) {
