@@ -33,6 +33,8 @@ set -euo pipefail
 # libssl-dev: libcrypto, whose HMAC-SHA256 signs the HTTP sink's webhooks.
 # libipc-run-perl (+ libio-pty-perl, which it only recommends): required by
 #   PostgreSQL::Test::Utils for the TAP tests; IO::Pty for interactive_psql.
+# libjson-xs-perl: the TAP files decode what they read back from the brokers
+#   with it (lib/OutboxJson.pm; JSON::PP, a hundred times slower, otherwise).
 # redis-server, kcat: brokers/tools the integration tests and demo start.
 # postgresql-NN-pgq3: for the comparison benchmark.
 # googletest, libgtest-dev: the unit tests (CMake find_package(GTest)).
@@ -73,7 +75,7 @@ else
   PACKAGES=(
     build-essential g++ cmake pkg-config make
     "postgresql-$MAJOR" "postgresql-server-dev-$MAJOR"
-    librdkafka-dev libhiredis-dev libipc-run-perl
+    librdkafka-dev libhiredis-dev libipc-run-perl libjson-xs-perl
     libio-pty-perl librabbitmq-dev libnats-dev libmosquitto-dev libcurl4-openssl-dev
     redis-server kcat "postgresql-$MAJOR-pgq3"
     rabbitmq-server nats-server mosquitto python3-pika amqp-tools python3-paho-mqtt

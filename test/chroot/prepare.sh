@@ -57,7 +57,7 @@ STAMP="$DIR/.outbox-chroot-$SUITE-$MAJOR"
 PACKAGES=(
   build-essential g++ cmake pkg-config make
   "postgresql-$MAJOR" "postgresql-server-dev-$MAJOR"
-  librdkafka-dev libhiredis-dev libipc-run-perl libio-pty-perl
+  librdkafka-dev libhiredis-dev libipc-run-perl libio-pty-perl libjson-xs-perl
   librabbitmq-dev libnats-dev libmosquitto-dev libcurl4-openssl-dev
   rabbitmq-server nats-server mosquitto python3-pika python3-paho-mqtt python3-aiohttp
   redis-server kcat googletest libgtest-dev gdb procps nodejs openssl

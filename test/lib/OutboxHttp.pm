@@ -24,6 +24,7 @@ use IO::Socket::INET;
 use PostgreSQL::Test::Cluster;
 use IPC::Run ();
 use JSON::PP ();
+use OutboxJson;
 use POSIX ();
 use PostgreSQL::Test::Utils;
 use Time::HiRes qw(time usleep);
@@ -166,7 +167,7 @@ sub received {
 	my ($self) = @_;
 	my $file = "$self->{dir}/received.jsonl";
 	return () unless -e $file;
-	my $json = JSON::PP->new->utf8(1);
+	my $json = OutboxJson::decoder()->utf8(1);
 	return map { $json->decode($_) } grep { length } split /\n/, slurp_file($file);
 }
 

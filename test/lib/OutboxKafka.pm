@@ -115,7 +115,7 @@ use File::Basename ();
 use File::Spec;
 use File::Temp ();
 use IPC::Run ();
-use JSON::PP ();
+use OutboxJson;
 use Time::HiRes ();
 
 my $KAFKA_DIR =
@@ -340,7 +340,7 @@ sub _consume_once
 	croak "kafka_consume failed: " . ($@ || "exit status " . ($? >> 8)) . "\n$err"
 	  unless $ok;
 
-	my $json = JSON::PP->new->utf8;
+	my $json = OutboxJson::decoder()->utf8;
 	my @msgs = map { $json->decode($_) } grep { length } split /\n/, $out;
 	return \@msgs;
 }

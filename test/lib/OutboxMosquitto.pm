@@ -22,6 +22,7 @@ use File::Temp qw(tempdir);
 use FindBin;
 use IO::Socket::INET;
 use JSON::PP ();
+use OutboxJson;
 use POSIX ();
 use PostgreSQL::Test::Utils;
 use Time::HiRes qw(time usleep);
@@ -154,7 +155,7 @@ sub subscribe {
 sub messages {
 	my ($self) = @_;
 	return () unless $self->{out} && -e $self->{out};
-	my $json = JSON::PP->new->utf8(1);
+	my $json = OutboxJson::decoder()->utf8(1);
 	return map { $json->decode($_) } grep { length } split /\n/, slurp_file($self->{out});
 }
 

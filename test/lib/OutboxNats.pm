@@ -23,6 +23,7 @@ use FindBin;
 use IO::Socket::INET;
 use IPC::Run ();
 use JSON::PP ();
+use OutboxJson;
 use POSIX ();
 use PostgreSQL::Test::Utils;
 use Time::HiRes qw(time usleep);
@@ -146,7 +147,7 @@ sub count {
 # Every message of the stream, in stream order: { seq, subject, headers, data }.
 sub messages {
 	my ($self, $name) = @_;
-	my $json = JSON::PP->new->utf8(0);
+	my $json = OutboxJson::decoder()->utf8(0);
 	return map { $json->decode($_) } grep { length } split /\n/, $self->tool('read', $name);
 }
 

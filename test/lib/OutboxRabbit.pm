@@ -21,7 +21,7 @@ use File::Basename qw(dirname);
 use File::Temp qw(tempdir);
 use IO::Socket::INET;
 use IPC::Run ();
-use JSON::PP;
+use OutboxJson;
 use POSIX ();
 use PostgreSQL::Test::Utils;
 use Time::HiRes qw(time usleep);
@@ -214,7 +214,8 @@ sub count { my ($self, $queue) = @_; return $self->tool('count', $queue) }
 # Takes every message off $queue: an arrayref of hashes (amqp_tool.py dump).
 sub dump_queue {
 	my ($self, $queue) = @_;
-	return [ map { decode_json($_) } grep { length } split /\n/, $self->tool('dump', $queue) ];
+	my $json = OutboxJson::decoder()->utf8;
+	return [ map { $json->decode($_) } grep { length } split /\n/, $self->tool('dump', $queue) ];
 }
 
 # SIGKILL, as a crash would: the node, not its epmd.
