@@ -409,10 +409,10 @@ fi
 # files), and the injected-fault files 090-093: they come early in the
 # second lane and the fault suites (070, 071) late in the first, so they do
 # not run at once. The memory run (080, 1,400,000 events: it computes more
-# than it waits) runs in the first lane, after the fault suites: with it,
-# the second lane, which every new broker sink's files join, ended about
-# 10 minutes after the first on a loaded machine (the lanes' files summed
-# to about 2,550 s and 3,100 s there; 080 took 307 s).
+# than it waits) runs in the first lane, after the fault suites: in a whole
+# TAP run on a loaded 2-core machine the lanes took 1,847 s and 1,743 s this
+# way, and would have taken 1,614 s and 1,975 s with 080 (232 s) in the
+# second, which every new broker sink's files join.
 TAP_SECOND_LANE='t/{046,050,057,068,090,091,092,093,096,099,12?,13?,14?,15?}_*.pl'
 # The chroots' second lane: the broker sinks' files (120-159).
 SINK_TAP_LANE='t/{12?,13?,14?,15?}_*.pl'
