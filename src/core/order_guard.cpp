@@ -1,5 +1,6 @@
 #include "core/order_guard.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace outbox {
@@ -64,6 +65,14 @@ void OrderGuard::Release(std::string_view route, std::string_view key, std::stri
   if (it == waiting_.end()) return;
   it->second.ids.erase(IdOf(id));
   if (it->second.ids.empty()) waiting_.erase(it);
+}
+
+int64_t OrderGuard::EarliestUntil(std::string_view route, std::string_view key) const {
+  int64_t earliest = INT64_MAX;
+  auto it = waiting_.find(PairOf(route, key));
+  if (it == waiting_.end()) return earliest;
+  for (const auto &event : it->second.ids) earliest = std::min(earliest, event.second);
+  return earliest;
 }
 
 bool OrderGuard::MayDeliver(std::string_view route, std::string_view key, std::string_view id,

@@ -51,6 +51,10 @@ class OrderGuard {
   bool MayDeliver(std::string_view route, std::string_view key, std::string_view id,
                   const std::set<std::string> *in_batch, int64_t *until) const;
 
+  // The earliest time any waiting event of (route, key) waits until, later
+  // events included; INT64_MAX when none waits.
+  int64_t EarliestUntil(std::string_view route, std::string_view key) const;
+
   // Does some event wait for a time before `before`? It should have been
   // claimed again by then, and blocked again (with a new time) or released;
   // when it was not, it may have stopped waiting where this guard cannot see

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <map>
 
 #include "core/backoff.hpp"
 
@@ -181,6 +182,7 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
   }
 
   auto stopping = [&] { return interrupted != nullptr && interrupted(); };
+  std::map<RouteKey, int64_t> cut_heads;  // keys with an event not sent: when it is due
   for (size_t k = 0; k < members.size(); ++k) {
     const size_t i = members[k];
     const DispatchRoute &route = (*routes_)[route_of[i]];
@@ -222,18 +224,33 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
       // if it died. Or not sent for want of time (the sink cut its call
       // short after the key's earlier events were delivered): due at once,
       // and its key blocked behind it all the same, or the key's later
-      // events, claimed as new, would reach the broker before it. The rest
-      // of the chain parks behind it, due at once too (with_its_call): the
-      // next claim takes them together, in id order.
+      // events, claimed as new, would reach the broker before it.
       const std::string_view why = result.error.empty() ? kWaitingForKey : result.error;
-      if (!ParkBehindEarlier(rows[i], route, nullptr, settings.now_us, why, &out[i], true)) {
-        out[i].outcome = Outcome::kPark;
-        out[i].next_attempt_us = settings.now_us;
-        SetError(&out[i], why);
-        if (rows[i].has_key) {
-          guard_->Block(route.pattern, rows[i].key, rows[i].id, out[i].next_attempt_us);
-        }
+      const bool keyed = rows[i].has_key;
+      auto head = keyed ? cut_heads.find(RouteKey(route.pattern, std::string(rows[i].key)))
+                        : cut_heads.end();
+      if (head == cut_heads.end() &&
+          ParkBehindEarlier(rows[i], route, nullptr, settings.now_us, why, &out[i])) {
+        continue;
       }
+      // The first of its key not sent, or the rest of that chain: due when
+      // the first is, so that the next claim takes them together, in id
+      // order (every earlier waiting event of theirs is in this call: the
+      // batch admitted them). The first is never due after what already
+      // waits behind it (parked in earlier cycles): claims take due events
+      // in next_attempt_at order, and a key's head must come before its
+      // tail.
+      int64_t due = settings.now_us;
+      if (head != cut_heads.end()) {
+        due = head->second;
+      } else if (keyed) {
+        due = std::min(due, guard_->EarliestUntil(route.pattern, rows[i].key));
+        cut_heads.emplace(RouteKey(route.pattern, std::string(rows[i].key)), due);
+      }
+      out[i].outcome = Outcome::kPark;
+      out[i].next_attempt_us = due;
+      SetError(&out[i], why);
+      if (keyed) guard_->Block(route.pattern, rows[i].key, rows[i].id, due);
       continue;
     }
     if (result.status == DeliveryStatus::kRejected && members.size() > 1 && sink == nullptr) {
@@ -284,13 +301,13 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
 
 bool Verdicts::ParkBehindEarlier(const EventRow &row, const DispatchRoute &route,
                                  const std::set<std::string> *in_batch, int64_t now_us,
-                                 std::string_view error, RowOutcome *out, bool with_its_call) {
+                                 std::string_view error, RowOutcome *out) {
   int64_t until = now_us;
   if (!row.has_key || guard_->MayDeliver(route.pattern, row.key, row.id, in_batch, &until)) {
     return false;
   }
   out->outcome = Outcome::kPark;
-  out->next_attempt_us = until > now_us ? until : now_us + (with_its_call ? 0 : kBehindDueUs);
+  out->next_attempt_us = until > now_us ? until : now_us + kBehindDueUs;
   if (!late_keys_->empty() &&
       late_keys_->count(RouteKey(route.pattern, std::string(row.key))) != 0) {
     // Behind an event whose sink has not answered yet: its answer may come

@@ -84,12 +84,10 @@ class Verdicts {
   // If an earlier event of row's route and key waits (and is not admitted to
   // this batch ahead of it), park row behind it until that one's time, and
   // note row as waiting too. Returns whether it parked. When that time is
-  // now, row is due kBehindDueUs later, or at once with `with_its_call`:
-  // the rest of a call the sink cut short, due as the call's first event
-  // not sent is, and claimed with it in id order.
+  // now, row is due kBehindDueUs later.
   bool ParkBehindEarlier(const EventRow &row, const DispatchRoute &route,
                          const std::set<std::string> *in_batch, int64_t now_us,
-                         std::string_view error, RowOutcome *out, bool with_its_call = false);
+                         std::string_view error, RowOutcome *out);
 
   // An attempt's verdict: published, retried after a backoff, or dead
   // after settings.max_attempts (which releases its key).

@@ -2281,5 +2281,90 @@ TEST_F(DispatcherTest, ARefusedTargetCountsAttemptsAndNeverTakesTheSinkDown) {
   EXPECT_EQ(SinkStates(), "kafka=connected");
 }
 
+Script CutOffAfter(int delivered_id) {
+  return [delivered_id](const OutMessage &m, int) {
+    if (m.id == Id(delivered_id)) return Delivered();
+    return Delivery{DeliveryStatus::kNotSent, "not sent: cut off for want of time"};
+  };
+}
+
+// A chain cut off again is due with its first event not sent, even while a
+// later event of the key waits parked until later (the key's latest wait).
+TEST_F(DispatcherTest, TheRestOfAChainCutOffAgainIsDueWithItsFirstDespiteAParkedTail) {
+  ConfigureOneSink();
+  Broker("kafka").script = CutOffAfter(1);
+  auto b1 = Begin({Ev(1, "orders.a", "k"), Ev(2, "orders.a", "k"), Ev(3, "orders.a", "k"),
+                   Ev(4, "orders.a", "k")});
+  auto b2 = Begin({Ev(5, "orders.a", "k")});  // deferred: its key is in flight
+  ASSERT_TRUE(Finish(b1.get()));
+  ASSERT_TRUE(Finish(b2.get()));
+  for (size_t i : {1, 2, 3}) EXPECT_EQ(b1->out[i].next_attempt_us, kNow);
+  ASSERT_TRUE(Is(b2->out[0], Outcome::kPark));
+  EXPECT_EQ(b2->out[0].next_attempt_us, kNow + Verdicts::kBehindDueUs);
+  // Next cycle, 100 ms later: 2 goes, 3 and 4 are cut off again.
+  Broker("kafka").script = CutOffAfter(2);
+  const int64_t t = kNow + 100000;
+  const auto out =
+      Dispatch({Ev(2, "orders.a", "k"), Ev(3, "orders.a", "k"), Ev(4, "orders.a", "k")}, t);
+  ASSERT_TRUE(Is(out[0], Outcome::kPublished));
+  EXPECT_LE(out[1].next_attempt_us, t);  // due
+  EXPECT_EQ(out[2].next_attempt_us, out[1].next_attempt_us)
+      << "the rest of the chain is not due with its first";
+}
+
+// A key's first event not sent is never due after the events parked behind
+// it in earlier cycles: claims take due events in next_attempt_at order, up
+// to the batch size, and a long tail claimed first would hold the head back.
+TEST_F(DispatcherTest, AHeadCutOffAgainIsNeverDueAfterItsParkedTail) {
+  ConfigureOneSink();
+  Broker("kafka").script = CutOffAfter(1);
+  auto b1 = Begin({Ev(1, "orders.a", "k"), Ev(2, "orders.a", "k"), Ev(3, "orders.a", "k")});
+  auto b2 = Begin({Ev(4, "orders.a", "k")});  // the tail, deferred
+  ASSERT_TRUE(Finish(b1.get()));
+  ASSERT_TRUE(Finish(b2.get()));
+  const int64_t tail_due = b2->out[0].next_attempt_us;
+  ASSERT_EQ(tail_due, kNow + Verdicts::kBehindDueUs);
+  // 3 s later the claim (limit 2) takes 2 and 3 (due at kNow), not 4. The
+  // sink cuts the call off again after 2.
+  Broker("kafka").script = CutOffAfter(2);
+  const int64_t t = kNow + 3000000;
+  const auto out = Dispatch({Ev(2, "orders.a", "k"), Ev(3, "orders.a", "k")}, t);
+  ASSERT_TRUE(Is(out[0], Outcome::kPublished));
+  ASSERT_TRUE(Is(out[1], Outcome::kPark));
+  EXPECT_LE(out[1].next_attempt_us, tail_due)
+      << "head 3 is due after tail 4: the next claim takes 4 (and the rest of a long tail) "
+         "first, and 4 is parked again behind 3";
+  // What that next claim does with 4 alone:
+  const auto again = Dispatch({Ev(4, "orders.a", "k")}, t + 1000);
+  EXPECT_TRUE(Is(again[0], Outcome::kPark));
+  EXPECT_EQ(Broker("kafka").calls.size(), 2u);
+}
+
+// The rest of a chain cut off while its group was late is judged when the
+// group settles, due with its first event not sent, whatever later event of
+// the key waits (and whatever time the late park gave the key).
+TEST_F(SlowSinkTest, TheRestOfAChainCutOffWhileLateIsDueWithItsFirst) {
+  Broker("kafka").stuck_ids = {Id(2), Id(3)};
+  const auto first =
+      Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.a", "k"), Ev(3, "orders.a", "k")});
+  ASSERT_TRUE(Is(first[0], Outcome::kPublished));
+  ASSERT_EQ(first[1].next_attempt_us, kParkedUntil);
+  // A later event of the key, claimed meanwhile, waits behind them.
+  const auto tail = Dispatch({Ev(4, "orders.a", "k")}, kNow + 1000);
+  ASSERT_TRUE(Is(tail[0], Outcome::kPark));
+  // The sink cut its call short: 2 and 3 were never sent.
+  Broker("kafka").script = CutOffAfter(1);
+  Broker("kafka").stuck_ids.clear();
+  ASSERT_TRUE(dispatcher_.LateArrived());
+  const int64_t t = kNow + 2000000;
+  const auto late = SettleLate(t);
+  ASSERT_EQ(late.size(), 2u);
+  for (const LateOutcome &o : late) {
+    EXPECT_TRUE(Is(o.outcome, Outcome::kPark));
+    EXPECT_LE(o.outcome.next_attempt_us, t) << o.id << " is not due at once with its first";
+    EXPECT_EQ(o.outcome.next_attempt_us, late[0].outcome.next_attempt_us);
+  }
+}
+
 }  // namespace
 }  // namespace outbox
