@@ -29,7 +29,7 @@ use Test::More;
 use Time::HiRes qw(time usleep);
 use OutboxNode qw(outbox_node wait_until wait_while_progressing);
 
-use constant { CHAIN => 3000, ROUNDS => 6, LATER => 10 };
+use constant { CHAIN => 3000, ROUNDS => 4, LATER => 10 };
 
 sub run {
 	my (%o) = @_;
