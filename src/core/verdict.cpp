@@ -227,8 +227,9 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
       // events, claimed as new, would reach the broker before it.
       const std::string_view why = result.error.empty() ? kWaitingForKey : result.error;
       const bool keyed = rows[i].has_key;
-      auto head = keyed ? cut_heads.find(RouteKey(route.pattern, std::string(rows[i].key)))
-                        : cut_heads.end();
+      const RouteKey route_key =
+          keyed ? RouteKey(route.pattern, std::string(rows[i].key)) : RouteKey();
+      auto head = keyed ? cut_heads.find(route_key) : cut_heads.end();
       if (head == cut_heads.end() &&
           ParkBehindEarlier(rows[i], route, nullptr, settings.now_us, why, &out[i])) {
         continue;
@@ -245,7 +246,7 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
         due = head->second;
       } else if (keyed) {
         due = std::min(due, guard_->EarliestUntil(route.pattern, rows[i].key));
-        cut_heads.emplace(RouteKey(route.pattern, std::string(rows[i].key)), due);
+        cut_heads.emplace(route_key, due);
       }
       out[i].outcome = Outcome::kPark;
       out[i].next_attempt_us = due;
