@@ -24,6 +24,7 @@ use IO::Socket::INET;
 use JSON::PP ();
 use OutboxJson;
 use POSIX ();
+use Test::More ();
 use PostgreSQL::Test::Utils;
 use Time::HiRes qw(time usleep);
 
@@ -231,6 +232,17 @@ sub _stop_all {
 	if (my $pid = delete $self->{sub_pid}) {
 		kill 'KILL', $pid;
 		waitpid($pid, 0);
+	}
+	# A failed test shows what the broker and the subscriber said (their
+	# directory goes with the test).
+	if (!Test::More->builder->is_passing) {
+		for my $log (qw(mosquitto.log subscriber.log)) {
+			my $file = "$self->{dir}/$log";
+			next unless -s $file;
+			my @lines = split /\n/, slurp_file($file);
+			splice(@lines, 0, @lines - 40) if @lines > 40;
+			Test::More::diag("$log (port $self->{port}), last lines:\n" . join("\n", @lines));
+		}
 	}
 	delete $running{ $self->{dir} };
 	return;

@@ -16,6 +16,8 @@ import argparse
 import json
 import os
 import sys
+import time
+import traceback
 
 import paho.mqtt.client as mqtt
 
@@ -53,9 +55,14 @@ def main():
         out.write(json.dumps(record) + "\n")
         out.flush()
 
+    def on_disconnect(c, userdata, *rest):
+        # Said in the subscriber's log, which a failed test shows.
+        print("subscriber: disconnected", *rest, file=sys.stderr, flush=True)
+
     client.on_connect = on_connect
     client.on_subscribe = on_subscribe
     client.on_message = on_message
+    client.on_disconnect = on_disconnect
     client.reconnect_delay_set(min_delay=1, max_delay=1)
     connect_args = {}
     if v5:
@@ -72,9 +79,26 @@ def main():
             client.connect("127.0.0.1", args.port, keepalive=10, **connect_args)
             break
         except OSError:
-            import time
             time.sleep(0.2)
-    client.loop_forever(retry_first_connection=True)
+    # The test decides when the subscriber ends (it kills it). Whatever ends
+    # paho's loop (a broker's DISCONNECT on shutdown that leaves the client
+    # "disconnected", an exception in a callback) is logged, and the
+    # subscriber connects again: its session keeps what the broker took.
+    while True:
+        try:
+            client.loop_forever(retry_first_connection=True)
+            print("subscriber: the network loop ended; connecting again",
+                  file=sys.stderr, flush=True)
+        except Exception:  # noqa: BLE001 (logged, then the loop goes on)
+            traceback.print_exc(file=sys.stderr)
+            sys.stderr.flush()
+        while True:
+            time.sleep(0.5)
+            try:
+                client.reconnect()
+                break
+            except OSError:
+                pass
 
 
 if __name__ == "__main__":

@@ -14,10 +14,12 @@
 # every 1.5 s for a partition without a leader (phase C), then, on a second
 # sink with message.timeout.ms=0, with one every 1.5 s for the missing topic
 # (phase D). Proves: the healthy events' p99 latency (published_at -
-# created_at) stays under 100 ms in phases B, C and D (or within twice phase
-# A's plus 20 ms, if this machine is so loaded that phase A alone is slower
-# than that), every healthy event is published, and per key they arrive in
-# emit order.
+# created_at) stays under 100 ms in phases B, C and D (or within three times
+# phase A's plus 20 ms, if this machine is so loaded that phase A alone is
+# slower than that), every healthy event is published, and per key they
+# arrive in emit order. The phases' leftovers (retries of phase B's missing
+# topic, on a sink that has no other traffic in phase D) must not hold the
+# cycle either.
 use strict;
 use warnings;
 use FindBin;
@@ -102,7 +104,10 @@ sub phase {
 }
 
 my $p99_alone = phase('A, healthy topics alone');
-my $bound = $p99_alone * 2 + 20 > 100 ? $p99_alone * 2 + 20 : 100;
+# A loaded machine slows every answer, and a batch waits for a slow one up
+# to four times its topic's usual answer time before it leaves it late: the
+# bound grows with phase A's p99.
+my $bound = $p99_alone * 3 + 20 > 100 ? $p99_alone * 3 + 20 : 100;
 my $p99_missing = phase('B, with a topic the cluster lacks', 'missing.e');
 cmp_ok($p99_missing, '<', $bound,
 	"B: a topic the cluster lacks leaves the healthy topics' p99 under $bound ms");

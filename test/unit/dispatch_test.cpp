@@ -2114,6 +2114,30 @@ TEST_F(SlowSinkTest, AGroupOfOnlyASuspectTopicDoesNotHoldTheCycle) {
   EXPECT_LT(took, std::chrono::milliseconds(200)) << "not the ack wait";
 }
 
+// A topic the broker refused (Kafka: a topic the cluster lacks) is answered
+// again only when the client next asks the cluster about it, which may be
+// after the ack wait: a group of nothing but its retries, on a sink with no
+// other traffic just now, does not hold the cycle for the ack wait either.
+TEST_F(SlowSinkTest, AGroupOfOnlyARefusedTopicsRetriesDoesNotHoldTheCycle) {
+  ack_wait_ms_ = 400;
+  Broker("kafka").script = [](const OutMessage &m, int) {
+    return m.topic == "orders.missing"
+               ? Delivery{DeliveryStatus::kTargetRefused, "UNKNOWN_TOPIC_OR_PART"}
+               : Delivered();
+  };
+  const auto first = Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.missing", "m")});
+  ASSERT_TRUE(Is(first[1], Outcome::kRetry));
+  // Its retry is answered late, and the sink answered nothing else lately.
+  Broker("kafka").stuck_topics = {"orders.missing"};
+  std::this_thread::sleep_for(std::chrono::milliseconds(450));
+  const auto started = std::chrono::steady_clock::now();
+  const auto out = Dispatch({Ev(2, "orders.missing", "m"), Ev(13, "mail.a", "x3")}, kNow + 3000);
+  const auto took = std::chrono::steady_clock::now() - started;
+  EXPECT_TRUE(Is(out[0], Outcome::kPark));
+  EXPECT_TRUE(Is(out[1], Outcome::kPublished)) << "the other sink's event";
+  EXPECT_LT(took, std::chrono::milliseconds(200)) << "not the ack wait";
+}
+
 // A sink that stops answering right after it answered (a broker going
 // down) takes no more groups once kHeldAfterLateEvents events await its
 // answers, even though each group was given up early as its topics'
