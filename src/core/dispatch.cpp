@@ -453,11 +453,6 @@ void Dispatcher::SettleGroup(const Flight &flight, SinkGroup *group,
     if (group->results[k].status == DeliveryStatus::kDelivered) {
       sinks_.NoteAnsweredTopic(&state, group->messages[k].topic,
                                (group->results[k].answered_at_us - group->sent_unix_us) / 1000);
-    } else if (group->results[k].status == DeliveryStatus::kTargetRefused) {
-      // Its retries may again be answered only when the client next asks
-      // the cluster about the topic (librdkafka: a metadata refresh), after
-      // the ack wait: a group of nothing else must not hold the cycle.
-      sinks_.SetSuspect(group->messages[k].topic, SteadyMs() + kSuspectTopicMs);
     }
   }
   if (std::any_of(group->results.begin(), group->results.end(), FromBroker)) {

@@ -67,9 +67,7 @@
 //   sink's healthy topics are not slowed down by one that is not; a group
 //   of nothing but suspect topics is given up at once, even when the sink
 //   answered nothing lately (OnlySuspectsLeft), so it does not hold the
-//   cycle (whether the sink is slow is judged as for any group). A topic
-//   the broker refused (kTargetRefused) is suspect as long: its retries may
-//   be answered only at the client's next look at the cluster's metadata.
+//   cycle (whether the sink is slow is judged as for any group).
 // - It answers nothing: the sink is slow as a whole (a broker that stopped
 //   answering). No new group is sent to it: its events are parked (at most
 //   kLateRecheckUs) and its topics are left alone by the claims

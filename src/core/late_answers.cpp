@@ -260,9 +260,6 @@ void LateAnswers::Settle(const DispatchSettings &settings) {
         if (results[x].status == DeliveryStatus::kDelivered && !late.handed[members[x]]) {
           sinks_->NoteAnsweredTopic(state, late.rows[members[x]].topic,
                                     (results[x].answered_at_us - late.sent_unix_us) / 1000);
-        } else if (results[x].status == DeliveryStatus::kTargetRefused) {
-          // As in Dispatcher::SettleGroup: its retries may be answered late.
-          sinks_->SetSuspect(late.rows[members[x]].topic, SteadyMs() + kSuspectTopicMs);
         }
       }
     }
