@@ -162,12 +162,34 @@ sub messages {
 
 # What the subscriber received on one topic, in its order, as
 # OutboxFaults::reconcile reads deliveries: the event id is the outbox-id
-# user property.
+# user property. With $patient (1-3: reconcile asks again while events are
+# missing), first wait until the subscriber has written nothing new for
+# that many seconds: the broker acknowledges a message when it takes it,
+# and under load the subscriber may still be reading thousands from its
+# queue.
 sub deliveries {
-	my ($self, $topic) = @_;
+	my ($self, $topic, $patient) = @_;
+	$self->wait_quiet($patient) if $patient;
 	my @m = $self->messages;
 	return [ map { { id => property($m[$_], 'outbox-id'), value => $m[$_]{body},
 				lane => $m[$_]{topic}, pos => $_ } } grep { $m[$_]{topic} eq $topic } 0 .. $#m ];
+}
+
+# Waits until the subscriber's output has not grown for $still seconds, at
+# most a minute.
+sub wait_quiet {
+	my ($self, $still) = @_;
+	my ($size, $since, $start) = (-1, time(), time());
+	while (time() - $start < 60) {
+		my $now = $self->{out} && -e $self->{out} ? -s $self->{out} : 0;
+		if ($now != $size) {
+			($size, $since) = ($now, time());
+		} elsif (time() - $since >= $still) {
+			return;
+		}
+		usleep(100_000);
+	}
+	return;
 }
 
 # A message's user property (the first of that name), or undef.

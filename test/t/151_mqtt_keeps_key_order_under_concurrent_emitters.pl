@@ -25,7 +25,7 @@ $node->safe_psql('postgres', q{SELECT outbox.add_route('mo.*', 'mqtt')});
 my $load = new_load(node => $node, sessions => 4, keys => 20, per_tx => 3, sleep_ms => 10,
 	topic => 'mo.steady');
 my $suite = OutboxFaults::new_suite(node => $node, load => $load, sink => 'mqtt', prefix => 'mo',
-	publishers => 2, scenarios => ['steady'], fetch => sub { $mq->deliveries($_[0]) });
+	publishers => 2, scenarios => ['steady'], fetch => sub { $mq->deliveries(@_) });
 $suite->start;
 
 

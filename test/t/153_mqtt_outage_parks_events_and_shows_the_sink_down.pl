@@ -25,7 +25,7 @@ $node->safe_psql('postgres', q{SELECT outbox.add_route('mu.*', 'mqtt')});
 my $load = new_load(node => $node, sessions => 4, keys => 20, per_tx => 3, sleep_ms => 20,
 	topic => 'mu.outage');
 my $suite = OutboxFaults::new_suite(node => $node, load => $load, sink => 'mqtt', prefix => 'mu',
-	publishers => 2, scenarios => ['outage'], fetch => sub { $mq->deliveries($_[0]) });
+	publishers => 2, scenarios => ['outage'], fetch => sub { $mq->deliveries(@_) });
 $suite->start;
 
 
