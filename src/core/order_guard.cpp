@@ -55,7 +55,9 @@ std::string OrderGuard::TextOf(const Id &id) {
 
 void OrderGuard::Block(std::string_view route, std::string_view key, std::string_view id,
                        int64_t until) {
-  waiting_[PairOf(route, key)].ids[IdOf(id)] = until;  // the latest decision about it
+  Waiting &w = waiting_[PairOf(route, key)];
+  w.ids[IdOf(id)] = until;  // the latest decision about this event
+  if (until > w.until) w.until = until;
 }
 
 void OrderGuard::Release(std::string_view route, std::string_view key, std::string_view id) {
@@ -78,22 +80,15 @@ bool OrderGuard::MayDeliver(std::string_view route, std::string_view key, std::s
   auto it = waiting_.find(PairOf(route, key));
   if (it == waiting_.end()) return true;
   const Id self = IdOf(id);
-  // The latest time among the earlier events that hold it back, as they
-  // wait now: an event released, or a later one parked further out, must
-  // not make it wait longer (a key's events would stall for a late answer's
-  // whole timeout after that answer came in).
-  bool held = false;
-  int64_t latest = INT64_MIN;
   for (const auto &[earlier, earlier_until] : it->second.ids) {
     if (!(earlier < self)) break;  // only earlier events hold this one back
     // Admitted to this batch ahead of it (the batch holds canonical text).
     if (in_batch == nullptr || in_batch->count(TextOf(earlier)) == 0) {
-      held = true;
-      latest = std::max(latest, earlier_until);
+      if (until != nullptr) *until = it->second.until;
+      return false;
     }
   }
-  if (held && until != nullptr) *until = latest;
-  return !held;
+  return true;
 }
 
 }  // namespace outbox

@@ -46,9 +46,8 @@ class OrderGuard {
   // May event `id` of (route, key) be delivered now? Only if every earlier
   // waiting event of the same route and key goes out before it in the same
   // batch (`in_batch`: ids already admitted to this batch, may be null).
-  // When not, *until receives the time to park it until: the latest time
-  // any of those earlier events waits for now (released events and later
-  // ones do not count).
+  // When not, *until receives the time to park it until (the latest time any
+  // of them waits for).
   bool MayDeliver(std::string_view route, std::string_view key, std::string_view id,
                   const std::set<std::string> *in_batch, int64_t *until) const;
 
@@ -93,6 +92,7 @@ class OrderGuard {
  private:
   struct Waiting {
     std::map<Id, int64_t> ids;  // each waiting event, with the time it waits until
+    int64_t until = 0;          // the latest of them
   };
   uint64_t PairOf(std::string_view route, std::string_view key) const {
     return KeyedHash(hash_key_, route, key);

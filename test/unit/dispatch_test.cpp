@@ -2091,30 +2091,6 @@ TEST_F(SlowSinkTest, ATopicTheSinkDoesNotAnswerHoldsOnlyItsOwnEvents) {
   EXPECT_FALSE(dispatcher_.HasLate());
 }
 
-// An event left to a late answer is parked for the sink's whole timeout, and
-// the next event of its key behind it for a second at a time. Once the
-// answer is in, a third event of the key waits for the second only: not for
-// the first one's timeout, which would stall the key although nothing holds
-// it back any more (a loaded machine's healthy topic, TAP 099).
-TEST_F(SlowSinkTest, OnceALateAnswerIsInTheKeysLaterEventsNoLongerWaitForItsTimeout) {
-  Broker("kafka").stuck_topics = {"orders.a"};
-  const auto first = Dispatch({Ev(1, "orders.a", "k"), Ev(9, "orders.b", "j")});
-  ASSERT_TRUE(Is(first[0], Outcome::kPark));
-  ASSERT_EQ(first[0].next_attempt_us, kParkedUntil);
-  Broker("kafka").stuck_topics.clear();
-  const auto second = Dispatch({Ev(2, "orders.a", "k")}, kNow + 1000);
-  ASSERT_TRUE(Is(second[0], Outcome::kPark)) << "behind the late one";
-  ASSERT_LE(second[0].next_attempt_us, kNow + 1000 + Dispatcher::kLateRecheckUs);
-  ASSERT_TRUE(dispatcher_.LateArrived());
-  const auto late = SettleLate(kNow + 2000);
-  ASSERT_EQ(late.size(), 1u);
-  EXPECT_TRUE(Is(late[0].outcome, Outcome::kPublished));
-  const auto third = Dispatch({Ev(3, "orders.a", "k")}, kNow + 3000);
-  ASSERT_TRUE(Is(third[0], Outcome::kPark)) << "behind the second, not yet due";
-  EXPECT_LE(third[0].next_attempt_us, second[0].next_attempt_us)
-      << "not until the first one's timeout (" << kParkedUntil << ")";
-}
-
 // Once a topic went unanswered while the sink answered others, a group
 // holding it waits for the others' answers only, not for the whole ack
 // wait: the sink's healthy topics keep their latency.

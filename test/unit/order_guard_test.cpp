@@ -218,38 +218,6 @@ TEST(OrderGuard, UntilIsTheLatestTimeAnyWaitingEventWaitsFor) {
   EXPECT_EQ(until, 50);
 }
 
-// An event awaiting a late answer is parked for the sink's whole timeout,
-// the next one of its key behind it for a second at a time. Once the answer
-// is in, a third one waits for the second only, not for the first's
-// timeout (else the key stalls for it although nothing holds it back).
-TEST(OrderGuard, AReleasedEventNoLongerSetsHowLongLaterOnesWait) {
-  OrderGuard g;
-  g.Block("r", "k", Id(1), 10000);
-  g.Block("r", "k", Id(2), 1000);
-  g.Release("r", "k", Id(1));
-  int64_t until = 0;
-  EXPECT_FALSE(May(g, "r", "k", 3, &until));
-  EXPECT_EQ(until, 1000);
-}
-
-TEST(OrderGuard, AnEventWaitsForTheEarlierOnesNotForLaterOnes) {
-  OrderGuard g;
-  g.Block("r", "k", Id(1), 100);
-  g.Block("r", "k", Id(3), 300);
-  int64_t until = 0;
-  EXPECT_FALSE(May(g, "r", "k", 2, &until));
-  EXPECT_EQ(until, 100);
-}
-
-TEST(OrderGuard, AnEventBlockedAgainForLessTimeHoldsLaterOnesOnlyThatLong) {
-  OrderGuard g;
-  g.Block("r", "k", Id(1), 3000);
-  g.Block("r", "k", Id(1), 1000);  // the latest decision about it
-  int64_t until = 0;
-  EXPECT_FALSE(May(g, "r", "k", 2, &until));
-  EXPECT_EQ(until, 1000);
-}
-
 TEST(OrderGuard, UntilIsOnlyWrittenWhenTheEventIsHeld) {
   OrderGuard g;
   g.Block("r", "k", Id(5), 100);
