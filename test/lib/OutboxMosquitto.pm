@@ -23,6 +23,7 @@ use FindBin;
 use IO::Socket::INET;
 use JSON::PP ();
 use OutboxJson;
+use OutboxNode qw(wait_while_progressing);
 use POSIX ();
 use Test::More ();
 use PostgreSQL::Test::Utils;
@@ -169,27 +170,13 @@ sub messages {
 # queue.
 sub deliveries {
 	my ($self, $topic, $patient) = @_;
-	$self->wait_quiet($patient) if $patient;
+	# Given up once the file stands still for $patient seconds, which is
+	# what is waited for.
+	wait_while_progressing(sub { $self->{out} && -e $self->{out} ? -s $self->{out} : 0 },
+		sub { 0 }, $patient) if $patient;
 	my @m = $self->messages;
 	return [ map { { id => property($m[$_], 'outbox-id'), value => $m[$_]{body},
 				lane => $m[$_]{topic}, pos => $_ } } grep { $m[$_]{topic} eq $topic } 0 .. $#m ];
-}
-
-# Waits until the subscriber's output has not grown for $still seconds, at
-# most a minute.
-sub wait_quiet {
-	my ($self, $still) = @_;
-	my ($size, $since, $start) = (-1, time(), time());
-	while (time() - $start < 60) {
-		my $now = $self->{out} && -e $self->{out} ? -s $self->{out} : 0;
-		if ($now != $size) {
-			($size, $since) = ($now, time());
-		} elsif (time() - $since >= $still) {
-			return;
-		}
-		usleep(100_000);
-	}
-	return;
 }
 
 # A message's user property (the first of that name), or undef.
