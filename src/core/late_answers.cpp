@@ -47,8 +47,8 @@ void LateAnswers::Take(SinkGroup *group, const EventRow *rows, const int *route_
       members.push_back(group->members[k]);
       results.push_back(group->results[k]);
       if (group->results[k].status == DeliveryStatus::kDelivered) {
-        sinks_->NoteAnsweredTopic(&state, group->messages[k].topic,
-                                  (group->results[k].answered_at_us - group->sent_unix_us) / 1000);
+        NoteAnswered(&state, group->messages[k].topic,
+                     (group->results[k].answered_at_us - group->sent_unix_us) / 1000);
       }
     }
     Judging j;
@@ -186,8 +186,7 @@ void LateAnswers::HandOutDelivered(Late *late) {
     late->handed[k] = 1;  // after the push: a bad_alloc leaves it to the group's verdict
     if (state != nullptr) {
       state->last_answer_ms = SteadyMs();
-      sinks_->NoteAnsweredTopic(state, r.topic,
-                                (answer.answered_at_us - late->sent_unix_us) / 1000);
+      NoteAnswered(state, r.topic, (answer.answered_at_us - late->sent_unix_us) / 1000);
     }
     if (!r.has_key) continue;
     guard_->Release(r.pattern, r.key, r.id);
@@ -258,8 +257,8 @@ void LateAnswers::Settle(const DispatchSettings &settings) {
     if (SinkState *state = sinks_->Find(late.sink_name); !late.retired && state != nullptr) {
       for (size_t x = 0; x < members.size(); ++x) {
         if (results[x].status == DeliveryStatus::kDelivered && !late.handed[members[x]]) {
-          sinks_->NoteAnsweredTopic(state, late.rows[members[x]].topic,
-                                    (results[x].answered_at_us - late.sent_unix_us) / 1000);
+          NoteAnswered(state, late.rows[members[x]].topic,
+                       (results[x].answered_at_us - late.sent_unix_us) / 1000);
         }
       }
     }
@@ -367,6 +366,23 @@ bool LateAnswers::SinkHeld(const std::string &sink) const {
 
 // Its groups that got no answer were its topics' trouble, not the sink's
 // (they become partial, their topics suspect), and it takes new events.
+void LateAnswers::NoteAnswered(SinkState *state, std::string_view topic, int64_t latency_ms) {
+  sinks_->NoteAnsweredTopic(state, topic, latency_ms);
+  // Looked for only while the topic is suspect: rare, and bounded by the
+  // events awaiting late answers (kMaxLateGroups groups).
+  if (sinks_->Suspected(topic) && !AwaitsTopic(topic)) sinks_->EndSuspicion(topic);
+}
+
+bool LateAnswers::AwaitsTopic(std::string_view topic) const noexcept {
+  for (const Late &late : late_) {
+    if (late.complete) continue;
+    for (size_t k = 0; k < late.rows.size(); ++k) {
+      if (!late.handed[k] && late.rows[k].topic == topic) return true;
+    }
+  }
+  return false;
+}
+
 void LateAnswers::SinkAnswers(SinkState *state, const std::string &sink) {
   state->last_answer_ms = SteadyMs();
   const int64_t until = state->last_answer_ms + kSuspectTopicMs;

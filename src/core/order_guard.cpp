@@ -56,15 +56,35 @@ std::string OrderGuard::TextOf(const Id &id) {
 void OrderGuard::Block(std::string_view route, std::string_view key, std::string_view id,
                        int64_t until) {
   Waiting &w = waiting_[PairOf(route, key)];
-  w.ids[IdOf(id)] = until;  // the latest decision about this event
-  if (until > w.until) w.until = until;
+  const auto [event, added] = w.ids.try_emplace(IdOf(id), until);
+  const int64_t before = event->second;
+  event->second = until;  // the latest decision about this event
+  if (until >= w.until) {
+    w.until = until;
+  } else if (!added && before == w.until) {
+    w.until = LatestOf(w);  // it held the latest time, and waits less now
+  }
 }
 
 void OrderGuard::Release(std::string_view route, std::string_view key, std::string_view id) {
   auto it = waiting_.find(PairOf(route, key));
   if (it == waiting_.end()) return;
-  it->second.ids.erase(IdOf(id));
-  if (it->second.ids.empty()) waiting_.erase(it);
+  Waiting &w = it->second;
+  auto event = w.ids.find(IdOf(id));
+  if (event == w.ids.end()) return;
+  const bool held_latest = event->second == w.until;
+  w.ids.erase(event);
+  if (w.ids.empty()) {
+    waiting_.erase(it);
+  } else if (held_latest) {
+    w.until = LatestOf(w);
+  }
+}
+
+int64_t OrderGuard::LatestOf(const Waiting &w) {
+  int64_t latest = INT64_MIN;
+  for (const auto &event : w.ids) latest = std::max(latest, event.second);
+  return latest;
 }
 
 int64_t OrderGuard::EarliestUntil(std::string_view route, std::string_view key) const {

@@ -47,7 +47,7 @@ class OrderGuard {
   // waiting event of the same route and key goes out before it in the same
   // batch (`in_batch`: ids already admitted to this batch, may be null).
   // When not, *until receives the time to park it until (the latest time any
-  // of them waits for).
+  // waiting event of the pair, earlier or later, waits for now).
   bool MayDeliver(std::string_view route, std::string_view key, std::string_view id,
                   const std::set<std::string> *in_batch, int64_t *until) const;
 
@@ -92,8 +92,15 @@ class OrderGuard {
  private:
   struct Waiting {
     std::map<Id, int64_t> ids;  // each waiting event, with the time it waits until
-    int64_t until = 0;          // the latest of them
+    // The latest of them, as they wait now: an event released, or blocked
+    // again for less, no longer counts (a key would otherwise stall, once a
+    // late answer is in, until the time that event had been parked for).
+    int64_t until = INT64_MIN;
   };
+  // The latest time any of w's events waits until (w.ids not empty). Walks
+  // them: only when the event holding the latest time is released or waits
+  // less.
+  static int64_t LatestOf(const Waiting &w);
   uint64_t PairOf(std::string_view route, std::string_view key) const {
     return KeyedHash(hash_key_, route, key);
   }

@@ -202,10 +202,11 @@ void SinkRegistry::NoteAnsweredTopic(SinkState *state, std::string_view topic, i
   } else {
     decay(&it->second);
   }
-  if (!suspect_topics_.empty()) {
-    auto s = suspect_topics_.find(topic);
-    if (s != suspect_topics_.end()) suspect_topics_.erase(s);
-  }
+}
+
+void SinkRegistry::EndSuspicion(std::string_view topic) {
+  auto s = suspect_topics_.find(topic);
+  if (s != suspect_topics_.end()) suspect_topics_.erase(s);
 }
 
 void SinkRegistry::SetSuspect(std::string_view topic, int64_t until_ms) {

@@ -155,13 +155,19 @@ class SinkRegistry {
   // A delivered event's topic, answered after `latency_ms`: the slowest
   // recent answer for it (and for the sink) is kept, decaying by 1/16 per
   // answer. At most kMaxAnsweredTopics topics are remembered (beyond, the map
-  // starts afresh: a topic forgotten is judged by the sink's answers). It is
-  // no longer suspect.
+  // starts afresh: a topic forgotten is judged by the sink's answers).
+  // Whether it stays suspect is the caller's to say (EndSuspicion).
   void NoteAnsweredTopic(SinkState *state, std::string_view topic, int64_t latency_ms);
   // Suspect topics (see dispatch.hpp, "Slow sinks"): the topic is suspect
-  // until `until_ms` (SteadyMs).
+  // until `until_ms` (SteadyMs), or until EndSuspicion.
   void SetSuspect(std::string_view topic, int64_t until_ms);
   bool IsSuspect(std::string_view topic, int64_t now_ms) const;
+  // Whether the topic was made suspect and its suspicion not ended (expired
+  // or not).
+  bool Suspected(std::string_view topic) const {
+    return !suspect_topics_.empty() && suspect_topics_.find(topic) != suspect_topics_.end();
+  }
+  void EndSuspicion(std::string_view topic);
   // Whether every unanswered event of the group is of a suspect topic.
   bool OnlySuspectsLeft(const SinkGroup &group, int64_t now_ms) const;
   // Whether every unanswered event of the group has waited longer than its

@@ -117,9 +117,14 @@ void MoveDefaultRowsBeforeRestoredAttach(const AlterTableStmt *stmt) {
   FormatDayStartLiteral(*day, from);
   FormatDayStartLiteral(*day + 1, to);
   const char *qname = quote_identifier(part->relname);
+  // Locks in the order ATTACH and partition maintenance take them: outbox.events
+  // SHARE UPDATE EXCLUSIVE (what ATTACH takes on it), then the default
+  // partition. Taking the default partition first would deadlock with a
+  // maintenance run that holds outbox.events and reads the default partition.
   // AccessExclusive on the default partition only (as maintenance moves
   // rows): an emit() of another day is not held up; ATTACH takes the same
   // lock right after, for its check of the default partition.
+  LockRelationOid(events, ShareUpdateExclusiveLock);
   if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "outbox: SPI_connect failed");
   if (SPI_execute("LOCK TABLE outbox.events_default IN ACCESS EXCLUSIVE MODE", false, 0) < 0) {
     elog(ERROR, "outbox: could not lock outbox.events_default");

@@ -2091,6 +2091,30 @@ TEST_F(SlowSinkTest, ATopicTheSinkDoesNotAnswerHoldsOnlyItsOwnEvents) {
   EXPECT_FALSE(dispatcher_.HasLate());
 }
 
+// An event left to a late answer is parked for the sink's whole timeout, and
+// the next event of its key behind it for a second at a time. Once the
+// answer is in, a third event of the key waits as long as the second: not for
+// the first one's timeout, which would stall the key although nothing holds
+// it back any more (a loaded machine's healthy topic, TAP 099).
+TEST_F(SlowSinkTest, OnceALateAnswerIsInTheKeysLaterEventsNoLongerWaitForItsTimeout) {
+  Broker("kafka").stuck_topics = {"orders.a"};
+  const auto first = Dispatch({Ev(1, "orders.a", "k"), Ev(9, "orders.b", "j")});
+  ASSERT_TRUE(Is(first[0], Outcome::kPark));
+  ASSERT_EQ(first[0].next_attempt_us, kParkedUntil);
+  Broker("kafka").stuck_topics.clear();
+  const auto second = Dispatch({Ev(2, "orders.a", "k")}, kNow + 1000);
+  ASSERT_TRUE(Is(second[0], Outcome::kPark)) << "behind the late one";
+  ASSERT_LE(second[0].next_attempt_us, kNow + 1000 + Dispatcher::kLateRecheckUs);
+  ASSERT_TRUE(dispatcher_.LateArrived());
+  const auto late = SettleLate(kNow + 2000);
+  ASSERT_EQ(late.size(), 1u);
+  EXPECT_TRUE(Is(late[0].outcome, Outcome::kPublished));
+  const auto third = Dispatch({Ev(3, "orders.a", "k")}, kNow + 3000);
+  ASSERT_TRUE(Is(third[0], Outcome::kPark)) << "behind the second, not yet due";
+  EXPECT_LE(third[0].next_attempt_us, second[0].next_attempt_us)
+      << "not until the first one's timeout (" << kParkedUntil << ")";
+}
+
 // Once a topic went unanswered while the sink answered others, a group
 // holding it waits for the others' answers only, not for the whole ack
 // wait: the sink's healthy topics keep their latency.
@@ -2122,6 +2146,48 @@ TEST_F(SlowSinkTest, AGroupOfOnlyASuspectTopicDoesNotHoldTheCycle) {
   EXPECT_TRUE(Is(out[0], Outcome::kPark));
   EXPECT_TRUE(Is(out[1], Outcome::kPublished)) << "the other sink's event";
   EXPECT_LT(took, std::chrono::milliseconds(200)) << "not the ack wait";
+}
+
+// A Kafka partition without a leader: the topic's other partitions go on
+// answering. Those answers do not end the topic's suspicion while one of its
+// events still awaits a late answer, so a group of nothing but retries for
+// that partition (the sink quiet otherwise) still does not hold the cycle.
+TEST_F(SlowSinkTest, AnswersForATopicsOtherEventsKeepItSuspectWhileOneOfItsEventsAwaitsAnAnswer) {
+  ack_wait_ms_ = 400;
+  Broker("kafka").stuck_ids = {Id(2), Id(4)};
+  Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.split", "m")});
+  ASSERT_EQ(dispatcher_.LateIds(), std::vector<std::string>{Id(2)});
+  const auto other = Dispatch({Ev(3, "orders.split", "ok")}, kNow + 1000);
+  EXPECT_TRUE(Is(other[0], Outcome::kPublished)) << "the topic's other partition answers";
+  std::this_thread::sleep_for(std::chrono::milliseconds(450));
+  const auto started = std::chrono::steady_clock::now();
+  const auto out = Dispatch({Ev(4, "orders.split", "m4"), Ev(13, "mail.a", "x3")}, kNow + 3000);
+  const auto took = std::chrono::steady_clock::now() - started;
+  EXPECT_TRUE(Is(out[0], Outcome::kPark));
+  EXPECT_TRUE(Is(out[1], Outcome::kPublished)) << "the other sink's event";
+  EXPECT_LT(took, std::chrono::milliseconds(200)) << "not the ack wait";
+}
+
+// Once none of its events awaits an answer, an answer for the topic ends its
+// suspicion: a topic that recovered is waited for as any other again.
+TEST_F(SlowSinkTest, AnAnswerEndsATopicsSuspicionOnceNoneOfItsEventsAwaitsOne) {
+  ack_wait_ms_ = 400;
+  Broker("kafka").stuck_ids = {Id(2)};
+  Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.split", "m")});
+  Broker("kafka").stuck_ids.clear();
+  ASSERT_TRUE(dispatcher_.LateArrived());
+  const auto late = SettleLate(kNow + 1000);
+  ASSERT_EQ(late.size(), 1u);
+  EXPECT_TRUE(Is(late[0].outcome, Outcome::kPublished));
+  EXPECT_FALSE(dispatcher_.HasLate());
+  Dispatch({Ev(3, "orders.split", "ok")}, kNow + 1000);
+  Broker("kafka").stuck_ids = {Id(4)};
+  std::this_thread::sleep_for(std::chrono::milliseconds(450));
+  const auto started = std::chrono::steady_clock::now();
+  const auto out = Dispatch({Ev(4, "orders.split", "m4")}, kNow + 3000);
+  const auto took = std::chrono::steady_clock::now() - started;
+  EXPECT_TRUE(Is(out[0], Outcome::kPark));
+  EXPECT_GE(took, std::chrono::milliseconds(350)) << "waited for as a topic not suspect";
 }
 
 // A refusal is an answer. A broker that refuses a topic promptly, but not

@@ -218,6 +218,47 @@ TEST(OrderGuard, UntilIsTheLatestTimeAnyWaitingEventWaitsFor) {
   EXPECT_EQ(until, 50);
 }
 
+// An event awaiting a late answer is parked for the sink's whole timeout,
+// the next one of its key behind it for a second at a time. Once the answer
+// is in, a third one waits as long as the second, not for the first's
+// timeout (else the key stalls for it although nothing holds it back).
+TEST(OrderGuard, AReleasedEventNoLongerSetsHowLongLaterOnesWait) {
+  OrderGuard g;
+  g.Block("r", "k", Id(1), 10000);
+  g.Block("r", "k", Id(2), 1000);
+  g.Release("r", "k", Id(1));
+  int64_t until = 0;
+  EXPECT_FALSE(May(g, "r", "k", 3, &until));
+  EXPECT_EQ(until, 1000);
+}
+
+TEST(OrderGuard, AnEventBlockedAgainForLessTimeHoldsLaterOnesOnlyThatLong) {
+  OrderGuard g;
+  g.Block("r", "k", Id(1), 3000);
+  g.Block("r", "k", Id(2), 2000);
+  g.Block("r", "k", Id(1), 1000);  // the latest decision about it
+  int64_t until = 0;
+  EXPECT_FALSE(May(g, "r", "k", 3, &until));
+  EXPECT_EQ(until, 2000) << "the second one's time is now the latest";
+  g.Block("r", "k", Id(2), 500);
+  EXPECT_FALSE(May(g, "r", "k", 3, &until));
+  EXPECT_EQ(until, 1000);
+}
+
+TEST(OrderGuard, ReleasingAnEventThatDoesNotHoldTheLatestTimeKeepsIt) {
+  OrderGuard g;
+  g.Block("r", "k", Id(1), 3000);
+  g.Block("r", "k", Id(2), 1000);
+  g.Release("r", "k", Id(2));
+  g.Release("r", "k", Id(7));  // never waited: nothing changes
+  int64_t until = 0;
+  EXPECT_FALSE(May(g, "r", "k", 3, &until));
+  EXPECT_EQ(until, 3000);
+  g.Block("r", "k", Id(4), 5000);  // a later one parked further out counts too
+  EXPECT_FALSE(May(g, "r", "k", 3, &until));
+  EXPECT_EQ(until, 5000);
+}
+
 TEST(OrderGuard, UntilIsOnlyWrittenWhenTheEventIsHeld) {
   OrderGuard g;
   g.Block("r", "k", Id(5), 100);

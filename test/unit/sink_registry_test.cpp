@@ -192,14 +192,18 @@ TEST_F(SinkRegistryTest, TheSlowestRecentAnswerIsKeptPerTopicAndDecaysBySixteent
   EXPECT_EQ(state.answer_ms, 500);
 }
 
-TEST_F(SinkRegistryTest, ASuspectTopicExpiresOrEndsWhenItIsAnswered) {
+TEST_F(SinkRegistryTest, ASuspectTopicExpiresOrIsEndedButAnAnswerAloneDoesNotEndIt) {
   SinkState state;
   registry_.SetSuspect("orders.a", 1000);
   EXPECT_TRUE(registry_.IsSuspect("orders.a", 1000));
   EXPECT_FALSE(registry_.IsSuspect("orders.a", 1001));
   EXPECT_FALSE(registry_.IsSuspect("orders.b", 0));
+  EXPECT_TRUE(registry_.Suspected("orders.a"));
   registry_.NoteAnsweredTopic(&state, "orders.a", 5);
+  EXPECT_TRUE(registry_.IsSuspect("orders.a", 0)) << "LateAnswers::NoteAnswered decides";
+  registry_.EndSuspicion("orders.a");
   EXPECT_FALSE(registry_.IsSuspect("orders.a", 0));
+  EXPECT_FALSE(registry_.Suspected("orders.a"));
 }
 
 // A group of two sent at 1000 ms: the first event answered, the second not.
