@@ -2190,6 +2190,73 @@ TEST_F(SlowSinkTest, AnAnswerEndsATopicsSuspicionOnceNoneOfItsEventsAwaitsOne) {
   EXPECT_GE(took, std::chrono::milliseconds(350)) << "waited for as a topic not suspect";
 }
 
+// Red team (red5): a topic made suspect by one event that got no answer
+// (a partition without a leader) whose other events answer within a normal
+// wait, under a steady stream with cycles closer together than its answer
+// time. Every group of only that topic is given up at once (suspect), so a
+// late group of the topic is always open when the previous ones' answers are
+// handed out: AwaitsTopic is always true, the suspicion never ends (each
+// late group refreshes it), and every event of a healthy topic is left late
+// for as long as the stream lasts. Before 96c8549 the first answer ended it
+// and the next group was waited for (its answer comes within 4x usual).
+TEST_F(SlowSinkTest, ASuspectTopicWhoseEventsAllAnswerAgainStopsBeingLeftLateUnderASteadyStream) {
+  ack_wait_ms_ = 2000;
+  Broker("kafka").answer_after_ms["orders.t"] = 200;
+  Broker("kafka").stuck_ids = {Id(1)};
+  Dispatch({Ev(1, "orders.t", "p0"), Ev(2, "orders.b", "b")});
+  ASSERT_EQ(dispatcher_.LateIds(), std::vector<std::string>{Id(1)}) << "orders.t is suspect";
+  int parked_at_end = 0;
+  constexpr int kCycles = 45;
+  for (int c = 0; c < kCycles; ++c) {
+    if (c == 25) Broker("kafka").stuck_ids.clear();  // the partition has a leader again
+    (void)dispatcher_.LateArrived();
+    SettleLate(kNow + c * 1000);
+    const auto out =
+        Dispatch({Ev(100 + c, "orders.t", "k" + std::to_string(c))}, kNow + c * 1000 + 500);
+    if (c >= kCycles - 10 && !Is(out[0], Outcome::kPublished)) ++parked_at_end;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(parked_at_end, 0)
+      << "every event of orders.t answers within 200 ms, four times its usual answer time is "
+         "waited for, yet the last 10 cycles' events were left late: the topic stayed suspect";
+}
+
+// Red team (red5): suspicion is keyed by topic name only. A partition of
+// orders.t has no leader on the "kafka" cluster; the operator routes orders.t
+// to another cluster ("kafka2", which answers all of it within 30 ms). The
+// old cluster's event still awaits its answer (up to the sink's timeout),
+// and since 96c8549 that keeps orders.t suspect whatever kafka2 answers: every
+// group of orders.t on kafka2 is given up at once and left late (its keys held
+// back) until the old cluster settles. Before, kafka2's first answer for the
+// topic ended it.
+TEST_F(SlowSinkTest, ATopicMovedToAnotherSinkIsWaitedForThereOnceThatSinkAnswersIt) {
+  ack_wait_ms_ = 2000;
+  Broker("kafka").stuck_ids = {Id(2)};  // stays unanswered on the old cluster
+  Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.t", "m")});
+  ASSERT_EQ(dispatcher_.LateIds(), std::vector<std::string>{Id(2)}) << "orders.t is suspect";
+  Broker("kafka2").pipelined = true;
+  Broker("kafka2").answer_after_ms["orders.t"] = 30;
+  Configure({{"orders.*", "kafka", std::nullopt},
+             {"mail.*", "redis", std::nullopt},
+             {"orders.t", "kafka2", std::nullopt}},
+            {SinkNamed("kafka"), SinkNamed("redis"), SinkNamed("kafka2")});
+  ASSERT_EQ(dispatcher_.LateIds(), std::vector<std::string>{Id(2)}) << "still awaited";
+  int parked_at_end = 0;
+  constexpr int kCycles = 10;
+  for (int c = 0; c < kCycles; ++c) {
+    (void)dispatcher_.LateArrived();
+    SettleLate(kNow + c * 1000);
+    const auto out =
+        Dispatch({Ev(100 + c, "orders.t", "k" + std::to_string(c))}, kNow + c * 1000 + 500);
+    if (c >= kCycles - 5 && !Is(out[0], Outcome::kPublished)) ++parked_at_end;
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  }
+  EXPECT_EQ(Broker("kafka2").AllIds().size(), static_cast<size_t>(kCycles)) << "routed to kafka2";
+  EXPECT_EQ(parked_at_end, 0)
+      << "kafka2 answers every event of orders.t within 30 ms, yet its last 5 cycles' events "
+         "were left late: the old cluster's unanswered event keeps the topic suspect";
+}
+
 // A refusal is an answer. A broker that refuses a topic promptly, but not
 // within CollectGroup's first look (a remote broker's round trip: 150 ms
 // here, within outbox.ack_wait), has every retry of that topic answered in

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <set>
@@ -321,5 +322,53 @@ TEST(OrderGuard, ManyWaitingEventsOfHugeKeysKeepNoKeyText) {
   EXPECT_TRUE(May(g, "orders.*", std::string(4090, 'k') + "2000", 1));
 }
 
+// Red team (red5). A poison event parks every later event of its key: each
+// is parked until the latest time any of them waits for, so a key's long
+// tail (TAP 139 saw 3,821 events of one key) shares one time. Once the head
+// goes, the tail drains in id order, each delivered event released. Every
+// one of them holds the latest time (they share it), so since 96c8549 each
+// Release walks the whole remaining tail (LatestOf): draining n events costs
+// n*n/2 steps, in the publisher's cycle, where it cost n log n.
+TEST(OrderGuard, DrainingAKeysLongTailCostsNoMoreThanParkingIt) {
+  OrderGuard g;
+  constexpr int kTail = 20000;
+  const auto started = std::chrono::steady_clock::now();
+  g.Block("r", "k", Id(0), 5000);                                   // the head: retried, then dead
+  for (int n = 1; n <= kTail; ++n) g.Block("r", "k", Id(n), 5000);  // parked behind it
+  const auto parked = std::chrono::steady_clock::now();
+  g.Release("r", "k", Id(0));
+  for (int n = 1; n <= kTail; ++n) g.Release("r", "k", Id(n));  // delivered in id order
+  const auto drained = std::chrono::steady_clock::now();
+  EXPECT_EQ(g.size(), 0u);
+  const auto park_us = std::chrono::duration_cast<std::chrono::microseconds>(parked - started);
+  const auto drain_us = std::chrono::duration_cast<std::chrono::microseconds>(drained - parked);
+  EXPECT_LE(drain_us.count(), 10 * park_us.count() + 50000)
+      << "parking " << kTail << " events took " << park_us.count() << " us, draining them "
+      << drain_us.count() << " us";
+}
+
+// Red team (red5). A key's tail parked in two cycles (at 1000, then at 2000),
+// all due now; a claim takes them, the sink cuts its call short, and the rest
+// of the chain is due with its first event not sent (Verdicts::Judge's
+// cut_heads: min(now, EarliestUntil), here 1000). Each event parked at 2000
+// and blocked again at 1000 held the latest time, shared with the others of
+// its cycle: since 96c8549 each such Block walks the whole key.
+TEST(OrderGuard, BlockingAKeysTailAgainForLessCostsNoMoreThanParkingIt) {
+  OrderGuard g;
+  constexpr int kTail = 20000;
+  const auto started = std::chrono::steady_clock::now();
+  for (int n = 1; n <= kTail; ++n) g.Block("r", "k", Id(n), n <= kTail / 2 ? 1000 : 2000);
+  const auto parked = std::chrono::steady_clock::now();
+  for (int n = 1; n <= kTail; ++n) g.Block("r", "k", Id(n), 1000);  // the cut chain's time
+  const auto again = std::chrono::steady_clock::now();
+  int64_t until = 0;
+  EXPECT_FALSE(May(g, "r", "k", kTail + 1, &until));
+  EXPECT_EQ(until, 1000);
+  const auto park_us = std::chrono::duration_cast<std::chrono::microseconds>(parked - started);
+  const auto again_us = std::chrono::duration_cast<std::chrono::microseconds>(again - parked);
+  EXPECT_LE(again_us.count(), 10 * park_us.count() + 50000)
+      << "parking " << kTail << " events took " << park_us.count() << " us, blocking them again "
+      << again_us.count() << " us";
+}
 }  // namespace
 }  // namespace outbox
