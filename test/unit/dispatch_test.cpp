@@ -2257,6 +2257,41 @@ TEST_F(SlowSinkTest, ATopicMovedToAnotherSinkIsWaitedForThereOnceThatSinkAnswers
          "were left late: the old cluster's unanswered event keeps the topic suspect";
 }
 
+// Red team (red5): the same through a retired producer. The sink's options
+// change while its event of orders.t awaits an answer (a partition without a
+// leader): the old producer is retired with its late group, and its answers
+// never count for the topic (HandOutDelivered and Settle skip retired
+// groups), yet AwaitsTopic counts its unanswered row. The new producer under
+// the same name answers orders.t within 30 ms; since 96c8549 the topic stays
+// suspect until the retired producer settles, and every group of it is left
+// late. Before, the new producer's first answer ended it.
+TEST_F(SlowSinkTest, ASinksNewProducerIsWaitedForOnceItAnswersATopicItsRetiredOneStillOwes) {
+  ack_wait_ms_ = 2000;
+  Broker("kafka").stuck_ids = {Id(2)};  // stays unanswered on the retired producer
+  Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.t", "m")});
+  ASSERT_EQ(dispatcher_.LateIds(), std::vector<std::string>{Id(2)}) << "orders.t is suspect";
+  Broker("kafka").answer_after_ms["orders.t"] = 30;
+  SinkDef changed = SinkNamed("kafka");
+  changed.options = {SinkOption{"bootstrap.servers", SinkOption::Kind::kString, "k2:9092"}};
+  Configure({{"orders.*", "kafka", std::nullopt}, {"mail.*", "redis", std::nullopt}},
+            {changed, SinkNamed("redis")});
+  ASSERT_EQ(dispatcher_.LateIds(), std::vector<std::string>{Id(2)}) << "still awaited";
+  int parked_at_end = 0;
+  constexpr int kCycles = 10;
+  for (int c = 0; c < kCycles; ++c) {
+    (void)dispatcher_.LateArrived();
+    SettleLate(kNow + c * 1000);
+    const auto out =
+        Dispatch({Ev(100 + c, "orders.t", "k" + std::to_string(c))}, kNow + c * 1000 + 500);
+    if (c >= kCycles - 5 && !Is(out[0], Outcome::kPublished)) ++parked_at_end;
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  }
+  EXPECT_EQ(Broker("kafka").created, 2) << "a new producer";
+  EXPECT_EQ(parked_at_end, 0)
+      << "the new producer answers every event of orders.t within 30 ms, yet its last 5 cycles' "
+         "events were left late: the retired producer's unanswered event keeps the topic suspect";
+}
+
 // A refusal is an answer. A broker that refuses a topic promptly, but not
 // within CollectGroup's first look (a remote broker's round trip: 150 ms
 // here, within outbox.ack_wait), has every retry of that topic answered in
