@@ -331,7 +331,7 @@ TEST(OrderGuard, ManyWaitingEventsOfHugeKeysKeepNoKeyText) {
 // n*n/2 steps, in the publisher's cycle, where it cost n log n.
 TEST(OrderGuard, DrainingAKeysLongTailCostsNoMoreThanParkingIt) {
   OrderGuard g;
-  constexpr int kTail = 20000;
+  constexpr int kTail = 10000;
   const auto started = std::chrono::steady_clock::now();
   g.Block("r", "k", Id(0), 5000);                                   // the head: retried, then dead
   for (int n = 1; n <= kTail; ++n) g.Block("r", "k", Id(n), 5000);  // parked behind it
@@ -355,7 +355,7 @@ TEST(OrderGuard, DrainingAKeysLongTailCostsNoMoreThanParkingIt) {
 // its cycle: since 96c8549 each such Block walks the whole key.
 TEST(OrderGuard, BlockingAKeysTailAgainForLessCostsNoMoreThanParkingIt) {
   OrderGuard g;
-  constexpr int kTail = 20000;
+  constexpr int kTail = 10000;
   const auto started = std::chrono::steady_clock::now();
   for (int n = 1; n <= kTail; ++n) g.Block("r", "k", Id(n), n <= kTail / 2 ? 1000 : 2000);
   const auto parked = std::chrono::steady_clock::now();
