@@ -451,7 +451,7 @@ void Dispatcher::SettleGroup(const Flight &flight, SinkGroup *group,
   state.wait_in_full = false;  // this group's refusals are retried alone
   for (size_t k = 0; k < group->results.size() && k < group->messages.size(); ++k) {
     if (group->results[k].status == DeliveryStatus::kDelivered) {
-      late_.NoteAnswered(&state, group->messages[k].topic,
+      late_.NoteAnswered(&state, group->sink_name, group->messages[k].topic,
                          (group->results[k].answered_at_us - group->sent_unix_us) / 1000);
     }
   }

@@ -47,7 +47,7 @@ void LateAnswers::Take(SinkGroup *group, const EventRow *rows, const int *route_
       members.push_back(group->members[k]);
       results.push_back(group->results[k]);
       if (group->results[k].status == DeliveryStatus::kDelivered) {
-        NoteAnswered(&state, group->messages[k].topic,
+        NoteAnswered(&state, group->sink_name, group->messages[k].topic,
                      (group->results[k].answered_at_us - group->sent_unix_us) / 1000);
       }
     }
@@ -100,11 +100,11 @@ void LateAnswers::Take(SinkGroup *group, const EventRow *rows, const int *route_
       late_keys_.emplace(pattern, std::string(row.key));
     }
     if (answers_others) {
-      if (!sinks_->IsSuspect(row.topic, now_ms) &&
+      if (!sinks_->IsSuspect(group->sink_name, row.topic, now_ms) &&
           new_suspects.find("\"" + std::string(row.topic) + "\"") == std::string::npos) {
         new_suspects += (new_suspects.empty() ? "\"" : ", \"") + std::string(row.topic) + "\"";
       }
-      sinks_->SetSuspect(row.topic, now_ms + kSuspectTopicMs);
+      sinks_->SetSuspect(group->sink_name, row.topic, now_ms + kSuspectTopicMs);
     }
   }
   if (!answers_others) {
@@ -186,7 +186,8 @@ void LateAnswers::HandOutDelivered(Late *late) {
     late->handed[k] = 1;  // after the push: a bad_alloc leaves it to the group's verdict
     if (state != nullptr) {
       state->last_answer_ms = SteadyMs();
-      NoteAnswered(state, r.topic, (answer.answered_at_us - late->sent_unix_us) / 1000);
+      NoteAnswered(state, late->sink_name, r.topic,
+                   (answer.answered_at_us - late->sent_unix_us) / 1000);
     }
     if (!r.has_key) continue;
     guard_->Release(r.pattern, r.key, r.id);
@@ -257,7 +258,7 @@ void LateAnswers::Settle(const DispatchSettings &settings) {
     if (SinkState *state = sinks_->Find(late.sink_name); !late.retired && state != nullptr) {
       for (size_t x = 0; x < members.size(); ++x) {
         if (results[x].status == DeliveryStatus::kDelivered && !late.handed[members[x]]) {
-          NoteAnswered(state, late.rows[members[x]].topic,
+          NoteAnswered(state, late.sink_name, late.rows[members[x]].topic,
                        (results[x].answered_at_us - late.sent_unix_us) / 1000);
         }
       }
@@ -366,18 +367,30 @@ bool LateAnswers::SinkHeld(const std::string &sink) const {
 
 // Its groups that got no answer were its topics' trouble, not the sink's
 // (they become partial, their topics suspect), and it takes new events.
-void LateAnswers::NoteAnswered(SinkState *state, std::string_view topic, int64_t latency_ms) {
+void LateAnswers::NoteAnswered(SinkState *state, const std::string &sink, std::string_view topic,
+                               int64_t latency_ms) {
   sinks_->NoteAnsweredTopic(state, topic, latency_ms);
-  // Looked for only while the topic is suspect: rare, and bounded by the
-  // events awaiting late answers (kMaxLateGroups groups).
-  if (sinks_->Suspected(topic) && !AwaitsTopic(topic)) sinks_->EndSuspicion(topic);
+  // Looked for only while the topic is suspect on the sink: rare, and
+  // bounded by the events awaiting late answers (kMaxLateGroups groups).
+  if (sinks_->Suspected(sink, topic) && !AwaitsOverdue(*state, sink, topic)) {
+    sinks_->EndSuspicion(sink, topic);
+  }
 }
 
-bool LateAnswers::AwaitsTopic(std::string_view topic) const noexcept {
+bool LateAnswers::AwaitsOverdue(const SinkState &state, const std::string &sink,
+                                std::string_view topic) const noexcept {
+  const int64_t overdue_us = SinkRegistry::OverdueAfterMs(state, topic) * kUsecPerMs;
+  const int64_t now_us = UnixNowUs();
   for (const Late &late : late_) {
-    if (late.complete) continue;
+    // A retired producer's answers never reach the sink's state (its
+    // cluster may be another): its events say nothing of the sink's.
+    if (late.complete || late.retired || late.sink_name != sink) continue;
+    if (now_us - late.sent_unix_us < overdue_us) continue;  // may still answer in time
     for (size_t k = 0; k < late.rows.size(); ++k) {
-      if (!late.handed[k] && late.rows[k].topic == topic) return true;
+      if (!late.handed[k] && late.rows[k].topic == topic &&
+          late.results[late.result_of[k]].answered_at_us == 0) {
+        return true;
+      }
     }
   }
   return false;
@@ -389,7 +402,7 @@ void LateAnswers::SinkAnswers(SinkState *state, const std::string &sink) {
   for (Late &late : late_) {
     if (!late.whole || late.retired || late.sink_name != sink) continue;
     late.whole = false;
-    for (const LateRow &row : late.rows) sinks_->SetSuspect(row.topic, until);
+    for (const LateRow &row : late.rows) sinks_->SetSuspect(sink, row.topic, until);
   }
   if (state->slow) {
     state->slow = false;

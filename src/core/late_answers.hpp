@@ -86,16 +86,21 @@ class LateAnswers {
   bool SinkHeld(const std::string &sink) const;
   // The broker answered this sink's events.
   void SinkAnswers(SinkState *state, const std::string &sink);
-  // The broker took an event of `topic` after `latency_ms`: the topic's
-  // answer time is measured (SinkRegistry::NoteAnsweredTopic), and it is no
-  // longer suspect unless another of its events still awaits a late answer.
-  // A Kafka partition without a leader leaves its topic's other partitions
-  // answering: those answers say nothing of the partition's events, whose
-  // retries would otherwise hold a cycle for outbox.ack_wait again.
-  void NoteAnswered(SinkState *state, std::string_view topic, int64_t latency_ms);
-  // Whether an event of `topic` awaits a late answer (its group is not
-  // complete and it was not handed out).
-  bool AwaitsTopic(std::string_view topic) const noexcept;
+  // The sink's broker took an event of `topic` after `latency_ms`: the
+  // topic's answer time is measured (SinkRegistry::NoteAnsweredTopic), and
+  // the topic is no longer suspect on the sink unless another of its events
+  // there is overdue (AwaitsOverdue). A Kafka partition without a leader
+  // leaves its topic's other partitions answering: those answers say nothing
+  // of the partition's events, whose retries would otherwise hold a cycle for
+  // outbox.ack_wait again. Events left late only because their topic was
+  // suspect, and answered in their usual time, do not keep it suspect.
+  void NoteAnswered(SinkState *state, const std::string &sink, std::string_view topic,
+                    int64_t latency_ms);
+  // Whether an event of `topic` sent through the sink's current producer
+  // still has no answer, and waited longer than its answers usually take
+  // (SinkRegistry::OverdueAfterMs).
+  bool AwaitsOverdue(const SinkState &state, const std::string &sink,
+                     std::string_view topic) const noexcept;
 
   // Added to a sink's SettleLimitMs when parking its late events.
   static constexpr int64_t kLateMarginMs = 2000;

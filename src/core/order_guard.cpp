@@ -57,13 +57,12 @@ void OrderGuard::Block(std::string_view route, std::string_view key, std::string
                        int64_t until) {
   Waiting &w = waiting_[PairOf(route, key)];
   const auto [event, added] = w.ids.try_emplace(IdOf(id), until);
-  const int64_t before = event->second;
-  event->second = until;  // the latest decision about this event
-  if (until >= w.until) {
-    w.until = until;
-  } else if (!added && before == w.until) {
-    w.until = LatestOf(w);  // it held the latest time, and waits less now
+  if (!added) {
+    if (event->second == until) return;
+    Forget(&w, event->second);
+    event->second = until;  // the latest decision about this event
   }
+  ++w.times[until];
 }
 
 void OrderGuard::Release(std::string_view route, std::string_view key, std::string_view id) {
@@ -72,19 +71,14 @@ void OrderGuard::Release(std::string_view route, std::string_view key, std::stri
   Waiting &w = it->second;
   auto event = w.ids.find(IdOf(id));
   if (event == w.ids.end()) return;
-  const bool held_latest = event->second == w.until;
+  Forget(&w, event->second);
   w.ids.erase(event);
-  if (w.ids.empty()) {
-    waiting_.erase(it);
-  } else if (held_latest) {
-    w.until = LatestOf(w);
-  }
+  if (w.ids.empty()) waiting_.erase(it);
 }
 
-int64_t OrderGuard::LatestOf(const Waiting &w) {
-  int64_t latest = INT64_MIN;
-  for (const auto &event : w.ids) latest = std::max(latest, event.second);
-  return latest;
+void OrderGuard::Forget(Waiting *w, int64_t until) {
+  auto time = w->times.find(until);
+  if (time != w->times.end() && --time->second == 0) w->times.erase(time);
 }
 
 int64_t OrderGuard::EarliestUntil(std::string_view route, std::string_view key) const {
@@ -104,7 +98,7 @@ bool OrderGuard::MayDeliver(std::string_view route, std::string_view key, std::s
     if (!(earlier < self)) break;  // only earlier events hold this one back
     // Admitted to this batch ahead of it (the batch holds canonical text).
     if (in_batch == nullptr || in_batch->count(TextOf(earlier)) == 0) {
-      if (until != nullptr) *until = it->second.until;
+      if (until != nullptr) *until = it->second.times.rbegin()->first;
       return false;
     }
   }

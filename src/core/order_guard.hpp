@@ -15,7 +15,8 @@
 // 4 kB: so no key is kept. A (route, key) pair is known by a 64-bit SipHash
 // with a secret per process (keyed_hash.hpp), an event by its 16 id bytes
 // and the time it waits until:
-// about 70 bytes per waiting event, whatever its key. Two pairs with the
+// about 70 bytes per waiting event, whatever its key, and one entry per
+// distinct time (a key's events parked in one cycle share one). Two pairs with the
 // same hash share one entry, so an event may wait behind an unrelated one
 // (never the other way round: order always holds); with a secret hash
 // nobody can aim for that, and by chance it takes billions of waiting keys.
@@ -92,15 +93,15 @@ class OrderGuard {
  private:
   struct Waiting {
     std::map<Id, int64_t> ids;  // each waiting event, with the time it waits until
-    // The latest of them, as they wait now: an event released, or blocked
-    // again for less, no longer counts (a key would otherwise stall, once a
-    // late answer is in, until the time that event had been parked for).
-    int64_t until = INT64_MIN;
+    // How many of them wait until each time: the last is how long later
+    // events wait, as they wait now. An event released, or blocked again for
+    // less, no longer counts (a key would otherwise stall, once a late answer
+    // is in, until the time that event had been parked for). A key's tail
+    // parked together shares one entry.
+    std::map<int64_t, uint32_t> times;
   };
-  // The latest time any of w's events waits until (w.ids not empty). Walks
-  // them: only when the event holding the latest time is released or waits
-  // less.
-  static int64_t LatestOf(const Waiting &w);
+  // One event of w that waited until `until` no longer does.
+  static void Forget(Waiting *w, int64_t until);
   uint64_t PairOf(std::string_view route, std::string_view key) const {
     return KeyedHash(hash_key_, route, key);
   }

@@ -204,19 +204,27 @@ void SinkRegistry::NoteAnsweredTopic(SinkState *state, std::string_view topic, i
   }
 }
 
-void SinkRegistry::EndSuspicion(std::string_view topic) {
-  auto s = suspect_topics_.find(topic);
+void SinkRegistry::EndSuspicion(std::string_view sink, std::string_view topic) {
+  auto s = suspect_topics_.find(SuspectKey(sink, topic));
   if (s != suspect_topics_.end()) suspect_topics_.erase(s);
 }
 
-void SinkRegistry::SetSuspect(std::string_view topic, int64_t until_ms) {
-  suspect_topics_[std::string(topic)] = until_ms;
+void SinkRegistry::SetSuspect(std::string_view sink, std::string_view topic, int64_t until_ms) {
+  suspect_topics_[SuspectKey(sink, topic)] = until_ms;
 }
 
-bool SinkRegistry::IsSuspect(std::string_view topic, int64_t now_ms) const {
+bool SinkRegistry::IsSuspect(std::string_view sink, std::string_view topic, int64_t now_ms) const {
   if (suspect_topics_.empty()) return false;
-  auto it = suspect_topics_.find(topic);
+  auto it = suspect_topics_.find(SuspectKey(sink, topic));
   return it != suspect_topics_.end() && it->second >= now_ms;
+}
+
+int64_t SinkRegistry::OverdueAfterMs(const SinkState &state, std::string_view topic) {
+  int64_t usual = state.answer_ms;
+  auto it = state.answered_topics.find(topic);
+  if (it != state.answered_topics.end()) usual = it->second;
+  if (usual == 0) return 0;
+  return std::max(kMinGraceMs, kStragglerFactor * usual);
 }
 
 // Then the group is given up at once even when the sink answered nothing
@@ -229,7 +237,7 @@ bool SinkRegistry::OnlySuspectsLeft(const SinkGroup &group, int64_t now_ms) cons
   if (suspect_topics_.empty()) return false;
   for (size_t k = 0; k < group.results.size(); ++k) {
     if (group.results[k].answered_at_us != 0) continue;
-    if (!IsSuspect(group.messages[k].topic, now_ms)) return false;
+    if (!IsSuspect(group.sink_name, group.messages[k].topic, now_ms)) return false;
   }
   return true;
 }
@@ -240,12 +248,10 @@ bool SinkRegistry::OnlyStragglersLeft(const SinkState &state, const SinkGroup &g
   for (size_t k = 0; k < group.results.size(); ++k) {
     if (group.results[k].answered_at_us != 0) continue;
     // A topic that went unanswered lately and was not answered since: at once.
-    if (IsSuspect(group.messages[k].topic, now_ms)) continue;
-    int64_t usual = state.answer_ms;
-    auto it = state.answered_topics.find(group.messages[k].topic);
-    if (it != state.answered_topics.end()) usual = it->second;
-    if (usual == 0) return false;  // nothing known of this sink's answers yet
-    if (waited < std::max(kMinGraceMs, kStragglerFactor * usual)) return false;
+    if (IsSuspect(group.sink_name, group.messages[k].topic, now_ms)) continue;
+    const int64_t overdue = OverdueAfterMs(state, group.messages[k].topic);
+    if (overdue == 0) return false;  // nothing known of this sink's answers yet
+    if (waited < overdue) return false;
   }
   return true;
 }

@@ -158,16 +158,24 @@ class SinkRegistry {
   // starts afresh: a topic forgotten is judged by the sink's answers).
   // Whether it stays suspect is the caller's to say (EndSuspicion).
   void NoteAnsweredTopic(SinkState *state, std::string_view topic, int64_t latency_ms);
-  // Suspect topics (see dispatch.hpp, "Slow sinks"): the topic is suspect
-  // until `until_ms` (SteadyMs), or until EndSuspicion.
-  void SetSuspect(std::string_view topic, int64_t until_ms);
-  bool IsSuspect(std::string_view topic, int64_t now_ms) const;
-  // Whether the topic was made suspect and its suspicion not ended (expired
-  // or not).
-  bool Suspected(std::string_view topic) const {
-    return !suspect_topics_.empty() && suspect_topics_.find(topic) != suspect_topics_.end();
+  // Suspect topics (see dispatch.hpp, "Slow sinks"), per sink: the topic
+  // is suspect on that sink until `until_ms` (SteadyMs), or until
+  // EndSuspicion. Another sink's answers for the topic say nothing of this
+  // one's cluster (a topic routed elsewhere, a sink's options changed).
+  void SetSuspect(std::string_view sink, std::string_view topic, int64_t until_ms);
+  bool IsSuspect(std::string_view sink, std::string_view topic, int64_t now_ms) const;
+  // Whether the topic was made suspect on the sink and its suspicion not
+  // ended (expired or not).
+  bool Suspected(std::string_view sink, std::string_view topic) const {
+    return !suspect_topics_.empty() &&
+           suspect_topics_.find(SuspectKey(sink, topic)) != suspect_topics_.end();
   }
-  void EndSuspicion(std::string_view topic);
+  void EndSuspicion(std::string_view sink, std::string_view topic);
+  // How long an answer for `topic` may take before it is overdue: kStragglerFactor
+  // times the topic's usual answer time (the sink's, for a topic it never
+  // answered), at least kMinGraceMs; 0 while nothing is known of the sink's
+  // answers.
+  static int64_t OverdueAfterMs(const SinkState &state, std::string_view topic);
   // Whether every unanswered event of the group is of a suspect topic.
   bool OnlySuspectsLeft(const SinkGroup &group, int64_t now_ms) const;
   // Whether every unanswered event of the group has waited longer than its
@@ -184,7 +192,14 @@ class SinkRegistry {
   States sinks_;
   std::map<std::string, std::string, std::less<>> behind_down_sinks_;
   // Topic -> until when (SteadyMs) it is suspect (see "Slow sinks").
+  // Keyed by SuspectKey(sink, topic).
   std::map<std::string, int64_t, std::less<>> suspect_topics_;
+  static std::string SuspectKey(std::string_view sink, std::string_view topic) {
+    std::string key(sink);
+    key += '\0';  // not in a sink name
+    key += topic;
+    return key;
+  }
 };
 
 }  // namespace outbox

@@ -117,8 +117,8 @@ TEST_F(LateAnswersTest, WhatTheSinkAnsweredIsJudgedAtOnceAndItsUnansweredTopicsB
   EXPECT_EQ(parts_.late.Ids(), std::vector<std::string>{Id(2)});
   EXPECT_FALSE(parts_.late.SinkHasWholeLate("kafka"));
   EXPECT_FALSE(parts_.sinks["kafka"].slow);
-  EXPECT_TRUE(parts_.sinks.IsSuspect("orders.b", SteadyMs()));
-  EXPECT_FALSE(parts_.sinks.IsSuspect("orders.a", SteadyMs()));
+  EXPECT_TRUE(parts_.sinks.IsSuspect("kafka", "orders.b", SteadyMs()));
+  EXPECT_FALSE(parts_.sinks.IsSuspect("kafka", "orders.a", SteadyMs()));
   EXPECT_TRUE(Contains(parts_.TakeLogs(), "answers, but not for topic(s) \"orders.b\""));
 }
 
@@ -272,7 +272,7 @@ TEST_F(LateAnswersTest, AnAnswerFromTheSinkMakesItsUnansweredGroupsItsTopicsTrou
   parts_.TakeLogs();
   parts_.late.SinkAnswers(&parts_.sinks["kafka"], "kafka");
   EXPECT_FALSE(parts_.late.SinkHasWholeLate("kafka"));
-  EXPECT_TRUE(parts_.sinks.IsSuspect("orders.a", SteadyMs()));
+  EXPECT_TRUE(parts_.sinks.IsSuspect("kafka", "orders.a", SteadyMs()));
   EXPECT_FALSE(parts_.sinks["kafka"].slow);
   EXPECT_TRUE(Contains(parts_.TakeLogs(), "sink \"kafka\" answers within outbox.ack_wait again"));
 }

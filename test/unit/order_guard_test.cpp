@@ -322,13 +322,13 @@ TEST(OrderGuard, ManyWaitingEventsOfHugeKeysKeepNoKeyText) {
   EXPECT_TRUE(May(g, "orders.*", std::string(4090, 'k') + "2000", 1));
 }
 
-// Red team (red5). A poison event parks every later event of its key: each
-// is parked until the latest time any of them waits for, so a key's long
-// tail (TAP 139 saw 3,821 events of one key) shares one time. Once the head
-// goes, the tail drains in id order, each delivered event released. Every
-// one of them holds the latest time (they share it), so since 96c8549 each
-// Release walks the whole remaining tail (LatestOf): draining n events costs
-// n*n/2 steps, in the publisher's cycle, where it cost n log n.
+// A poison event parks every later event of its key: each is parked until
+// the latest time any of them waits for, so a key's long tail (TAP 139 saw
+// 3,821 events of one key) shares one time. Once the head goes, the tail
+// drains in id order, each delivered event released. Every one of them
+// holds the latest time: were it found again by walking the rest of the
+// key at each release, draining n events would cost n*n/2 steps in the
+// publisher's cycle, where parking them cost n log n.
 TEST(OrderGuard, DrainingAKeysLongTailCostsNoMoreThanParkingIt) {
   OrderGuard g;
   constexpr int kTail = 10000;
@@ -347,12 +347,12 @@ TEST(OrderGuard, DrainingAKeysLongTailCostsNoMoreThanParkingIt) {
       << drain_us.count() << " us";
 }
 
-// Red team (red5). A key's tail parked in two cycles (at 1000, then at 2000),
-// all due now; a claim takes them, the sink cuts its call short, and the rest
-// of the chain is due with its first event not sent (Verdicts::Judge's
-// cut_heads: min(now, EarliestUntil), here 1000). Each event parked at 2000
-// and blocked again at 1000 held the latest time, shared with the others of
-// its cycle: since 96c8549 each such Block walks the whole key.
+// A key's tail parked in two cycles (at 1000, then at 2000), all due now; a
+// claim takes them, the sink cuts its call short, and the rest of the chain
+// is due with its first event not sent (Verdicts::Judge's cut_heads:
+// min(now, EarliestUntil), here 1000). Each event parked at 2000 and blocked
+// again at 1000 held the latest time, shared with the others of its cycle:
+// blocking them again must not walk the whole key each time.
 TEST(OrderGuard, BlockingAKeysTailAgainForLessCostsNoMoreThanParkingIt) {
   OrderGuard g;
   constexpr int kTail = 10000;

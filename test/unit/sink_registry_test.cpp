@@ -194,16 +194,35 @@ TEST_F(SinkRegistryTest, TheSlowestRecentAnswerIsKeptPerTopicAndDecaysBySixteent
 
 TEST_F(SinkRegistryTest, ASuspectTopicExpiresOrIsEndedButAnAnswerAloneDoesNotEndIt) {
   SinkState state;
-  registry_.SetSuspect("orders.a", 1000);
-  EXPECT_TRUE(registry_.IsSuspect("orders.a", 1000));
-  EXPECT_FALSE(registry_.IsSuspect("orders.a", 1001));
-  EXPECT_FALSE(registry_.IsSuspect("orders.b", 0));
-  EXPECT_TRUE(registry_.Suspected("orders.a"));
+  registry_.SetSuspect("kafka", "orders.a", 1000);
+  EXPECT_TRUE(registry_.IsSuspect("kafka", "orders.a", 1000));
+  EXPECT_FALSE(registry_.IsSuspect("kafka", "orders.a", 1001));
+  EXPECT_FALSE(registry_.IsSuspect("kafka", "orders.b", 0));
+  EXPECT_TRUE(registry_.Suspected("kafka", "orders.a"));
   registry_.NoteAnsweredTopic(&state, "orders.a", 5);
-  EXPECT_TRUE(registry_.IsSuspect("orders.a", 0)) << "LateAnswers::NoteAnswered decides";
-  registry_.EndSuspicion("orders.a");
-  EXPECT_FALSE(registry_.IsSuspect("orders.a", 0));
-  EXPECT_FALSE(registry_.Suspected("orders.a"));
+  EXPECT_TRUE(registry_.IsSuspect("kafka", "orders.a", 0)) << "LateAnswers::NoteAnswered decides";
+  registry_.EndSuspicion("kafka", "orders.a");
+  EXPECT_FALSE(registry_.IsSuspect("kafka", "orders.a", 0));
+  EXPECT_FALSE(registry_.Suspected("kafka", "orders.a"));
+}
+
+TEST_F(SinkRegistryTest, ATopicIsSuspectOnTheSinkThatLeftItUnansweredOnly) {
+  registry_.SetSuspect("kafka", "orders.a", 1000);
+  EXPECT_TRUE(registry_.IsSuspect("kafka", "orders.a", 0));
+  EXPECT_FALSE(registry_.IsSuspect("kafka2", "orders.a", 0));
+  EXPECT_FALSE(registry_.Suspected("kafka2", "orders.a"));
+  EXPECT_FALSE(registry_.IsSuspect("kafka\0orders", "a", 0)) << "the key keeps names apart";
+  registry_.EndSuspicion("kafka2", "orders.a");
+  EXPECT_TRUE(registry_.IsSuspect("kafka", "orders.a", 0));
+}
+
+TEST_F(SinkRegistryTest, AnAnswerIsOverdueAfterFourTimesItsTopicsUsualTimeAndTheGrace) {
+  SinkState state;
+  EXPECT_EQ(SinkRegistry::OverdueAfterMs(state, "orders.a"), 0) << "nothing known yet";
+  state.answer_ms = 2;
+  EXPECT_EQ(SinkRegistry::OverdueAfterMs(state, "orders.a"), SinkRegistry::kMinGraceMs);
+  state.answered_topics["orders.a"] = 50;
+  EXPECT_EQ(SinkRegistry::OverdueAfterMs(state, "orders.a"), 200);
 }
 
 // A group of two sent at 1000 ms: the first event answered, the second not.
@@ -218,15 +237,16 @@ SinkGroup HalfAnswered(std::string_view unanswered_topic) {
   group.results[0].status = DeliveryStatus::kDelivered;
   group.results[0].answered_at_us = 1;
   group.sent_ms = 1000;
+  group.sink_name = "kafka";
   return group;
 }
 
 TEST_F(SinkRegistryTest, OnlySuspectsAreLeftWhenEveryUnansweredEventIsOfASuspectTopic) {
   const SinkGroup group = HalfAnswered("orders.b");
   EXPECT_FALSE(registry_.OnlySuspectsLeft(group, 1000));
-  registry_.SetSuspect("orders.a", 5000);
+  registry_.SetSuspect("kafka", "orders.a", 5000);
   EXPECT_FALSE(registry_.OnlySuspectsLeft(group, 1000));
-  registry_.SetSuspect("orders.b", 5000);
+  registry_.SetSuspect("kafka", "orders.b", 5000);
   EXPECT_TRUE(registry_.OnlySuspectsLeft(group, 1000));
   EXPECT_FALSE(registry_.OnlySuspectsLeft(group, 5001));
 }
@@ -241,7 +261,7 @@ TEST_F(SinkRegistryTest, AStragglerHasWaitedFourTimesItsTopicsUsualAnswerAndAtLe
   state.answered_topics["orders.b"] = 50;  // its own, once it has one
   EXPECT_FALSE(registry_.OnlyStragglersLeft(state, group, 1000 + 199));
   EXPECT_TRUE(registry_.OnlyStragglersLeft(state, group, 1000 + 200));
-  registry_.SetSuspect("orders.b", 2000);  // a suspect topic is given up at once
+  registry_.SetSuspect("kafka", "orders.b", 2000);  // a suspect topic is given up at once
   EXPECT_TRUE(registry_.OnlyStragglersLeft(state, group, 1001));
 }
 
