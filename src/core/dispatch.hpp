@@ -62,9 +62,9 @@
 //   without a leader, which librdkafka holds for message.timeout.ms). The
 //   group's answered events are judged at once; only the unanswered ones
 //   wait for late answers, and the sink takes new events (but for their
-//   keys). Their topics become suspect for kSuspectTopicMs (an answer for
-//   the topic ends that once none of its events awaits a late answer:
-//   LateAnswers::NoteAnswered): a later group
+//   keys). Their topics become suspect on the sink for kSuspectTopicMs (an
+//   answer for the topic ends that unless one of its events there is
+//   overdue: LateAnswers::NoteAnswered): a later group
 //   waits for its other events' answers only, not for the ack wait, so the
 //   sink's healthy topics are not slowed down by one that is not; a group
 //   of nothing but suspect topics is given up at once, even when the sink
