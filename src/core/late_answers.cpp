@@ -365,8 +365,6 @@ bool LateAnswers::SinkHeld(const std::string &sink) const {
   return whole >= kHeldAfterWholeGroups || unanswered >= kHeldAfterLateEvents;
 }
 
-// Its groups that got no answer were its topics' trouble, not the sink's
-// (they become partial, their topics suspect), and it takes new events.
 void LateAnswers::NoteAnswered(SinkState *state, const std::string &sink, std::string_view topic,
                                int64_t latency_ms) {
   sinks_->NoteAnsweredTopic(state, topic, latency_ms);
@@ -396,6 +394,8 @@ bool LateAnswers::AwaitsOverdue(const SinkState &state, const std::string &sink,
   return false;
 }
 
+// Its groups that got no answer were its topics' trouble, not the sink's
+// (they become partial, their topics suspect), and it takes new events.
 void LateAnswers::SinkAnswers(SinkState *state, const std::string &sink) {
   state->last_answer_ms = SteadyMs();
   const int64_t until = state->last_answer_ms + kSuspectTopicMs;

@@ -1711,6 +1711,25 @@ class SlowSinkTest : public DispatcherTest {
   }
   static constexpr int64_t kParkedUntil = kNow + (10000 + Dispatcher::kLateMarginMs) * 1000;
 
+  // `cycles` cycles, `pause_ms` apart, each handing out the late answers
+  // that came and then sending one new event of orders.t (its own key);
+  // `before(c)`, if given, runs first in cycle c. Returns how many of the
+  // last `last` cycles' events were not published at once (left late).
+  int LeftLateInLastCycles(int cycles, int last, int pause_ms,
+                           const std::function<void(int)> &before = nullptr) {
+    int left_late = 0;
+    for (int c = 0; c < cycles; ++c) {
+      if (before) before(c);
+      (void)dispatcher_.LateArrived();
+      SettleLate(kNow + c * 1000);
+      const auto out =
+          Dispatch({Ev(100 + c, "orders.t", "k" + std::to_string(c))}, kNow + c * 1000 + 500);
+      if (c >= cycles - last && !Is(out[0], Outcome::kPublished)) ++left_late;
+      std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+    }
+    return left_late;
+  }
+
   // The "kafka" broker refuses `topic` as a producer not authorised for it
   // (kTargetRefused) and takes every other topic.
   void RefuseTopic(std::string topic) {
@@ -2209,17 +2228,9 @@ TEST_F(SlowSinkTest, ASuspectTopicWhoseEventsAllAnswerAgainStopsBeingLeftLateUnd
   Broker("kafka").stuck_ids = {Id(1)};
   Dispatch({Ev(1, "orders.t", "p0"), Ev(2, "orders.b", "b")});
   ASSERT_EQ(dispatcher_.LateIds(), std::vector<std::string>{Id(1)}) << "orders.t is suspect";
-  int parked_at_end = 0;
-  constexpr int kCycles = 45;
-  for (int c = 0; c < kCycles; ++c) {
+  const int parked_at_end = LeftLateInLastCycles(45, 10, 10, [this](int c) {
     if (c == 25) Broker("kafka").stuck_ids.clear();  // the partition has a leader again
-    (void)dispatcher_.LateArrived();
-    SettleLate(kNow + c * 1000);
-    const auto out =
-        Dispatch({Ev(100 + c, "orders.t", "k" + std::to_string(c))}, kNow + c * 1000 + 500);
-    if (c >= kCycles - 10 && !Is(out[0], Outcome::kPublished)) ++parked_at_end;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  });
   EXPECT_EQ(parked_at_end, 0)
       << "every event of orders.t answers within 200 ms, four times its usual answer time is "
          "waited for, yet the last 10 cycles' events were left late: the topic stayed suspect";
@@ -2243,16 +2254,8 @@ TEST_F(SlowSinkTest, ATopicMovedToAnotherSinkIsWaitedForThereOnceThatSinkAnswers
              {"orders.t", "kafka2", std::nullopt}},
             {SinkNamed("kafka"), SinkNamed("redis"), SinkNamed("kafka2")});
   ASSERT_EQ(dispatcher_.LateIds(), std::vector<std::string>{Id(2)}) << "still awaited";
-  int parked_at_end = 0;
   constexpr int kCycles = 10;
-  for (int c = 0; c < kCycles; ++c) {
-    (void)dispatcher_.LateArrived();
-    SettleLate(kNow + c * 1000);
-    const auto out =
-        Dispatch({Ev(100 + c, "orders.t", "k" + std::to_string(c))}, kNow + c * 1000 + 500);
-    if (c >= kCycles - 5 && !Is(out[0], Outcome::kPublished)) ++parked_at_end;
-    std::this_thread::sleep_for(std::chrono::milliseconds(60));
-  }
+  const int parked_at_end = LeftLateInLastCycles(kCycles, 5, 60);
   EXPECT_EQ(Broker("kafka2").AllIds().size(), static_cast<size_t>(kCycles)) << "routed to kafka2";
   EXPECT_EQ(parked_at_end, 0)
       << "kafka2 answers every event of orders.t within 30 ms, yet its last 5 cycles' events "
@@ -2277,16 +2280,7 @@ TEST_F(SlowSinkTest, ASinksNewProducerIsWaitedForOnceItAnswersATopicItsRetiredOn
   Configure({{"orders.*", "kafka", std::nullopt}, {"mail.*", "redis", std::nullopt}},
             {changed, SinkNamed("redis")});
   ASSERT_EQ(dispatcher_.LateIds(), std::vector<std::string>{Id(2)}) << "still awaited";
-  int parked_at_end = 0;
-  constexpr int kCycles = 10;
-  for (int c = 0; c < kCycles; ++c) {
-    (void)dispatcher_.LateArrived();
-    SettleLate(kNow + c * 1000);
-    const auto out =
-        Dispatch({Ev(100 + c, "orders.t", "k" + std::to_string(c))}, kNow + c * 1000 + 500);
-    if (c >= kCycles - 5 && !Is(out[0], Outcome::kPublished)) ++parked_at_end;
-    std::this_thread::sleep_for(std::chrono::milliseconds(60));
-  }
+  const int parked_at_end = LeftLateInLastCycles(10, 5, 60);
   EXPECT_EQ(Broker("kafka").created, 2) << "a new producer";
   EXPECT_EQ(parked_at_end, 0)
       << "the new producer answers every event of orders.t within 30 ms, yet its last 5 cycles' "
