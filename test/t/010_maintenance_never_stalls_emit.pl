@@ -14,6 +14,10 @@ use Time::HiRes qw(sleep);
 my $node = PostgreSQL::Test::Cluster->new('maintenance');
 $node->init;
 $node->append_conf('postgresql.conf', "shared_preload_libraries = 'outbox'");
+# The publisher maintains partitions at its start, whenever that is: until a
+# transaction holds the tables, retention keeps 2020 so that it cannot drop
+# the partitions this test makes before the test looks at them.
+$node->append_conf('postgresql.conf', "outbox.retention = '100 years'");
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION outbox');
 
@@ -28,6 +32,10 @@ $open_tx->query_safe('BEGIN');
 $open_tx->query_safe(q{SELECT outbox.emit('orders.created', '{"n": 1}')});
 my $holder = $open_tx->query_safe('SELECT pg_backend_pid()');
 $holder =~ s/\s+//g;
+
+# From here on, retention wants 2020 gone (the default: 7 days).
+$node->append_conf('postgresql.conf', "outbox.retention = '7 days'");
+$node->reload;
 
 # The seconds a statement takes by the server's clock, from just before it to
 # just after it in one session (psql's start-up, seconds on a loaded machine,
