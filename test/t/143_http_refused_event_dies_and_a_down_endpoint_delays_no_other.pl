@@ -13,7 +13,7 @@ use lib "$FindBin::RealBin/../lib";
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(time usleep);
+use Time::HiRes qw(usleep);
 use OutboxHttp;
 use OutboxNode qw(outbox_node wait_until);
 
@@ -70,14 +70,15 @@ unlike($log, qr/ is down \(|sink "hooks" is unavailable/, 'neither the endpoint 
 $http->rules(down_paths => { '/hooks/pa.b' => 503 });
 $node->safe_psql('postgres', q{SELECT outbox.emit('pa.b', jsonb_build_object('b', i), 'kb' || (i % 2))
 	FROM generate_series(1, 6) i});
-my @lag;
+# One at a time, each once the one before is published. The lag is the
+# server's, from emit() to the acknowledgement (published_at): the test's
+# psql calls, seconds on a loaded machine, are no part of it.
 for my $i (1 .. 10) {
-	my $t0 = time();
 	$node->safe_psql('postgres', qq{SELECT outbox.emit('pa.a', '{"during": $i}', 'kd')});
 	wait_until(sub { $status->(qq{payload->>'during' = '$i'}) eq 'published:0' }, 10);
-	push @lag, time() - $t0;
 }
-my ($worst) = sort { $b <=> $a } @lag;
+my $worst = $node->safe_psql('postgres', q{SELECT max(extract(epoch FROM
+	coalesce(published_at, clock_timestamp()) - created_at)) FROM outbox.events WHERE payload ? 'during'});
 cmp_ok($worst, '<', 2.5, sprintf('while pa.b is down, pa.a\'s events are published promptly (worst %.2f s)', $worst));
 is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.events WHERE payload ? 'b' AND status = 'published'}),
 	'0', 'nothing of the down endpoint is published');
