@@ -27,7 +27,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use IPC::Run;
-use Time::HiRes qw(time usleep);
+use Time::HiRes qw(usleep);
 use OutboxNode qw(outbox_node wait_until);
 use OutboxLifecycle;
 
@@ -62,17 +62,26 @@ my $reader = OutboxLifecycle::session($node);
 ok(defined $reader->query('BEGIN; LOCK TABLE outbox.events IN ROW EXCLUSIVE MODE; SELECT 1'),
 	'a session holds ROW EXCLUSIVE on outbox.events');
 
+# The server's clock: the times below are read in the session that runs
+# the statement, just before and just after it, so that psql's start-up
+# (long on a loaded machine) is no part of them.
+my $NOW = 'SELECT extract(epoch FROM clock_timestamp())';
+
 # Runs $sql as $role in the background with a lock_timeout; returns a code
-# ref that waits for it and returns (seconds taken, stderr).
+# ref that waits for it and returns (seconds the statement took, stderr).
+# psql goes on after the statement's error, to read the clock again.
 sub start_as {
 	my ($role, $sql) = @_;
 	my ($out, $err) = ('', '');
-	my $t0 = time();
 	my $h = IPC::Run::start(
-		[ 'psql', '-X', '-A', '-t', '-v', 'ON_ERROR_STOP=1', '-U', $role,
-		  '-d', $node->connstr('postgres'), '-c', "SET lock_timeout = '10s'", '-c', $sql ],
+		[ 'psql', '-X', '-A', '-t', '-U', $role, '-d', $node->connstr('postgres'),
+		  '-c', "SET lock_timeout = '10s'", '-c', $NOW, '-c', $sql, '-c', $NOW ],
 		'>', \$out, '2>', \$err);
-	return sub { $h->finish; return (time() - $t0, $err) };
+	return sub {
+		$h->finish;
+		my ($t0, $t1) = $out =~ /^([\d.]+)$/mg;
+		return (defined $t1 ? $t1 - $t0 : 99, $err);
+	};
 }
 
 my %statements = (
@@ -106,11 +115,12 @@ for my $role ('intruder', 'creator') {
 		(my $sql = $statements{$what}) =~ s/\bROLE_/${role}_/g;
 		my $wait = start_as($role, $sql);
 		usleep(300_000);  # its lock request, if it made one, is queued now
-		my $t0 = time();
 		my ($ret, $out, $err) = $node->psql('postgres',
-			q{SET statement_timeout = '5s'; SELECT outbox.emit('probe.e', '{}') IS NOT NULL},
+			"SET statement_timeout = '5s';\n$NOW AS t0 \\gset\n"
+			  . "SELECT outbox.emit('probe.e', '{}') IS NOT NULL;\n"
+			  . "$NOW - :t0;\n",
 			extra_params => [ '-U', 'app' ]);
-		my $emit_took = time() - $t0;
+		my $emit_took = $ret == 0 ? (split /\n/, $out)[-1] : 99;
 		is($ret, 0, "$role, $what: an emit() meanwhile succeeds") or diag $err;
 		cmp_ok($emit_took, '<', 3, "$role, $what: the emit() does not wait");
 		my ($took, $stderr) = $wait->();
