@@ -23,10 +23,17 @@ my $node = outbox_node('restored_attach');
 $node->safe_psql('postgres', 'CREATE EXTENSION outbox');
 # An event of 2031-01-05, a day without a partition: it lies in
 # outbox.events_default, as one emitted during a restore would.
+# One transaction: the publisher's maintenance (at its start, whenever a
+# loaded machine lets it, then once a minute) makes a partition for a day
+# whose events it finds in the default partition, and moves them there; it
+# must not find the event before the restored table of that name exists
+# (once it does, maintenance leaves that day to the restore).
 $node->safe_psql('postgres', q{
+	BEGIN;
 	SELECT outbox.emit('restore.e', '{}', 'k');
 	UPDATE outbox.events SET created_at = '2031-01-05 12:00+00' WHERE topic = 'restore.e';
 	CREATE TABLE outbox.events_p20310105 (LIKE outbox.events INCLUDING CONSTRAINTS INCLUDING DEFAULTS);
+	COMMIT;
 });
 is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.events_default WHERE topic = 'restore.e'}),
 	'1', 'the event lies in the default partition');
