@@ -2,7 +2,9 @@
 # the event's key slot (and one publisher for a keyless event) rather than all
 # of them: each event is still published right after its commit. The safety
 # poll is set to 60 s here, so an event whose owner was not woken would wait
-# that long and fail the check.
+# up to that long and fail the check. The check allows 10 s, which a loaded
+# machine's scheduling does not reach, while of 30 events whose wake-ups
+# were missed some would wait longer for the poll.
 use strict;
 use warnings;
 use FindBin;
@@ -13,6 +15,7 @@ use Test::More;
 use OutboxKafka;
 use OutboxNode qw(outbox_node wait_until kafka_sink_sql pending_count);
 
+my $WOKEN = 10;    # s: published by a wake-up, not by the 60 s poll
 my $kafka = OutboxKafka->start(topics => ['wake:4']);
 my $node = outbox_node('wake', <<'EOF');
 outbox.workers = 4
@@ -51,9 +54,9 @@ for my $i (1 .. 30) {
 	$node->safe_psql('postgres', "SELECT outbox.emit('wake', '{\"n\": $i}', $sql_key)");
 	my $elapsed = latency("payload->>'n' = '$i'");
 	$worst = $elapsed if $elapsed > $worst;
-	push @slow, sprintf('%s (%.2f s)', $key // 'keyless', $elapsed) if $elapsed > 3;
+	push @slow, sprintf('%s (%.2f s)', $key // 'keyless', $elapsed) if $elapsed > $WOKEN;
 }
-is(scalar @slow, 0, 'every event, keyed or keyless, is published within 3 s of its commit (poll: 60 s)')
+is(scalar @slow, 0, "every event, keyed or keyless, is published within $WOKEN s of its commit (poll: 60 s)")
   or diag('slow: ' . join(', ', @slow));
 note(sprintf('slowest: %.3f s', $worst));
 
@@ -61,7 +64,7 @@ note(sprintf('slowest: %.3f s', $worst));
 $node->safe_psql('postgres',
 	q{SELECT count(outbox.emit('wake', '{}', 'many-' || i)) FROM generate_series(1, 100) i});
 my $many = latency("key LIKE 'many-%'");
-cmp_ok($many, '<', 3, 'a transaction with events for 100 keys is published within 3 s');
+cmp_ok($many, '<', $WOKEN, "a transaction with events for 100 keys is published within $WOKEN s");
 note(sprintf('100 keys published in %.3f s', $many));
 
 $node->stop;
