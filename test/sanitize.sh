@@ -77,7 +77,7 @@ fi
 if cmake -S "$REPO" -B "$CMAKE_DIR" -DOUTBOX_SANITIZE=ON -DOUTBOX_WERROR=ON \
   -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS="" >"$BUILD_DIR/cmake-configure.log" 2>&1 &&
   cmake --build "$CMAKE_DIR" --target outbox_unit_tests -j2; then
-  if ! timeout -k 30 900 ctest --test-dir "$CMAKE_DIR" --output-on-failure --no-tests=error -j2; then
+  if ! timeout -k 30 1500 ctest --test-dir "$CMAKE_DIR" --output-on-failure --no-tests=error -j2; then
     echo "sanitize: unit tests failed" >&2
     status=1
   fi
