@@ -5,13 +5,14 @@ package OutboxNode;
 use strict;
 use warnings;
 use Exporter 'import';
+use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
 our @EXPORT_OK = qw(outbox_node wait_until wait_while_progressing kafka_sink_sql pending_count
-  set_faults fault_injection_available app_session_args psql_tolerant);
+  set_faults fault_injection_available app_session_args psql_tolerant start_timed timed);
 
 # A started node with outbox preloaded and quick publisher settings.
 # Extra postgresql.conf lines may be passed as a string. Options besides
@@ -139,6 +140,37 @@ sub psql_tolerant {
 	my ($ret, $out, $err);
 	my $ok = eval { ($ret, $out, $err) = $node->psql($db, $sql); 1 };
 	return $ok ? ($ret, $out, $err) : (3, '', "psql did not run: $@");
+}
+
+# Runs $sql in a psql session of its own, in the background, and times it
+# by the server's clock, read in that session just before and just after
+# the statement: psql's start-up, long on a loaded machine, is no part of
+# the time. psql goes on after the statement's error, to read the clock
+# again. Options: role (the connecting role; the node's default user
+# otherwise), db ('postgres'), settings (statements run first, such as
+# "SET lock_timeout = '4s'"). Returns a code ref that waits for psql and
+# returns (seconds, stdout without the clock's lines, stderr); seconds are
+# 99 when the session did not read the clock twice.
+sub start_timed {
+	my ($node, $sql, %opts) = @_;
+	my $clock = q{SELECT 'outbox-clock:' || extract(epoch FROM clock_timestamp())};
+	my @cmd = ('psql', '-X', '-A', '-t', '-d', $node->connstr($opts{db} // 'postgres'));
+	push @cmd, '-U', $opts{role} if defined $opts{role};
+	push @cmd, map { ('-c', $_) } @{ $opts{settings} // [] };
+	push @cmd, '-c', $clock, '-c', $sql, '-c', $clock;
+	my ($out, $err) = ('', '');
+	my $h = IPC::Run::start(\@cmd, '<', \undef, '>', \$out, '2>', \$err);
+	return sub {
+		$h->finish;
+		my @t = $out =~ /^outbox-clock:([\d.]+)$/mg;
+		(my $rest = $out) =~ s/^outbox-clock:[\d.]+\n?//mg;
+		return (@t == 2 ? $t[1] - $t[0] : 99, $rest, $err);
+	};
+}
+
+# start_timed, waited for: (seconds, stdout, stderr).
+sub timed {
+	return start_timed(@_)->();
 }
 
 # SQL creating a Kafka sink on the test broker with fast test timeouts.

@@ -10,6 +10,9 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(sleep);
+use FindBin;
+use lib "$FindBin::RealBin/../lib";
+use OutboxNode qw(timed);
 
 my $node = PostgreSQL::Test::Cluster->new('maintenance');
 $node->init;
@@ -37,23 +40,12 @@ $holder =~ s/\s+//g;
 $node->append_conf('postgresql.conf', "outbox.retention = '7 days'");
 $node->reload;
 
-# The seconds a statement takes by the server's clock, from just before it to
-# just after it in one session (psql's start-up, seconds on a loaded machine,
-# is no part of it); its stderr goes where $stderr (a reference) points.
-sub timed {
-	my ($sql, $stderr) = @_;
-	my $out;
-	$node->psql('postgres', "SELECT clock_timestamp() AS t0 \\gset\n$sql;\n"
-		  . "SELECT extract(epoch FROM clock_timestamp() - :'t0'::timestamptz);",
-		stdout => \$out, stderr => $stderr, on_error_die => 1);
-	return (split /\n/, $out)[-1];
-}
-
 # Maintenance returns quickly, with a NOTICE, and keeps the partitions. Were
 # it to wait for the lock, it would wait as long as the transaction stays
-# open: here for ever.
-my $stderr;
-my $elapsed = timed("SET outbox.maintenance_lock_timeout = '200ms';\nSELECT outbox.maintain()", \$stderr);
+# open: here for ever. (Times are the server's: OutboxNode::timed.)
+my ($elapsed, undef, $stderr) = timed($node, 'SELECT outbox.maintain()',
+	settings => ["SET outbox.maintenance_lock_timeout = '200ms'"]);
+unlike($stderr, qr/ERROR/, 'maintenance does not fail') or diag $stderr;
 cmp_ok($elapsed, '<', 5, "maintenance gave up after its lock timeout (${elapsed}s)");
 like($stderr, qr/could not drop partition outbox\.events_p2020\d{4} within outbox\.maintenance_lock_timeout/,
 	'the NOTICE says which partition waits for the next run');
@@ -81,7 +73,9 @@ ok($logged, "the publisher's maintenance logs the partition it could not drop an
 is($node->safe_psql('postgres', $old), '4', 'no partition was dropped while the lock was held');
 
 # emit() from another session goes through while the transaction is open.
-$elapsed = timed(q{SELECT outbox.emit('orders.created', '{"n": 2}')}, \my $ignored);
+my $emitted;
+($elapsed, $emitted, $stderr) = timed($node, q{SELECT outbox.emit('orders.created', '{"n": 2}')});
+like($emitted, qr/^[0-9a-f-]{36}$/m, 'emit() returned its id') or diag $stderr;
 cmp_ok($elapsed, '<', 5, "emit() is not queued behind maintenance (${elapsed}s)");
 
 # Once the transaction commits, the next run drops them.

@@ -112,7 +112,7 @@ my $released = sql("SELECT extract(epoch FROM clock_timestamp()) FROM pg_cancel_
 ok(defined wait_until(sub { published($slow) }, 20), 'its event is published');
 my $took = sql("SELECT extract(epoch FROM published_at) - $released FROM outbox.events WHERE id = '$slow'");
 ok($took ne '' && $took < 2.5,
-	sprintf('... within 2.5 s of becoming visible, not at the next full scan (%.2f s)', $took || -1));
+	sprintf('... within 2.5 s of becoming visible, not at the next full scan (%.2f s)', $took eq "" ? -1 : $took));
 $s->quit;
 sql(q{ALTER SYSTEM RESET synchronous_standby_names; SELECT pg_reload_conf();});
 

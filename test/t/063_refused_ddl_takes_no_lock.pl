@@ -26,9 +26,8 @@ use lib "$FindBin::RealBin/../lib";
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use IPC::Run;
 use Time::HiRes qw(usleep);
-use OutboxNode qw(outbox_node wait_until);
+use OutboxNode qw(outbox_node wait_until start_timed timed);
 use OutboxLifecycle;
 
 my $node = outbox_node('refused_ddl', '');
@@ -62,28 +61,6 @@ my $reader = OutboxLifecycle::session($node);
 ok(defined $reader->query('BEGIN; LOCK TABLE outbox.events IN ROW EXCLUSIVE MODE; SELECT 1'),
 	'a session holds ROW EXCLUSIVE on outbox.events');
 
-# The server's clock: the times below are read in the session that runs
-# the statement, just before and just after it, so that psql's start-up
-# (long on a loaded machine) is no part of them.
-my $NOW = 'SELECT extract(epoch FROM clock_timestamp())';
-
-# Runs $sql as $role in the background with a lock_timeout; returns a code
-# ref that waits for it and returns (seconds the statement took, stderr).
-# psql goes on after the statement's error, to read the clock again.
-sub start_as {
-	my ($role, $sql) = @_;
-	my ($out, $err) = ('', '');
-	my $h = IPC::Run::start(
-		[ 'psql', '-X', '-A', '-t', '-U', $role, '-d', $node->connstr('postgres'),
-		  '-c', "SET lock_timeout = '10s'", '-c', $NOW, '-c', $sql, '-c', $NOW ],
-		'>', \$out, '2>', \$err);
-	return sub {
-		$h->finish;
-		my ($t0, $t1) = $out =~ /^([\d.]+)$/mg;
-		return (defined $t1 ? $t1 - $t0 : 99, $err);
-	};
-}
-
 my %statements = (
 	'CREATE TABLE of an existing day' => "CREATE TABLE outbox.$today (id int)",
 	'ATTACH PARTITION onto outbox.events' =>
@@ -113,17 +90,15 @@ my %statements = (
 for my $role ('intruder', 'creator') {
 	for my $what (sort keys %statements) {
 		(my $sql = $statements{$what}) =~ s/\bROLE_/${role}_/g;
-		my $wait = start_as($role, $sql);
+		# Times are the server's, read in the statement's own session
+		# (OutboxNode::start_timed): psql's start-up is no part of them.
+		my $wait = start_timed($node, $sql, role => $role, settings => ["SET lock_timeout = '10s'"]);
 		usleep(300_000);  # its lock request, if it made one, is queued now
-		my ($ret, $out, $err) = $node->psql('postgres',
-			"SET statement_timeout = '5s';\n$NOW AS t0 \\gset\n"
-			  . "SELECT outbox.emit('probe.e', '{}') IS NOT NULL;\n"
-			  . "$NOW - :t0;\n",
-			extra_params => [ '-U', 'app' ]);
-		my $emit_took = $ret == 0 ? (split /\n/, $out)[-1] : 99;
-		is($ret, 0, "$role, $what: an emit() meanwhile succeeds") or diag $err;
+		my ($emit_took, $emitted, $err) = timed($node, q{SELECT outbox.emit('probe.e', '{}') IS NOT NULL},
+			role => 'app', settings => ["SET statement_timeout = '5s'"]);
+		like($emitted, qr/^t$/m, "$role, $what: an emit() meanwhile succeeds") or diag $err;
 		cmp_ok($emit_took, '<', 3, "$role, $what: the emit() does not wait");
-		my ($took, $stderr) = $wait->();
+		my ($took, undef, $stderr) = $wait->();
 		like($stderr, qr/permission denied|must be owner|already exists|is not a partition/,
 			"$role, $what: PostgreSQL's own refusal") or diag $stderr;
 		unlike($stderr, qr/lock timeout/, "$role, $what: not a lock wait");

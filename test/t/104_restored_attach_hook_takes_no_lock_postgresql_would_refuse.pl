@@ -18,8 +18,7 @@ use lib "$FindBin::RealBin/../lib";
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use IPC::Run;
-use OutboxNode qw(outbox_node);
+use OutboxNode qw(outbox_node timed);
 
 my $node = outbox_node('attach_no_usage');
 $node->safe_psql('postgres', q{
@@ -39,20 +38,12 @@ my $maintenance = $node->background_psql('postgres');
 $maintenance->query_safe('BEGIN');
 $maintenance->query_safe('LOCK TABLE ONLY outbox.events IN SHARE UPDATE EXCLUSIVE MODE');
 
-# How long the ATTACH took by the server's clock, read just before and just
-# after it in its session (psql goes on after its error): psql's start-up,
-# long on a loaded machine, is no part of it.
-my ($out, $err) = ('', '');
-my $now = 'SELECT extract(epoch FROM clock_timestamp())';
-IPC::Run::run(
-	[ 'psql', '-X', '-A', '-t', '-U', 'tables_owner', '-d', $node->connstr('postgres'),
-	  '-c', "SET lock_timeout = '4s'", '-c', $now,
-	  '-c', q{ALTER TABLE ONLY outbox.events ATTACH PARTITION outbox.events_p20310105
+# How long the ATTACH took by the server's clock (OutboxNode::timed): psql's
+# start-up, long on a loaded machine, is no part of it.
+my ($took, undef, $err) = timed($node,
+	q{ALTER TABLE ONLY outbox.events ATTACH PARTITION outbox.events_p20310105
 		FOR VALUES FROM ('2031-01-05 00:00:00+00') TO ('2031-01-06 00:00:00+00')},
-	  '-c', $now ],
-	'>', \$out, '2>', \$err);
-my ($t0, $t1) = $out =~ /^([\d.]+)$/mg;
-my $took = defined $t1 ? $t1 - $t0 : 99;
+	role => 'tables_owner', settings => ["SET lock_timeout = '4s'"]);
 like($err, qr/permission denied for schema outbox/, "PostgreSQL's refusal") or diag($err);
 cmp_ok($took, '<', 2, 'at once, not after waiting for a lock on outbox.events')
   or diag(sprintf('took %.1f s: %s', $took, $err));
