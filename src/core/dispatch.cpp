@@ -156,16 +156,7 @@ bool Dispatcher::NoteDead(const EventRow &event) noexcept {
   }
 }
 
-void Dispatcher::ParkCut(const KeyPass &pass, const DispatchRoute &route, const EventRow &row,
-                         RowOutcome *out) {
-  out->outcome = Outcome::kPark;
-  out->next_attempt_us = pass.due_us;
-  SetError(out, "waiting for an earlier event with the same key, sent to topic \"" +
-                    std::string(pass.topic) + "\"");
-  guard_.Block(route.pattern, row.key, row.id, pass.due_us);
-}
-
-void Dispatcher::Decide(Flight *flight, size_t i, Admitted *admitted,
+void Dispatcher::Decide(Flight *flight, size_t i, std::set<std::string> *admitted,
                         std::map<std::string, std::vector<size_t>> *groups) {
   const EventRow &row = flight->rows[i];
   const DispatchSettings &settings = flight->settings;
@@ -213,37 +204,10 @@ void Dispatcher::Decide(Flight *flight, size_t i, Admitted *admitted,
     sinks_.NoteBehindDown(row.topic, route.sink);
     return;
   }
-  // A route without a target sends each event to its own topic: one topic
-  // per route and key in this pass (dispatch.hpp).
-  KeyPass *pass = nullptr;
-  if (row.has_key && !route.has_target) {
-    pass = &admitted->keys[RouteKey(route.pattern, std::string(row.key))];
-    if (pass->cut) {
-      // Behind its key's first event not sent in this pass, and due with it,
-      // so that the next claim takes them together, in id order.
-      ParkCut(*pass, route, row, &out[i]);
-      return;
-    }
-  }
-  if (verdicts_.ParkBehindEarlier(row, route, &admitted->ids, settings.now_us, kWaitingForKey,
-                                  &out[i])) {
+  if (verdicts_.ParkBehindEarlier(row, route, admitted, settings.now_us, kWaitingForKey, &out[i])) {
     return;
   }
-  if (pass != nullptr) {
-    if (pass->sent && pass->topic != row.topic) {
-      // It waits behind the events sent, due at once (never after what
-      // already waits behind it: claims take due events in next_attempt_at
-      // order). Should one sent ahead of it fail, that one's retry blocks
-      // the key, and this one is parked behind it when claimed again.
-      pass->cut = true;
-      pass->due_us = std::min(settings.now_us, guard_.EarliestUntil(route.pattern, row.key));
-      ParkCut(*pass, route, row, &out[i]);
-      return;
-    }
-    pass->sent = true;
-    pass->topic = row.topic;
-  }
-  admitted->ids.emplace(row.id);
+  admitted->emplace(row.id);
   (*groups)[route.sink].push_back(i);
 }
 
@@ -283,7 +247,7 @@ Dispatcher::Ticket Dispatcher::Begin(const EventRow *rows, size_t n,
     flight->out = out;
     flight->route_of.assign(n, -1);
     std::map<std::string, std::vector<size_t>> groups;  // sink name -> rows, in id order
-    Admitted admitted;
+    std::set<std::string> admitted;
     for (size_t i = 0; i < n; ++i) {
       const EventRow &row = rows[i];
       const int r = RouteIndex(row.topic);
@@ -374,7 +338,7 @@ void Dispatcher::FinishFront(Sink::InterruptCheck interrupted) {
     } else {
       const size_t settled = flight.groups.size();
       std::map<std::string, std::vector<size_t>> groups;
-      Admitted admitted;
+      std::set<std::string> admitted;
       for (size_t i : flight.deferred) {
         // An earlier event of its key left as it was (pending, never
         // tried) must go out first: this one waits with it.

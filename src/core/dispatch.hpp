@@ -27,13 +27,6 @@
 // - After outbox.max_attempts failed attempts an event is dead, and stops
 //   holding back its key.
 //
-// - A route without a target sends each event to its own topic, so one
-//   key's events may go to several topics, which a sink sends as separate
-//   chains (per target and key): a later event could arrive first, or be
-//   delivered while the earlier one fails. Per pass over a batch a route and
-//   key is sent to one topic only: from its first event on another topic,
-//   its events wait (parked, due at once, no attempt) behind the ones sent,
-//   and go with a later claim once those are settled.
 // - Pipelining: a batch begun while earlier batches are in flight never
 //   sends an event whose route and key has an event in one of them. Such
 //   events are deferred: decided and sent when their batch is finished,
@@ -282,28 +275,12 @@ class Dispatcher {
   void FinishFront(Sink::InterruptCheck interrupted);
   void FailWindow(const char *why) noexcept;
   void ForgetKeysOf(Ticket ticket) noexcept;
-  // What one pass of Decide over a batch's rows has let through so far:
-  // the ids sent ahead of the next row, and for each route without a target
-  // and key, the topic its events go to in this pass.
-  struct KeyPass {
-    std::string_view topic;  // where its events went (a view of a row's topic)
-    bool sent = false;
-    bool cut = false;    // a later event went to another topic: the rest waits
-    int64_t due_us = 0;  // when the rest is due (when cut)
-  };
-  struct Admitted {
-    std::set<std::string> ids;
-    std::map<RouteKey, KeyPass> keys;  // routes without a target only
-  };
   // Decide row i of the flight: an outcome now (no route, paused, sink down,
-  // behind an earlier event of its key, its key already sent to another
-  // topic in this pass) or a place in `groups` (sink name -> rows to send,
-  // in id order).
-  void Decide(Flight *flight, size_t i, Admitted *admitted,
+  // behind an earlier event of its key) or a place in `groups` (sink name ->
+  // rows to send, in id order). `admitted` holds the ids already sent in
+  // this batch ahead of it.
+  void Decide(Flight *flight, size_t i, std::set<std::string> *admitted,
               std::map<std::string, std::vector<size_t>> *groups);
-  // Park a row of a route and key cut in this pass (KeyPass::cut).
-  void ParkCut(const KeyPass &pass, const DispatchRoute &route, const EventRow &row,
-               RowOutcome *out);
   void SendGroups(Flight *flight, std::map<std::string, std::vector<size_t>> *groups,
                   Sink::InterruptCheck interrupted);
   void SendGroup(const Flight &flight, SinkGroup *group, Sink::InterruptCheck interrupted);

@@ -94,8 +94,14 @@ class Sink {
   // besides, `interrupted` (may be null) is checked about every 100 ms and,
   // when it returns true, Publish stops waiting and reports what has no
   // outcome yet as kRetriable with error "interrupted". Fills out[0..n).
-  // Never throws. Messages with the same target and key are sent in array
-  // order and, as far as the broker protocol allows, arrive in that order.
+  // Never throws. Messages with the same key are sent in array order and,
+  // as far as the broker protocol allows, arrive in that order, whatever
+  // their targets (a route without a target sends a key's events to several
+  // topics): the sinks that wait for each answer (Redis, AMQP, NATS, MQTT,
+  // HTTP) send a key's next message, to any target, only after the one
+  // before was taken, and never after it failed (kNotSent). Kafka keeps the
+  // order per topic and partition only, and holds back a key's later
+  // messages after one refused on the spot.
   using InterruptCheck = bool (*)();
   virtual void Publish(const OutMessage *messages, size_t n, Delivery *out,
                        InterruptCheck interrupted) = 0;
@@ -107,8 +113,8 @@ class Sink {
   // a sink (a 64-bit counter), so a stale ticket matches nothing; 0 means the
   // Send settled everything itself and there is nothing to collect. Several
   // Sends may be open at once (so requests stay in flight while the owner
-  // prepares the next batch); messages with the same target and key keep
-  // their order across them. `out` must stay valid until its Collect or
+  // prepares the next batch); messages with the same key keep their order
+  // across them. `out` must stay valid until its Collect or
   // AbandonAll, and every Send must be collected or abandoned. Sinks that
   // cannot pipeline deliver within Send (this default).
   virtual uint64_t Send(const OutMessage *messages, size_t n, Delivery *out,

@@ -201,6 +201,15 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
       NoteUntouched(route, rows[i]);
       continue;
     }
+    if (result.status == DeliveryStatus::kNotSent && rows[i].has_key && !untouched_keys_.empty() &&
+        untouched_keys_.count(RouteKey(route.pattern, std::string(rows[i].key))) != 0) {
+      // Held back behind an earlier event of its key that was left as it was
+      // (interrupted, above in id order): left as it was too. Parked, it
+      // would be a due retry ahead of that never-tried event, and a claim
+      // after a restart could send it first.
+      out[i].outcome = Outcome::kUntouched;
+      continue;
+    }
     if (result.status == DeliveryStatus::kRetriable && j.partial) {
       // The sink answers others: this event's topic or partition is in
       // trouble (a partition without a leader times out), which is neither

@@ -158,8 +158,9 @@ TEST(NatsSink, SubjectNoStreamCapturesIsTheEventsFaultNotTheSinks) {
   ASSERT_TRUE(client.AddStream({"CAUGHT", {"caught.>"}}));
   std::unique_ptr<Sink> sink = MakeSink(server.port());
   Batch batch;
-  batch.Add("nowhere.a", "k", "1").Add("caught.a", "k", "2").Add("nowhere.a", "k", "3");
+  batch.Add("nowhere.a", "k", "1").Add("caught.a", "j", "2").Add("nowhere.a", "k", "3");
   batch.Add("nowhere.b", std::nullopt, "4");
+  batch.Add("caught.a", "k", "5");  // another subject, behind its key's failure too
   batch.Publish(sink.get());
   EXPECT_EQ(batch.results[0].status, DeliveryStatus::kTargetRefused);
   EXPECT_TRUE(Contains(batch.results[0].error,
@@ -168,6 +169,7 @@ TEST(NatsSink, SubjectNoStreamCapturesIsTheEventsFaultNotTheSinks) {
   EXPECT_EQ(batch.results[1].status, DeliveryStatus::kDelivered) << batch.Errors();
   EXPECT_EQ(batch.results[2].status, DeliveryStatus::kNotSent);  // behind its key's failure
   EXPECT_EQ(batch.results[3].status, DeliveryStatus::kTargetRefused);
+  EXPECT_EQ(batch.results[4].status, DeliveryStatus::kNotSent);
   EXPECT_EQ(sink->State(), "connected");  // the sink is fine
 }
 
@@ -188,8 +190,8 @@ TEST(NatsSink, KeyOrderHoldsWhenJetStreamRefusesOneMessage) {
   // A, B and C of key k: A takes the last place, B is refused, C waits
   // behind B, never sent. Other keys and subjects go on.
   Batch batch;
-  batch.Add("lim.a", "k", "A").Add("free.a", "k", "F1").Add("lim.a", "k", "B");
-  batch.Add("free.a", "k", "F2").Add("lim.a", "k", "C");
+  batch.Add("lim.a", "k", "A").Add("free.a", "f", "F1").Add("lim.a", "k", "B");
+  batch.Add("free.a", "f", "F2").Add("lim.a", "k", "C");
   batch.Publish(sink.get());
   EXPECT_EQ(batch.results[0].status, DeliveryStatus::kDelivered) << batch.Errors();
   EXPECT_EQ(batch.results[2].status, DeliveryStatus::kTargetRefused);

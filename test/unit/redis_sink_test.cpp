@@ -572,12 +572,16 @@ TEST(RedisSink, WrongTypeRejectsOnlyThatMessage) {
   Batch batch;
   batch.Add("good", "k", "1");
   batch.Add("not-a-stream", "k", "2");
-  batch.Add("good", "k", "3");
+  batch.Add("good", "j", "3");
+  batch.Add("good", "k", "4");  // the same key, after its refused message
   batch.Publish(sink.get());
   EXPECT_EQ(batch.results[0].status, DeliveryStatus::kDelivered);
   EXPECT_EQ(batch.results[1].status, DeliveryStatus::kRejected);
   EXPECT_TRUE(Contains(batch.results[1].error, "WRONGTYPE"));
   EXPECT_EQ(batch.results[2].status, DeliveryStatus::kDelivered);
+  // A route without a target sends a key's events to several streams: the
+  // key's next one waits behind the refused one, whatever its stream.
+  EXPECT_EQ(batch.results[3].status, DeliveryStatus::kNotSent);
   EXPECT_EQ(client.Integer({"XLEN", "good"}), 2);
   EXPECT_EQ(client.String({"GET", "not-a-stream"}), "x");
   EXPECT_EQ(sink->State(), "connected");
