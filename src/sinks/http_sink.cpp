@@ -148,6 +148,7 @@ void HttpSink::Finished(CURL *easy, CURLcode code) {
   } else if (answer == HttpAnswer::kTransient) {
     slot.transient = true;
     slot.paced = status == 429 || d.retry_after_ms > 0;
+    slot.unavailable = status == 502 || status == 503 || status == 504;
     Settle(i, DeliveryStatus::kRetriable, std::move(error));
   } else {
     Settle(i, DeliveryStatus::kRejected, std::move(error));
@@ -171,7 +172,7 @@ void HttpSink::JudgeEndpoints() {
     Slot &slot = slots_[i];
     if (!slot.transient || out_[i].status != DeliveryStatus::kRetriable) continue;
     const bool down = endpoints_.Down(slot.endpoint, delivered_now.count(slot.endpoint) != 0,
-                                      slot.unreachable || slot.paced);
+                                      slot.unreachable || slot.paced, slot.unavailable);
     out_[i].status = down ? DeliveryStatus::kTargetDown : DeliveryStatus::kRejected;
     // Said once per outage of each endpoint (bounded: at most as many
     // endpoints as HttpEndpoints remembers), not once per call.
@@ -185,7 +186,10 @@ void HttpSink::JudgeEndpoints() {
 }
 
 void HttpSink::Run(InterruptCheck interrupted) {
-  std::map<std::pair<std::string, std::string>, size_t> last_of_key;
+  // Chains by key alone, whatever the endpoint: a route without a target
+  // sends a key's events to several targets, and their order holds across
+  // them (one endpoint down holds back the key's events at the others).
+  std::map<std::string_view, size_t> last_of_key;
   for (size_t i = 0; i < n_; ++i) {
     const OutMessage &m = messages_[i];
     Slot &slot = slots_[i];
@@ -206,14 +210,11 @@ void HttpSink::Run(InterruptCheck interrupted) {
     }
     bool first = true;
     if (m.has_key) {
-      auto key = std::make_pair(slot.endpoint, std::string(m.key));
-      auto it = last_of_key.find(key);
-      if (it != last_of_key.end()) {
+      auto [it, fresh] = last_of_key.try_emplace(m.key, i);
+      if (!fresh) {
         slots_[it->second].next = i;
         first = false;
         it->second = i;
-      } else {
-        last_of_key.emplace(std::move(key), i);
       }
     }
     if (first) ready_.push_back(i);

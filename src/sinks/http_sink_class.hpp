@@ -73,6 +73,7 @@ class HttpSink final : public Sink {
     bool transient = false;    // failed so that the endpoint may be at fault
     bool unreachable = false;  // no answer at all could be had
     bool paced = false;        // answered 429 or with Retry-After: asked to wait
+    bool unavailable = false;  // answered 502, 503 or 504
     DeliveryStatus refusal = DeliveryStatus::kRejected;
     std::string refused;  // why it cannot be sent at all (settled on its turn)
   };
