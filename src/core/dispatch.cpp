@@ -435,8 +435,8 @@ void Dispatcher::SendGroup(const Flight &flight, SinkGroup *group,
   }
   group->messages.reserve(group->members.size());
   for (size_t i : group->members) {
-    group->messages.push_back(
-        MessageOf(flight.rows[i], routes_[flight.route_of[i]], flight.settings.source));
+    group->messages.push_back(MessageOf(flight.rows[i], routes_[flight.route_of[i]],
+                                        flight.route_of[i], flight.settings.source));
   }
   group->sink = sink;
   group->sent_ms = SteadyMs();

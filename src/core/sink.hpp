@@ -32,6 +32,11 @@ struct OutMessage {
   std::string_view id;      // the event id, canonical UUID text
   std::string_view topic;   // the event's topic
   std::string_view target;  // Kafka topic or Redis key to deliver to
+  // Which route of the batch it travels on (an index, the same for every
+  // message of one route in one call): per-key order holds per route and
+  // key, so sinks chain a call's messages by (route, key), whatever their
+  // targets, and never hold one route's message behind another route's.
+  int route = 0;
   bool has_key = false;
   std::string_view key;
   std::string_view payload;         // compact JSON text
@@ -94,14 +99,15 @@ class Sink {
   // besides, `interrupted` (may be null) is checked about every 100 ms and,
   // when it returns true, Publish stops waiting and reports what has no
   // outcome yet as kRetriable with error "interrupted". Fills out[0..n).
-  // Never throws. Messages with the same key are sent in array order and,
-  // as far as the broker protocol allows, arrive in that order, whatever
-  // their targets (a route without a target sends a key's events to several
-  // topics): the sinks that wait for each answer (Redis, AMQP, NATS, MQTT,
-  // HTTP) send a key's next message, to any target, only after the one
-  // before was taken, and never after it failed (kNotSent). Kafka keeps the
-  // order per topic and partition only, and holds back a key's later
-  // messages after one refused on the spot.
+  // Never throws. Messages with the same route and key are sent in array
+  // order and, as far as the broker protocol allows, arrive in that order,
+  // whatever their targets (a route without a target sends a key's events
+  // to several topics): the sinks that wait for each answer (Redis, AMQP,
+  // NATS, MQTT, HTTP) send a route and key's next message, to any target,
+  // only after the one before was taken, and never after it failed
+  // (kNotSent). Kafka keeps the order per topic and partition only, and
+  // holds back a route and key's later messages after one refused on the
+  // spot.
   using InterruptCheck = bool (*)();
   virtual void Publish(const OutMessage *messages, size_t n, Delivery *out,
                        InterruptCheck interrupted) = 0;
@@ -113,8 +119,8 @@ class Sink {
   // a sink (a 64-bit counter), so a stale ticket matches nothing; 0 means the
   // Send settled everything itself and there is nothing to collect. Several
   // Sends may be open at once (so requests stay in flight while the owner
-  // prepares the next batch); messages with the same key keep their order
-  // across them. `out` must stay valid until its Collect or
+  // prepares the next batch); messages with the same route and key keep
+  // their order across them. `out` must stay valid until its Collect or
   // AbandonAll, and every Send must be collected or abandoned. Sinks that
   // cannot pipeline deliver within Send (this default).
   virtual uint64_t Send(const OutMessage *messages, size_t n, Delivery *out,

@@ -25,11 +25,13 @@ void SetError(RowOutcome *out, std::string_view text) {
   out->error[n] = '\0';
 }
 
-OutMessage MessageOf(const EventRow &row, const DispatchRoute &route, std::string_view source) {
+OutMessage MessageOf(const EventRow &row, const DispatchRoute &route, int route_index,
+                     std::string_view source) {
   OutMessage m;
   m.id = row.id;
   m.topic = row.topic;
   m.target = route.has_target ? std::string_view(route.target) : row.topic;
+  m.route = route_index;
   m.has_key = row.has_key;
   m.key = row.key;
   m.payload = row.payload;
@@ -57,7 +59,7 @@ void Verdicts::NoteUntouched(const DispatchRoute &route, const EventRow &row) {
   if (row.has_key) untouched_keys_.emplace(route.pattern, std::string(row.key));
 }
 
-// Per key, a group's events reach the broker in id order, and the broker
+// Per key and target, a group's events reach the broker in id order, and the broker
 // takes or refuses them together, except where librdkafka split them over
 // two Produce requests and the broker refused the first and took the second
 // (README, Limits): the refused event then arrives after a later one of its
@@ -69,12 +71,21 @@ void Verdicts::NoteOvertaken(const Judging &j) noexcept {
   try {
     const std::vector<size_t> &members = *j.members;
     const std::vector<Delivery> &results = *j.results;
-    std::set<RouteKey> failed;  // keys with an earlier member not delivered
+    // Per target too: a route without a target sends a key's events to
+    // several topics, and on Kafka one topic's failure does not hold back
+    // the others (README, Limits), which is no split request.
+    auto target_of = [&](size_t k) {
+      const DispatchRoute &route = (*routes_)[j.route_of[members[k]]];
+      return route.has_target ? std::string_view(route.target) : j.rows[members[k]].topic;
+    };
+    std::set<std::pair<RouteKey, std::string>> failed;  // with an earlier member not delivered
     std::vector<std::string_view> late;
     for (size_t k = 0; k < members.size(); ++k) {
       const EventRow &row = j.rows[members[k]];
       if (!row.has_key) continue;
-      RouteKey key((*routes_)[j.route_of[members[k]]].pattern, std::string(row.key));
+      std::pair<RouteKey, std::string> key(
+          RouteKey((*routes_)[j.route_of[members[k]]].pattern, std::string(row.key)),
+          std::string(target_of(k)));
       if (results[k].status != DeliveryStatus::kDelivered) {
         failed.insert(std::move(key));
       } else if (failed.count(key) != 0) {
@@ -83,6 +94,7 @@ void Verdicts::NoteOvertaken(const Judging &j) noexcept {
           const EventRow &earlier = j.rows[members[e]];
           if (results[e].status != DeliveryStatus::kDelivered && earlier.has_key &&
               earlier.key == row.key && j.route_of[members[e]] == j.route_of[members[k]] &&
+              target_of(e) == target_of(k) &&
               std::find(late.begin(), late.end(), earlier.id) == late.end()) {
             late.push_back(earlier.id);
           }
@@ -295,7 +307,7 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
       if (ParkBehindEarlier(rows[i], route, nullptr, settings.now_us, kWaitingForKey, &out[i])) {
         continue;
       }
-      OutMessage alone = MessageOf(rows[i], route, settings.source);
+      OutMessage alone = MessageOf(rows[i], route, route_of[i], settings.source);
       Delivery solo;
       sink->Publish(&alone, 1, &solo, interrupted);
       if (solo.status == DeliveryStatus::kRetriable && stopping()) {

@@ -47,7 +47,9 @@ void SetError(RowOutcome *out, std::string_view text);
 
 // The message a row becomes on its route: views of the row, the route and
 // `source` (the settings' CloudEvents source).
-OutMessage MessageOf(const EventRow &row, const DispatchRoute &route, std::string_view source);
+// `route_index` identifies the route within the call (OutMessage::route).
+OutMessage MessageOf(const EventRow &row, const DispatchRoute &route, int route_index,
+                     std::string_view source);
 
 // What Judge needs to decide a group's rows from its sink's answers.
 struct Judging {

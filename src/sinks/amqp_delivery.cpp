@@ -3,7 +3,7 @@
 // delivery tag), basic.return (a mandatory message no queue took, which
 // always precedes that message's ack), and channel.close (the channel and
 // every unconfirmed message on it are lost). A message's outcome settles
-// its chain: the next message of its key becomes ready when it is
+// its chain: the next message of its route and key becomes ready when it is
 // delivered, and is held back (kNotSent) when it is not.
 #include "sinks/amqp_errors.hpp"
 #include "sinks/amqp_sink_class.hpp"

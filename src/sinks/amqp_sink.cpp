@@ -7,8 +7,9 @@
 // messages are published with `mandatory`, so one no queue takes comes
 // back (basic.return, before its ack) and is the target's refusal.
 //
-// Per-key order: messages of one key form a chain (whatever their targets:
-// a route without a target sends a key's events to several routing keys), and only a
+// Per-key order: messages of one route and key form a chain (whatever their
+// targets: a route without a target sends a key's events to several routing
+// keys), and only a
 // chain's head is ever unconfirmed. The next message of a key is published
 // when the previous one's ack arrives, and never when it was nacked,
 // returned or lost: a broker that refuses one message of a key (a full
@@ -236,7 +237,8 @@ void AmqpSink::BuildChains(Batch *b) {
   b->ready.clear();
   b->ready.reserve(n);
   b->by_id.reserve(n);
-  std::map<std::string_view, size_t> last_of_key;  // by key alone, whatever the target
+  // By route and key, whatever the target.
+  std::map<std::pair<int, std::string_view>, size_t> last_of_key;
   for (size_t i = 0; i < n; ++i) {
     const OutMessage &m = b->messages[i];
     b->by_id.emplace(m.id, i);
@@ -244,7 +246,7 @@ void AmqpSink::BuildChains(Batch *b) {
       b->ready.push_back(i);
       continue;
     }
-    const auto [it, first] = last_of_key.try_emplace(m.key, i);
+    const auto [it, first] = last_of_key.try_emplace({m.route, m.key}, i);
     if (first) {
       b->ready.push_back(i);
     } else {

@@ -82,7 +82,7 @@ class AmqpSink final : public Sink {
     uint64_t body_left = 0;
   };
 
-  // The state of one Publish call. Per key, messages form a chain
+  // The state of one Publish call. Per route and key, messages form a chain
   // in array order; only a chain's head is ever unconfirmed, and the next
   // goes once the head is confirmed (amqp_sink.cpp).
   struct Batch {

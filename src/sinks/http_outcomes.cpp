@@ -103,15 +103,9 @@ void HttpEndpoints::Failed(const std::string &endpoint, std::string_view id) {
   if (m.failed.size() < 2 && m.failed.find(id) == m.failed.end()) m.failed.emplace(id);
 }
 
-bool HttpEndpoints::Down(const std::string &endpoint, bool delivered_now, bool not_the_events,
-                         bool unavailable) {
+bool HttpEndpoints::Down(const std::string &endpoint, bool delivered_now, bool not_the_events) {
   if (not_the_events) return true;
   if (delivered_now) return false;  // others go through: the event is refused
-  // An endpoint that says it cannot serve, to the only event it was sent, is
-  // down: a webhook receiver in maintenance, or behind a proxy whose
-  // upstream is gone, would otherwise spend a lone event's attempts until it
-  // is dead. With other events in the call its answers decide (above).
-  if (unavailable) return true;
   const Memory &m = At(endpoint);
   // Different events failed since the last 2xx (or since the endpoint was
   // first used): the endpoint is down. One event failing alone, again and

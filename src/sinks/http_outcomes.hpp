@@ -52,11 +52,7 @@ class HttpEndpoints {
   // the same call. `not_the_events`: no answer could be had at all (no
   // connection, name or TLS handshake), or the endpoint asked to be left
   // alone for a while (429, Retry-After), which no event causes.
-  // `unavailable`: the event's answer was 502, 503 or 504, a server or the
-  // gateway before it saying it cannot serve now (maintenance, an upstream
-  // down): the endpoint's, unless another event got a 2xx in the same call.
-  bool Down(const std::string &endpoint, bool delivered_now, bool not_the_events,
-            bool unavailable = false);
+  bool Down(const std::string &endpoint, bool delivered_now, bool not_the_events);
 
  private:
   struct Memory {

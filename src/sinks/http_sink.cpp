@@ -148,7 +148,6 @@ void HttpSink::Finished(CURL *easy, CURLcode code) {
   } else if (answer == HttpAnswer::kTransient) {
     slot.transient = true;
     slot.paced = status == 429 || d.retry_after_ms > 0;
-    slot.unavailable = status == 502 || status == 503 || status == 504;
     Settle(i, DeliveryStatus::kRetriable, std::move(error));
   } else {
     Settle(i, DeliveryStatus::kRejected, std::move(error));
@@ -172,7 +171,7 @@ void HttpSink::JudgeEndpoints() {
     Slot &slot = slots_[i];
     if (!slot.transient || out_[i].status != DeliveryStatus::kRetriable) continue;
     const bool down = endpoints_.Down(slot.endpoint, delivered_now.count(slot.endpoint) != 0,
-                                      slot.unreachable || slot.paced, slot.unavailable);
+                                      slot.unreachable || slot.paced);
     out_[i].status = down ? DeliveryStatus::kTargetDown : DeliveryStatus::kRejected;
     // Said once per outage of each endpoint (bounded: at most as many
     // endpoints as HttpEndpoints remembers), not once per call.
@@ -186,10 +185,11 @@ void HttpSink::JudgeEndpoints() {
 }
 
 void HttpSink::Run(InterruptCheck interrupted) {
-  // Chains by key alone, whatever the endpoint: a route without a target
-  // sends a key's events to several targets, and their order holds across
-  // them (one endpoint down holds back the key's events at the others).
-  std::map<std::string_view, size_t> last_of_key;
+  // Chains by route and key, whatever the endpoint: a route without a
+  // target sends a key's events to several targets, and their order holds
+  // across them (one endpoint down holds back the route's events of that
+  // key at the others).
+  std::map<std::pair<int, std::string_view>, size_t> last_of_key;
   for (size_t i = 0; i < n_; ++i) {
     const OutMessage &m = messages_[i];
     Slot &slot = slots_[i];
@@ -210,7 +210,7 @@ void HttpSink::Run(InterruptCheck interrupted) {
     }
     bool first = true;
     if (m.has_key) {
-      auto [it, fresh] = last_of_key.try_emplace(m.key, i);
+      auto [it, fresh] = last_of_key.try_emplace({m.route, m.key}, i);
       if (!fresh) {
         slots_[it->second].next = i;
         first = false;

@@ -65,7 +65,7 @@ class HttpSink final : public Sink {
   static constexpr size_t kNone = static_cast<size_t>(-1);
 
   struct Slot {
-    size_t next = kNone;   // the next message of its endpoint and key, in this call
+    size_t next = kNone;   // the next message of its route and key, in this call
     std::string endpoint;  // the URL after {target}
     std::string shown;     // how errors name the request (never the URL)
     Request request;
@@ -73,7 +73,6 @@ class HttpSink final : public Sink {
     bool transient = false;    // failed so that the endpoint may be at fault
     bool unreachable = false;  // no answer at all could be had
     bool paced = false;        // answered 429 or with Retry-After: asked to wait
-    bool unavailable = false;  // answered 502, 503 or 504
     DeliveryStatus refusal = DeliveryStatus::kRejected;
     std::string refused;  // why it cannot be sent at all (settled on its turn)
   };

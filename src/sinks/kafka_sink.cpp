@@ -187,16 +187,16 @@ void KafkaSink::SendBatch(Batch *batch, const OutMessage *messages, size_t n,
   purge_reason_ = nullptr;
   const char *stop = nullptr;  // why we stopped producing, if we did
   if (NeedsRecreate()) stop = "fatal error: the producer must be recreated";
-  // Keys with a message refused on the spot in this batch: their later
-  // messages are not sent (to any topic), so none overtakes it.
-  std::set<std::string_view> refused;
+  // Routes and keys with a message refused on the spot in this batch: their
+  // later messages are not sent (to any topic), so none overtakes it.
+  std::set<std::pair<int, std::string_view>> refused;
   for (size_t i = 0; i < n; ++i) {
     const OutMessage &message = messages[i];
     if (stop != nullptr) {
       Settle(batch, i, DeliveryStatus::kRetriable, stop);
       continue;
     }
-    if (message.has_key && refused.count(message.key) != 0) {
+    if (message.has_key && refused.count({message.route, message.key}) != 0) {
       Settle(batch, i, DeliveryStatus::kNotSent,
              "not sent: an earlier event with the same key failed in this batch");
       continue;
@@ -232,7 +232,7 @@ void KafkaSink::SendBatch(Batch *batch, const OutMessage *messages, size_t n,
         text += "\")";
       }
       Settle(batch, i, status, std::move(text));
-      if (message.has_key) refused.emplace(message.key);
+      if (message.has_key) refused.emplace(message.route, message.key);
     }
   }
 }

@@ -1,17 +1,17 @@
 // The open Sends of a sink that pipelines one connection (MQTT, NATS): each
 // Send's messages copied, their outcomes written into the caller's `out`,
-// the chain of each key within a Send, what may be sent next,
+// the chain of each route and key within a Send, what may be sent next,
 // what is in flight under which id of the broker's protocol (an MQTT packet
 // identifier, a NATS reply id), and when each stops waiting. No client
 // library and no PostgreSQL here: the sinks (keyed_sink.hpp) drive their
 // connection and tell this what happened; test/unit/keyed_sends_test.cpp
 // checks it alone.
 //
-// Per-key order: within a Send, a key has at most one message in flight,
-// whatever its messages' targets (a route without a target sends a key's
-// events to several topics, and their order holds across them). Its next one becomes ready when it
-// is delivered, and never goes when it fails (kNotSent: it waits behind it). Across Sends nothing
-// is chained: the dispatcher never has a route and key in two open Sends.
+// Per-key order: within a Send, a route and key has at most one message in
+// flight, whatever its messages' targets (a route without a target sends a
+// key's events to several topics, and their order holds across them). Its next one becomes ready
+// when it is delivered, and never goes when it fails (kNotSent: it waits behind it). Across Sends
+// nothing is chained: the dispatcher never has a route and key in two open Sends.
 //
 // Lifetime of an `out` array: written only while its Send is open. Close,
 // and AbandonAll, forget a Send; nothing writes into its array afterwards,
@@ -50,7 +50,7 @@ class KeyedSends {
 
   // Opens a Send of messages[0..n), outcomes into out[0..n). Copies the
   // messages (the caller keeps only `out`), chains each keyed message to
-  // the next of its key, and makes ready the first of each key
+  // the next of its route and key, and makes ready the first of each key
   // and every message without a key, in order. Nothing of it is handed out
   // by NextReady after send_until (CutOff). Returns its ticket: never 0,
   // never reused. Throws std::bad_alloc (then nothing is opened).
@@ -113,7 +113,7 @@ class KeyedSends {
   static constexpr size_t kNone = static_cast<size_t>(-1);
 
   struct Slot {
-    size_t next = kNone;  // the next message of its key, in its Send
+    size_t next = kNone;  // the next message of its route and key, in its Send
     uint64_t wire_id = 0;
     Clock::time_point deadline;
     bool bound = false;  // wire_id names it in by_wire_

@@ -9,8 +9,8 @@
 // cannot tell which late reply belongs to which command): what had no reply
 // yet is kRetriable, and may or may not have been applied (at least once).
 //
-// Per-key order: a pipeline carries at most one message of each key (of
-// any target). The second message of a key goes in the next round, once every reply
+// Per-key order: a pipeline carries at most one message of each route and
+// key (of any target). The second message of a key goes in the next round, once every reply
 // of the round before has come, and only if the first was applied: a later
 // message never reaches Redis while an earlier one of its key failed. Redis
 // answers a pipeline's commands one by one, and a passing state of the server
@@ -130,22 +130,22 @@ void RedisSink::PublishBatch(const OutMessage *messages, size_t n, Delivery *out
   }
 
   // Rounds (see the header): round[i] is how many earlier messages of this
-  // call have message i's key, whatever their targets (a route without a
-  // target sends a key's events to several streams); keyless messages all
-  // go first.
+  // call have message i's route and key, whatever their targets (a route
+  // without a target sends a key's events to several streams); keyless
+  // messages all go first.
   std::vector<uint32_t> round(n, 0);
   uint32_t rounds = 1;
   {
-    std::map<std::string_view, uint32_t> seen;
+    std::map<std::pair<int, std::string_view>, uint32_t> seen;
     for (size_t i = 0; i < n; ++i) {
       if (!messages[i].has_key) continue;
-      round[i] = seen[messages[i].key]++;
+      round[i] = seen[{messages[i].route, messages[i].key}]++;
       rounds = std::max(rounds, round[i] + 1);
     }
   }
   // Keys with a message that was not applied: their later messages wait.
-  std::set<std::string_view> failed_keys;
-  auto key_of = [&](size_t i) { return messages[i].key; };
+  std::set<std::pair<int, std::string_view>> failed_keys;
+  auto key_of = [&](size_t i) { return std::make_pair(messages[i].route, messages[i].key); };
 
   // When the connection fails in round r, the messages of later rounds were
   // never sent: they wait (kNotSent) without being charged an attempt.

@@ -25,6 +25,7 @@ namespace test_support {
 // A message as the sink saw it, copied (the views die with the Publish call).
 struct SentMessage {
   std::string id, topic, target;
+  int route = 0;
   bool has_key = false;
   std::string key, payload;
   std::vector<std::pair<std::string, std::string>> headers;
@@ -169,6 +170,7 @@ class FakeSink : public Sink {
       s.id = std::string(m.id);
       s.topic = std::string(m.topic);
       s.target = std::string(m.target);
+      s.route = m.route;
       s.has_key = m.has_key;
       s.key = std::string(m.key);
       s.payload = std::string(m.payload);

@@ -84,24 +84,6 @@ TEST(HttpEndpointsTest, OneEventFailingAloneAtANewEndpointIsTheEvents) {
   EXPECT_TRUE(e.Down("http://h/a", false, false));
 }
 
-TEST(HttpEndpointsTest, AnEndpointUnavailableToALoneEventIsDownButNotWhileOthersGetA2xx) {
-  HttpEndpoints e;
-  // 502, 503 or 504 to the only event sent there (a receiver in
-  // maintenance, a proxy whose upstream is gone): no attempt, at a new
-  // endpoint and at one that answered before.
-  e.Failed("http://h/a", "X");
-  EXPECT_TRUE(e.Down("http://h/a", false, false, true));
-  e.Delivered("http://h/b");
-  e.Failed("http://h/b", "X");
-  EXPECT_TRUE(e.Down("http://h/b", false, false, true));
-  // Others to it got a 2xx in the same call: the event's (an attempt).
-  EXPECT_FALSE(e.Down("http://h/b", true, false, true));
-  // A 500 alone stays the event's.
-  e.Delivered("http://h/c");
-  e.Failed("http://h/c", "X");
-  EXPECT_FALSE(e.Down("http://h/c", false, false, false));
-}
-
 TEST(HttpEndpointsTest, AnUnreachableOrPacingEndpointIsDownWhateverOthersGot) {
   HttpEndpoints e;
   e.Failed("http://h/a", "X");

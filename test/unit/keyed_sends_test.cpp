@@ -120,6 +120,25 @@ TEST(KeyedSends, AKeysNextMessageWaitsForTheOneBeforeIt) {
   EXPECT_EQ(ready[0].index, 4u);  // the key's message to the other target
 }
 
+TEST(KeyedSends, TheSameKeyOnTwoRoutesIsTwoChains) {
+  // Order is promised per route and key: another route's message of the
+  // key is not held back behind this route's failure.
+  Messages m;
+  m.Add("t/a", "k", "1").Add("t/b", "k", "2");
+  std::vector<OutMessage> views = m.Views();
+  views[1].route = 1;
+  std::vector<Delivery> out(views.size());
+  KeyedSends sends;
+  const uint64_t ticket = sends.Open(views.data(), views.size(), out.data(), kLater);
+  const std::vector<SendRef> ready = AllReady(&sends);
+  ASSERT_EQ(ready.size(), 2u);  // both at once
+  for (const SendRef &ref : ready) ASSERT_TRUE(sends.MarkSent(ref, ref.index, kLater));
+  sends.Settle(SendRef{ticket, 0}, DeliveryStatus::kRejected, "refused", true);
+  sends.Settle(SendRef{ticket, 1}, DeliveryStatus::kDelivered, "", true);
+  EXPECT_EQ(out[1].status, DeliveryStatus::kDelivered);
+  EXPECT_TRUE(sends.Done(ticket));
+}
+
 TEST(KeyedSends, AKeysFailureOnOneTargetHoldsBackItsMessagesToOthers) {
   // A route without a target sends a key's events to several topics: the
   // event on t/b must not be taken while the earlier one on t/a failed.

@@ -45,7 +45,7 @@ class LateAnswersTest : public ::testing::Test {
     group.sink_name = "kafka";
     group.members = batch->All();
     for (const EventRow &row : batch->rows) {
-      group.messages.push_back(MessageOf(row, parts_.routes[0], ""));
+      group.messages.push_back(MessageOf(row, parts_.routes[0], 0, ""));
     }
     group.results.resize(batch->rows.size());
     group.sink = parts_.sinks.SinkFor("kafka", &parts_.sinks["kafka"]);

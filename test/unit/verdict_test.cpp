@@ -271,7 +271,7 @@ TEST_F(VerdictTest, AnEventBehindAnAwaitedLateAnswerIsLookedAtAgainWithinARechec
   SinkGroup group;
   group.sink_name = "kafka";
   group.members = first.All();
-  group.messages.push_back(MessageOf(first.rows[0], parts_.routes[0], ""));
+  group.messages.push_back(MessageOf(first.rows[0], parts_.routes[0], 0, ""));
   group.results.resize(1);
   group.sink = parts_.sinks.SinkFor("kafka", &parts_.sinks["kafka"]);
   group.sink_ticket = group.sink->Send(group.messages.data(), 1, group.results.data(), nullptr);
@@ -303,7 +303,7 @@ TEST_F(VerdictTest, AMessageGoesToItsRoutesTargetOrElseToItsTopic) {
   batch_.Add(1, "orders.a", "k");
   DispatchRoute route{"orders.*", "kafka", true, "orders-topic"};
   route.format = MessageFormat::kCloudEvents;
-  const OutMessage m = MessageOf(batch_.rows[0], route, "/db");
+  const OutMessage m = MessageOf(batch_.rows[0], route, 0, "/db");
   EXPECT_EQ(m.id, Id(1));
   EXPECT_EQ(m.topic, "orders.a");
   EXPECT_EQ(m.target, "orders-topic");
@@ -311,7 +311,7 @@ TEST_F(VerdictTest, AMessageGoesToItsRoutesTargetOrElseToItsTopic) {
   EXPECT_EQ(m.payload, "{\"n\":1}");
   EXPECT_EQ(m.format, MessageFormat::kCloudEvents);
   EXPECT_EQ(m.source, "/db");
-  EXPECT_EQ(MessageOf(batch_.rows[0], parts_.routes[0], "").target, "orders.a");
+  EXPECT_EQ(MessageOf(batch_.rows[0], parts_.routes[0], 0, "").target, "orders.a");
 }
 
 TEST_F(VerdictTest, AnErrorTooLongForItsRowIsCut) {
