@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/message_format.hpp"
@@ -47,6 +48,12 @@ struct OutMessage {
   int64_t created_at = 0;                      // timestamptz: microseconds since 2000-01-01 UTC
   std::string_view source;                     // the CloudEvents source (outbox.cloudevents_source)
 };
+
+// What chains a call's keyed messages for per-key order: their route and
+// key, whatever their targets. Every sink that holds a key's later messages
+// back behind an earlier one groups them by this.
+using ChainKey = std::pair<int, std::string_view>;
+inline ChainKey ChainOf(const OutMessage &m) { return {m.route, m.key}; }
 
 enum class DeliveryStatus {
   kDelivered,      // the broker acknowledged it

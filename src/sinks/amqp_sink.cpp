@@ -7,17 +7,16 @@
 // messages are published with `mandatory`, so one no queue takes comes
 // back (basic.return, before its ack) and is the target's refusal.
 //
-// Per-key order: messages of one route and key form a chain (whatever their
-// targets: a route without a target sends a key's events to several routing
-// keys), and only a
-// chain's head is ever unconfirmed. The next message of a key is published
-// when the previous one's ack arrives, and never when it was nacked,
-// returned or lost: a broker that refuses one message of a key (a full
-// queue with x-overflow reject-publish) may well take the next, which would
-// then overtake it. Unlike Kafka's idempotent producer, nothing in AMQP
-// stops a later message once an earlier one failed. Messages without a key
-// and heads of different chains are all in flight at once, confirmed as the
-// broker goes (often several at a time, with `multiple`).
+// Per-key order: messages of one route and key form a chain (ChainOf:
+// whatever their routing keys), and only a chain's head is ever
+// unconfirmed. The next message of a key is published when the previous
+// one's ack arrives, and never when it was nacked, returned or lost: a
+// broker that refuses one message of a key (a full queue with x-overflow
+// reject-publish) may well take the next, which would then overtake it.
+// Unlike Kafka's idempotent producer, nothing in AMQP stops a later message
+// once an earlier one failed. Messages without a key and heads of different
+// chains are all in flight at once, confirmed as the broker goes (often
+// several at a time, with `multiple`).
 //
 // After a lost connection, a timeout or an interruption the connection is
 // dropped (a confirm that came later could not be matched to its message):
@@ -237,8 +236,7 @@ void AmqpSink::BuildChains(Batch *b) {
   b->ready.clear();
   b->ready.reserve(n);
   b->by_id.reserve(n);
-  // By route and key, whatever the target.
-  std::map<std::pair<int, std::string_view>, size_t> last_of_key;
+  std::map<ChainKey, size_t> last_of_key;
   for (size_t i = 0; i < n; ++i) {
     const OutMessage &m = b->messages[i];
     b->by_id.emplace(m.id, i);
@@ -246,7 +244,7 @@ void AmqpSink::BuildChains(Batch *b) {
       b->ready.push_back(i);
       continue;
     }
-    const auto [it, first] = last_of_key.try_emplace({m.route, m.key}, i);
+    const auto [it, first] = last_of_key.try_emplace(ChainOf(m), i);
     if (first) {
       b->ready.push_back(i);
     } else {

@@ -189,7 +189,7 @@ void HttpSink::Run(InterruptCheck interrupted) {
   // target sends a key's events to several targets, and their order holds
   // across them (one endpoint down holds back the route's events of that
   // key at the others).
-  std::map<std::pair<int, std::string_view>, size_t> last_of_key;
+  std::map<ChainKey, size_t> last_of_key;
   for (size_t i = 0; i < n_; ++i) {
     const OutMessage &m = messages_[i];
     Slot &slot = slots_[i];
@@ -210,7 +210,7 @@ void HttpSink::Run(InterruptCheck interrupted) {
     }
     bool first = true;
     if (m.has_key) {
-      auto [it, fresh] = last_of_key.try_emplace({m.route, m.key}, i);
+      auto [it, fresh] = last_of_key.try_emplace(ChainOf(m), i);
       if (!fresh) {
         slots_[it->second].next = i;
         first = false;

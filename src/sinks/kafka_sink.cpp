@@ -189,14 +189,14 @@ void KafkaSink::SendBatch(Batch *batch, const OutMessage *messages, size_t n,
   if (NeedsRecreate()) stop = "fatal error: the producer must be recreated";
   // Routes and keys with a message refused on the spot in this batch: their
   // later messages are not sent (to any topic), so none overtakes it.
-  std::set<std::pair<int, std::string_view>> refused;
+  std::set<ChainKey> refused;
   for (size_t i = 0; i < n; ++i) {
     const OutMessage &message = messages[i];
     if (stop != nullptr) {
       Settle(batch, i, DeliveryStatus::kRetriable, stop);
       continue;
     }
-    if (message.has_key && refused.count({message.route, message.key}) != 0) {
+    if (message.has_key && refused.count(ChainOf(message)) != 0) {
       Settle(batch, i, DeliveryStatus::kNotSent,
              "not sent: an earlier event with the same key failed in this batch");
       continue;
@@ -232,7 +232,7 @@ void KafkaSink::SendBatch(Batch *batch, const OutMessage *messages, size_t n,
         text += "\")";
       }
       Settle(batch, i, status, std::move(text));
-      if (message.has_key) refused.emplace(message.route, message.key);
+      if (message.has_key) refused.emplace(ChainOf(message));
     }
   }
 }

@@ -67,16 +67,14 @@ void KeyedSends::Copy(const OutMessage *messages, size_t n, OpenSend *send) {
 }
 
 void KeyedSends::Chain(OpenSend *send) {
-  // By route and key, whatever the target: a route without a target sends a
-  // key's events to several targets, and they keep their order across them.
-  std::map<std::pair<int, std::string_view>, size_t> last;
+  std::map<ChainKey, size_t> last;
   for (size_t i = 0; i < send->messages.size(); ++i) {
     const OutMessage &m = send->messages[i];
     if (!m.has_key) {
       send->ready.push_back(i);
       continue;
     }
-    auto [it, first] = last.try_emplace({m.route, m.key}, i);
+    auto [it, first] = last.try_emplace(ChainOf(m), i);
     if (first) {
       send->ready.push_back(i);
     } else {

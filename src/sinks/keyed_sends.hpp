@@ -7,11 +7,12 @@
 // connection and tell this what happened; test/unit/keyed_sends_test.cpp
 // checks it alone.
 //
-// Per-key order: within a Send, a route and key has at most one message in
-// flight, whatever its messages' targets (a route without a target sends a
-// key's events to several topics, and their order holds across them). Its next one becomes ready
-// when it is delivered, and never goes when it fails (kNotSent: it waits behind it). Across Sends
-// nothing is chained: the dispatcher never has a route and key in two open Sends.
+// Per-key order: within a Send, a route and key (ChainOf) has at most one
+// message in flight, whatever its messages' targets (a route without a
+// target sends a key's events to several topics, and their order holds
+// across them). Its next one becomes ready when it is delivered, and never
+// goes when it fails (kNotSent: it waits behind it). Across Sends nothing
+// is chained: the dispatcher never has a route and key in two open Sends.
 //
 // Lifetime of an `out` array: written only while its Send is open. Close,
 // and AbandonAll, forget a Send; nothing writes into its array afterwards,

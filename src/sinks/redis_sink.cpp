@@ -136,16 +136,16 @@ void RedisSink::PublishBatch(const OutMessage *messages, size_t n, Delivery *out
   std::vector<uint32_t> round(n, 0);
   uint32_t rounds = 1;
   {
-    std::map<std::pair<int, std::string_view>, uint32_t> seen;
+    std::map<ChainKey, uint32_t> seen;
     for (size_t i = 0; i < n; ++i) {
       if (!messages[i].has_key) continue;
-      round[i] = seen[{messages[i].route, messages[i].key}]++;
+      round[i] = seen[ChainOf(messages[i])]++;
       rounds = std::max(rounds, round[i] + 1);
     }
   }
   // Keys with a message that was not applied: their later messages wait.
-  std::set<std::pair<int, std::string_view>> failed_keys;
-  auto key_of = [&](size_t i) { return std::make_pair(messages[i].route, messages[i].key); };
+  std::set<ChainKey> failed_keys;
+  auto key_of = [&](size_t i) { return ChainOf(messages[i]); };
 
   // When the connection fails in round r, the messages of later rounds were
   // never sent: they wait (kNotSent) without being charged an attempt.

@@ -22,11 +22,14 @@ using std::chrono::milliseconds;
 struct Messages {
   std::vector<std::string> targets, keys, payloads;
   std::vector<bool> keyed;
+  std::vector<int> routes;
   std::vector<Header> headers;
   std::string header_name = "trace", header_value = "abc";
 
-  Messages &Add(std::string target, std::optional<std::string> key, std::string payload) {
+  Messages &Add(std::string target, std::optional<std::string> key, std::string payload,
+                int route = 0) {
     targets.push_back(std::move(target));
+    routes.push_back(route);
     keyed.push_back(key.has_value());
     keys.push_back(key.value_or(""));
     payloads.push_back(std::move(payload));
@@ -39,6 +42,7 @@ struct Messages {
       OutMessage m;
       m.id = payloads[i];
       m.target = targets[i];
+      m.route = routes[i];
       m.has_key = keyed[i];
       m.key = keys[i];
       m.payload = payloads[i];
@@ -124,12 +128,11 @@ TEST(KeyedSends, TheSameKeyOnTwoRoutesIsTwoChains) {
   // Order is promised per route and key: another route's message of the
   // key is not held back behind this route's failure.
   Messages m;
-  m.Add("t/a", "k", "1").Add("t/b", "k", "2");
-  std::vector<OutMessage> views = m.Views();
-  views[1].route = 1;
-  std::vector<Delivery> out(views.size());
-  KeyedSends sends;
-  const uint64_t ticket = sends.Open(views.data(), views.size(), out.data(), kLater);
+  m.Add("t/a", "k", "1").Add("t/b", "k", "2", /*route=*/1);
+  Opened o(&m);
+  KeyedSends &sends = o.sends;
+  std::vector<Delivery> &out = o.out;
+  const uint64_t ticket = o.ticket;
   const std::vector<SendRef> ready = AllReady(&sends);
   ASSERT_EQ(ready.size(), 2u);  // both at once
   for (const SendRef &ref : ready) ASSERT_TRUE(sends.MarkSent(ref, ref.index, kLater));
