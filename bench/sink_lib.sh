@@ -145,7 +145,7 @@ EOF
   SUB_PID=$!
   SERVER_PIDS+=("$SUB_PID")
   sleep 0.5
-  SINK_SQL="SELECT outbox.create_sink('b', 'mqtt', '{\"port\": $MQTT_PORT}')"
+  SINK_SQL="SELECT outbox.create_sink('b', 'mqtt', '{\"port\": $MQTT_PORT${MQTT_CONNECTIONS:+, \"connections\": $MQTT_CONNECTIONS}}')"
   TARGET_OUTBOX=bench/outbox TARGET_WARM=warm/outbox
   RELAY_CMD=(/usr/bin/python3 "$REPO/bench/sink_relay.py" "" mqtt "$MQTT_PORT" bench/relay)
 }

@@ -52,6 +52,9 @@ SELECT error_of($$SELECT outbox.create_sink('m2', 'mqtt', '{"qos": 0}')$$);
 SELECT error_of($$SELECT outbox.create_sink('m2', 'mqtt', '{"protocol": "3.1"}')$$);
 SELECT error_of($$SELECT outbox.create_sink('m2', 'mqtt', '{"tls": "true", "tls_ca": "/etc/ssl/certs/ca-certificates.crt"}')$$);
 SELECT error_of($$SELECT outbox.create_sink('m2', 'mqtt', '{"no_such_option": "1"}')$$);
+SELECT error_of($$SELECT outbox.create_sink('m2', 'mqtt', '{"connections": 17}')$$);
+SELECT error_of($$SELECT outbox.create_sink('m3', 'mqtt', '{"connections": 1}')$$);
+SELECT outbox.drop_sink('m3');
 SELECT name, kind, options FROM outbox.sinks WHERE name IN ('rabbit', 'jet', 'hooks', 'mq') ORDER BY name;
 
 -- Route targets: an AMQP routing key is at most 255 bytes; a NATS subject is

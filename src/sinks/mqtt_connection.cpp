@@ -1,12 +1,12 @@
-// The MQTT sink's connection: the libmosquitto client and its options,
-// starting to connect (TCP, TLS, CONNECT; the CONNACK is awaited by
-// mqtt_delivery.cpp, within connect_timeout_ms), driving its socket from the
-// owner's thread, libmosquitto's callbacks, and closing it. Runs on the owner's thread only
-// (mqtt_sink_class.hpp).
+// The MQTT sink's connections: the libmosquitto clients and their options,
+// starting to connect (TCP, TLS, CONNECT; the CONNACKs are awaited by
+// mqtt_delivery.cpp, within connect_timeout_ms), driving their sockets from
+// the owner's thread, libmosquitto's callbacks, and closing them. Runs on
+// the owner's thread only (mqtt_sink_class.hpp).
 //
 // A connection is never re-established in place (mosquitto_reconnect):
-// after a loss the client is destroyed, with whatever libmosquitto still
-// held to send, and the next call makes a new one. libmosquitto would
+// after a loss every client is destroyed, with whatever libmosquitto still
+// held to send, and the next call makes new ones. libmosquitto would
 // otherwise send again, on reconnecting, messages that the sink already
 // reported kRetriable and will send itself.
 #include "sinks/mqtt_sink_class.hpp"
@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -30,7 +31,7 @@ namespace outbox {
 
 namespace {
 
-MqttSink *SinkOf(void *obj) { return static_cast<MqttSink *>(obj); }
+MqttSink::Link &LinkOf(void *obj) { return *static_cast<MqttSink::Link *>(obj); }
 
 // Acknowledges at once, at the TCP level, what the broker sent: a broker
 // whose socket keeps Nagle's algorithm on (mosquitto's default,
@@ -49,14 +50,14 @@ void AckAtOnce(int fd) {
 }
 
 void OnConnectCallback(mosquitto *, void *obj, int rc, int, const mosquitto_property *) {
-  SinkOf(obj)->OnConnect(rc);
+  LinkOf(obj).sink->OnConnect(LinkOf(obj), rc);
 }
 void OnDisconnectCallback(mosquitto *, void *obj, int rc, const mosquitto_property *) {
-  SinkOf(obj)->OnDisconnect(rc);
+  LinkOf(obj).sink->OnDisconnect(LinkOf(obj), rc);
 }
 void OnPublishCallback(mosquitto *, void *obj, int mid, int reason_code,
                        const mosquitto_property *) {
-  SinkOf(obj)->OnPublish(mid, reason_code);
+  LinkOf(obj).sink->OnPublish(LinkOf(obj), mid, reason_code);
 }
 
 // libmosquitto's global state (its TLS library's), made once per process,
@@ -82,23 +83,37 @@ std::string MqttSink::Where() const {
          std::to_string(options_.EffectivePort());
 }
 
-void MqttSink::OnConnect(int reason_code) noexcept {
-  connack_code_ = reason_code;
-  connected_ = reason_code == 0;
-  if (!connected_) {
-    lost_ = true;
-    try {
-      lost_reason_ = "the MQTT broker " + Where() + " refused the connection: " +
-                     std::string(options_.protocol == 5 ? mosquitto_reason_string(reason_code)
-                                                        : mosquitto_connack_string(reason_code));
-    } catch (...) {
-      callback_failed_ = true;
-    }
+// Connection i's identifier: the suffix is the instance's random number
+// plus i, so the identifiers differ and keep their length (the prefix and 17
+// characters: 23 with the default prefix, what every MQTT 3.1.1 broker must
+// accept).
+std::string MqttSink::ClientIdOf(int index) const {
+  return MqttClientId(options_.client_id, nonce_ + static_cast<uint64_t>(index));
+}
+
+void MqttSink::OnConnect(Link &link, int reason_code) noexcept {
+  if (reason_code == 0) {
+    link.connected = true;
+    connected_ =
+        std::all_of(links_.begin(), links_.end(), [](const Link &l) { return l.connected; });
+    return;
+  }
+  link.connected = false;
+  connected_ = false;
+  if (lost_) return;  // the first reason stays
+  lost_ = true;
+  try {
+    lost_reason_ = "the MQTT broker " + Where() + " refused the connection: " +
+                   std::string(options_.protocol == 5 ? mosquitto_reason_string(reason_code)
+                                                      : mosquitto_connack_string(reason_code));
+  } catch (...) {
+    callback_failed_ = true;
   }
 }
 
-void MqttSink::OnDisconnect(int rc) noexcept {
-  const bool was_connected = connected_;
+void MqttSink::OnDisconnect(Link &link, int rc) noexcept {
+  const bool was_connected = link.connected;
+  link.connected = false;
   connected_ = false;
   if (lost_) return;  // the first reason stays
   lost_ = true;
@@ -117,41 +132,55 @@ void MqttSink::ForgetCaFile() noexcept {
   ca_file_.clear();
 }
 
-bool MqttSink::StartClient(std::string *error) {
-  const std::string prefix = "cannot connect to " + Where() + ": ";
+// Starts every connection; false (with *error) when one cannot even be
+// started, and then the caller disconnects them all.
+bool MqttSink::StartClients(std::string *error) {
   if (!LibraryReady()) {
-    *error = prefix + "libmosquitto did not initialise";
+    *error = "cannot connect to " + Where() + ": libmosquitto did not initialise";
     return false;
   }
   connected_ = false;
   lost_ = false;
   lost_reason_.clear();
-  connack_code_ = -1;
-  mosq_ = mosquitto_new(client_id_.c_str(), true, this);
-  if (mosq_ == nullptr) {
+  links_.resize(static_cast<size_t>(options_.connections));
+  for (size_t i = 0; i < links_.size(); ++i) {
+    links_[i].sink = this;
+    links_[i].index = static_cast<int>(i);
+  }
+  for (Link &link : links_) {
+    if (!StartClient(&link, error)) return false;
+  }
+  return true;
+}
+
+bool MqttSink::StartClient(Link *link, std::string *error) {
+  const std::string prefix = "cannot connect to " + Where() + ": ";
+  link->mosq = mosquitto_new(ClientIdOf(link->index).c_str(), true, link);
+  mosquitto *const mosq = link->mosq;
+  if (mosq == nullptr) {
     if (errno == ENOMEM) throw std::bad_alloc();
     *error = prefix + "libmosquitto refused the client id";
     return false;
   }
-  int rc = mosquitto_int_option(mosq_, MOSQ_OPT_PROTOCOL_VERSION,
+  int rc = mosquitto_int_option(mosq, MOSQ_OPT_PROTOCOL_VERSION,
                                 options_.protocol == 5 ? MQTT_PROTOCOL_V5 : MQTT_PROTOCOL_V311);
   // A window of PUBLISHes goes out as it is written, not held by Nagle's
   // algorithm behind the first one's acknowledgement.
-  if (rc == MOSQ_ERR_SUCCESS) rc = mosquitto_int_option(mosq_, MOSQ_OPT_TCP_NODELAY, 1);
+  if (rc == MOSQ_ERR_SUCCESS) rc = mosquitto_int_option(mosq, MOSQ_OPT_TCP_NODELAY, 1);
   if (rc == MOSQ_ERR_SUCCESS && options_.user) {
-    rc = mosquitto_username_pw_set(mosq_, options_.user->c_str(),
+    rc = mosquitto_username_pw_set(mosq, options_.user->c_str(),
                                    options_.password ? options_.password->c_str() : nullptr);
   }
-  if (rc == MOSQ_ERR_SUCCESS && options_.tls && !SetUpTls(error)) return false;
+  if (rc == MOSQ_ERR_SUCCESS && options_.tls && !SetUpTls(mosq, error)) return false;
   if (rc != MOSQ_ERR_SUCCESS) {
     if (rc == MOSQ_ERR_NOMEM) throw std::bad_alloc();
     *error = prefix + "libmosquitto refused an option: " + mosquitto_strerror(rc);
     return false;
   }
-  mosquitto_connect_v5_callback_set(mosq_, OnConnectCallback);
-  mosquitto_disconnect_v5_callback_set(mosq_, OnDisconnectCallback);
-  mosquitto_publish_v5_callback_set(mosq_, OnPublishCallback);
-  rc = mosquitto_connect_async(mosq_, options_.host.c_str(), options_.EffectivePort(),
+  mosquitto_connect_v5_callback_set(mosq, OnConnectCallback);
+  mosquitto_disconnect_v5_callback_set(mosq, OnDisconnectCallback);
+  mosquitto_publish_v5_callback_set(mosq, OnPublishCallback);
+  rc = mosquitto_connect_async(mosq, options_.host.c_str(), options_.EffectivePort(),
                                options_.keepalive_s);
   if (rc != MOSQ_ERR_SUCCESS) {
     if (rc == MOSQ_ERR_NOMEM) throw std::bad_alloc();
@@ -164,17 +193,17 @@ bool MqttSink::StartClient(std::string *error) {
 
 // TLS 1.2 or later; the server's chain and name checked unless tls_verify
 // is false; trusting tls_ca's certificates, or the system's store.
-bool MqttSink::SetUpTls(std::string *error) {
+bool MqttSink::SetUpTls(mosquitto *mosq, std::string *error) {
   const std::string prefix = "cannot set up TLS for " + Where() + ": ";
-  std::string ca_path;
   int rc = MOSQ_ERR_SUCCESS;
-  if (!options_.tls_ca.empty()) {
+  if (!options_.tls_ca.empty() && ca_file_.empty()) {
     // libmosquitto reads trusted certificates only from a file, when it
     // connects: the option's text goes through a private file of ours
     // (mkstemp: mode 0600, a name no one else chose), removed once the
-    // connection is made or has failed (ForgetCaFile).
+    // connections are made or have failed (ForgetCaFile).
     const char *dir = std::getenv("TMPDIR");
-    ca_path = std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") + "/outbox-mqtt-ca-XXXXXX";
+    std::string ca_path =
+        std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") + "/outbox-mqtt-ca-XXXXXX";
     const int fd = mkstemp(ca_path.data());
     if (fd < 0) {
       *error = prefix + "cannot write tls_ca: " + std::strerror(errno);
@@ -194,16 +223,18 @@ bool MqttSink::SetUpTls(std::string *error) {
       *error = prefix + "cannot write tls_ca";
       return false;
     }
-    rc = mosquitto_tls_set(mosq_, ca_path.c_str(), nullptr, nullptr, nullptr, nullptr);
+  }
+  if (!options_.tls_ca.empty()) {
+    rc = mosquitto_tls_set(mosq, ca_file_.c_str(), nullptr, nullptr, nullptr, nullptr);
   } else {
-    rc = mosquitto_int_option(mosq_, MOSQ_OPT_TLS_USE_OS_CERTS, 1);
+    rc = mosquitto_int_option(mosq, MOSQ_OPT_TLS_USE_OS_CERTS, 1);
   }
   // cert_reqs 1 (SSL_VERIFY_PEER) checks the chain, and libmosquitto the
   // host name unless "insecure"; tls_verify false turns both off.
   if (rc == MOSQ_ERR_SUCCESS) {
-    rc = mosquitto_tls_opts_set(mosq_, options_.tls_verify ? 1 : 0, "tlsv1.2", nullptr);
+    rc = mosquitto_tls_opts_set(mosq, options_.tls_verify ? 1 : 0, "tlsv1.2", nullptr);
   }
-  if (rc == MOSQ_ERR_SUCCESS) rc = mosquitto_tls_insecure_set(mosq_, !options_.tls_verify);
+  if (rc == MOSQ_ERR_SUCCESS) rc = mosquitto_tls_insecure_set(mosq, !options_.tls_verify);
   if (rc != MOSQ_ERR_SUCCESS) {
     if (rc == MOSQ_ERR_NOMEM) throw std::bad_alloc();
     *error = prefix + mosquitto_strerror(rc);
@@ -213,45 +244,64 @@ bool MqttSink::SetUpTls(std::string *error) {
 }
 
 bool MqttSink::Drive(int64_t wait_ms) {
-  if (mosq_ == nullptr || lost_) return false;
-  const int fd = mosquitto_socket(mosq_);
-  if (fd < 0) {
-    if (!lost_) OnDisconnect(MOSQ_ERR_NO_CONN);
+  if (links_.empty() || lost_) return false;
+  // The TLS handshake of a connection being made is driven only by
+  // libmosquitto's own loop (it alone resumes it).
+  if (options_.tls && !connected_) return DriveTlsHandshakes(wait_ms);
+  pollfd fds[kMqttMaxConnections];
+  const size_t n = links_.size();
+  for (size_t i = 0; i < n; ++i) {
+    const int fd = mosquitto_socket(links_[i].mosq);
+    if (fd < 0) {
+      OnDisconnect(links_[i], MOSQ_ERR_NO_CONN);
+      return false;
+    }
+    fds[i] = pollfd{
+        fd, static_cast<short>(POLLIN | (mosquitto_want_write(links_[i].mosq) ? POLLOUT : 0)), 0};
+  }
+  const int ready = poll(fds, static_cast<nfds_t>(n), static_cast<int>(wait_ms));
+  if (ready < 0 && errno != EINTR) {
+    OnDisconnect(links_[0], MOSQ_ERR_ERRNO);
     return false;
   }
-  int rc = MOSQ_ERR_SUCCESS;
-  if (options_.tls && !connected_) {
-    // The TLS handshake of a connection being made is driven only by
-    // libmosquitto's own loop (it alone resumes it); the loop waits with
-    // select(), so the socket must fit an fd_set.
-    if (fd >= FD_SETSIZE) {
-      OnDisconnect(MOSQ_ERR_INVAL);
-      return false;
+  for (size_t i = 0; i < n && !lost_; ++i) {
+    mosquitto *const mosq = links_[i].mosq;
+    int rc = MOSQ_ERR_SUCCESS;
+    if (ready > 0 && (fds[i].revents & (POLLIN | POLLERR | POLLHUP)) != 0) {
+      AckAtOnce(fds[i].fd);
+      rc = mosquitto_loop_read(mosq, 1);
     }
-    rc = mosquitto_loop(mosq_, static_cast<int>(wait_ms), 1);
-  } else {
-    pollfd p{fd, static_cast<short>(POLLIN | (mosquitto_want_write(mosq_) ? POLLOUT : 0)), 0};
-    const int ready = poll(&p, 1, static_cast<int>(wait_ms));
-    if (ready < 0 && errno != EINTR) {
-      OnDisconnect(MOSQ_ERR_ERRNO);
-      return false;
+    if (rc == MOSQ_ERR_SUCCESS && !lost_ && mosquitto_want_write(mosq)) {
+      rc = mosquitto_loop_write(mosq, 1);
     }
-    if (ready > 0 && (p.revents & (POLLIN | POLLERR | POLLHUP)) != 0) {
-      AckAtOnce(fd);
-      rc = mosquitto_loop_read(mosq_, 1);
-    }
-    if (rc == MOSQ_ERR_SUCCESS && !lost_ && mosquitto_want_write(mosq_)) {
-      rc = mosquitto_loop_write(mosq_, 1);
-    }
-    if (rc == MOSQ_ERR_SUCCESS && !lost_) rc = mosquitto_loop_misc(mosq_);
+    if (rc == MOSQ_ERR_SUCCESS && !lost_) rc = mosquitto_loop_misc(mosq);
+    if (rc == MOSQ_ERR_NOMEM) throw std::bad_alloc();
+    if (rc != MOSQ_ERR_SUCCESS && !lost_) OnDisconnect(links_[i], rc);
   }
-  if (rc == MOSQ_ERR_NOMEM) throw std::bad_alloc();
-  if (rc != MOSQ_ERR_SUCCESS && !lost_) OnDisconnect(rc);
   return !lost_;
 }
 
-int MqttSink::Publish5(const std::string &topic, const MqttMessage &msg, std::string_view id,
-                       int *mid) {
+// While TLS connections are being made: libmosquitto's loop, which waits
+// with select() (so each socket must fit an fd_set), for each connection in
+// turn; the wait goes to the first one not yet connected.
+bool MqttSink::DriveTlsHandshakes(int64_t wait_ms) {
+  for (Link &link : links_) {
+    if (lost_) break;
+    const int fd = mosquitto_socket(link.mosq);
+    if (fd < 0 || fd >= FD_SETSIZE) {
+      OnDisconnect(link, fd < 0 ? MOSQ_ERR_NO_CONN : MOSQ_ERR_INVAL);
+      break;
+    }
+    const int rc = mosquitto_loop(link.mosq, link.connected ? 0 : static_cast<int>(wait_ms), 1);
+    if (!link.connected) wait_ms = 0;
+    if (rc == MOSQ_ERR_NOMEM) throw std::bad_alloc();
+    if (rc != MOSQ_ERR_SUCCESS && !lost_) OnDisconnect(link, rc);
+  }
+  return !lost_;
+}
+
+int MqttSink::Publish5(mosquitto *mosq, const std::string &topic, const MqttMessage &msg,
+                       std::string_view id, int *mid) {
   mosquitto_property *props = nullptr;
   const PropertiesGuard guard{&props};
   if (options_.protocol == 5) {
@@ -273,18 +323,20 @@ int MqttSink::Publish5(const std::string &topic, const MqttMessage &msg, std::st
     if (rc != MOSQ_ERR_SUCCESS) return rc;
   }
   if (msg.body.size() > static_cast<size_t>(MQTT_MAX_PAYLOAD)) return MOSQ_ERR_PAYLOAD_SIZE;
-  return mosquitto_publish_v5(mosq_, mid, topic.c_str(), static_cast<int>(msg.body.size()),
+  return mosquitto_publish_v5(mosq, mid, topic.c_str(), static_cast<int>(msg.body.size()),
                               msg.body.data(), options_.qos, options_.retain, props);
 }
 
 void MqttSink::Disconnect() noexcept {
-  if (mosq_ != nullptr) {
-    // A clean DISCONNECT when the connection still carries one; dropping
+  for (Link &link : links_) {
+    if (link.mosq == nullptr) continue;
+    // A clean DISCONNECT where the connection still carries one; dropping
     // the socket is enough otherwise (the session is clean either way).
-    if (connected_ && !lost_) mosquitto_disconnect(mosq_);
-    mosquitto_destroy(mosq_);
+    if (link.connected && !lost_) mosquitto_disconnect(link.mosq);
+    mosquitto_destroy(link.mosq);
   }
-  mosq_ = nullptr;
+  links_.clear();
+  next_link_ = 0;
   connected_ = false;
   lost_ = false;
   unsure_ = false;

@@ -24,9 +24,9 @@ bool MqttSink::Connect(InterruptCheck interrupted, std::string *error) {
   (void)interrupted;  // nothing here waits
   // An idle connection the broker closed (keepalive passed without Poll, a
   // broker restarted) is noticed here, before anything is sent on it.
-  if (mosq_ != nullptr) Step(0);
-  if (mosq_ != nullptr) return true;
-  if (!StartClient(error)) {
+  if (!links_.empty()) Step(0);
+  if (!links_.empty()) return true;
+  if (!StartClients(error)) {
     *error = Masked(*error);
     Disconnect();
     return false;
@@ -44,8 +44,13 @@ void MqttSink::StepConnecting(int64_t wait_ms) {
   if (callback_failed_) throw std::bad_alloc();
   if (connected_) {
     ForgetCaFile();  // read by libmosquitto when it connected
+    const std::string as = links_.size() == 1
+                               ? "as client \"" + ClientIdOf(0) + "\""
+                               : "as clients \"" + ClientIdOf(0) + "\" to \"" +
+                                     ClientIdOf(static_cast<int>(links_.size()) - 1) + "\" (" +
+                                     std::to_string(links_.size()) + " connections)";
     AddLog(LogLevel::kInfo, std::string(ever_connected_ ? "reconnected" : "connected") + " to " +
-                                Where() + " as client \"" + client_id_ + "\" (MQTT " +
+                                Where() + " " + as + " (MQTT " +
                                 (options_.protocol == 5 ? "5" : "3.1.1") + ")");
     ever_connected_ = true;
     return;
@@ -66,14 +71,14 @@ void MqttSink::StepConnecting(int64_t wait_ms) {
 }
 
 void MqttSink::Step(int64_t wait_ms) {
-  if (mosq_ == nullptr) return;  // nothing is outstanding without a connection
+  if (links_.empty()) return;  // nothing is outstanding without a connection
   if (!connected_ && !lost_) {
     StepConnecting(wait_ms);
     if (!connected_) return;
     wait_ms = 0;  // the wait went to the handshake: send, read what came, return
   }
   SendReady();
-  if (mosq_ == nullptr) return;  // sending lost it
+  if (links_.empty()) return;  // sending lost it
   const bool alive = Drive(sends_.MsUntilNextDeadline(Clock::now(), wait_ms));
   if (callback_failed_) throw std::bad_alloc();
   if (!alive) {
@@ -126,11 +131,11 @@ void MqttSink::Forgotten() noexcept {
   Disconnect();
 }
 
-// The acknowledgement of the message libmosquitto numbered `mid`.
-void MqttSink::OnPublish(int mid, int reason_code) noexcept {
+// The acknowledgement of the message that `link`'s client numbered `mid`.
+void MqttSink::OnPublish(const Link &link, int mid, int reason_code) noexcept {
   try {
     SendRef ref;
-    if (!sends_.FindSent(static_cast<uint64_t>(mid), &ref)) return;  // not an open Send's
+    if (!sends_.FindSent(WireId(link.index, mid), &ref)) return;  // not an open Send's
     const DeliveryStatus status = MqttReasonOutcome(reason_code);
     if (status == DeliveryStatus::kDelivered) {
       NoteUp();

@@ -13,7 +13,7 @@ namespace {
 
 constexpr const char *kValidKeys =
     "host, port, client_id, user, password, tls, tls_verify, tls_ca, keepalive, protocol, qos, "
-    "retain, connect_timeout_ms, ack_timeout_ms";
+    "retain, connect_timeout_ms, ack_timeout_ms, connections";
 
 // Inline certificates larger than this are refused: a trust store of a few
 // certificates is a few kilobytes, and the text is written out on every
@@ -22,7 +22,7 @@ constexpr size_t kMaxCaBytes = size_t{1} << 20;
 
 bool TakesNumber(std::string_view key) {
   return key == "port" || key == "keepalive" || key == "protocol" || key == "qos" ||
-         key == "connect_timeout_ms" || key == "ack_timeout_ms";
+         key == "connect_timeout_ms" || key == "ack_timeout_ms" || key == "connections";
 }
 
 bool IsKnown(std::string_view key) {
@@ -125,6 +125,7 @@ std::optional<std::string> ApplyNumber(const SinkOption &opt, MqttOptions *r) {
   if (key == "qos") return InRange(opt, *v, 1, 2, &r->qos);
   // libmosquitto refuses a keepalive under 5 s; MQTT's is 16 bits of seconds.
   if (key == "keepalive") return InRange(opt, *v, 5, 65535, &r->keepalive_s);
+  if (key == "connections") return InRange(opt, *v, 1, kMqttMaxConnections, &r->connections);
   if (key == "connect_timeout_ms") {
     return InRange(opt, *v, kMqttMinTimeoutMs, kMqttMaxConnectTimeoutMs, &r->connect_timeout_ms);
   }

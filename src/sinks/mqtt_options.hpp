@@ -40,6 +40,11 @@ struct MqttOptions {
   bool retain = false;
   int connect_timeout_ms = 2000;  // TCP connect, TLS handshake and CONNACK
   int ack_timeout_ms = 5000;      // how long a message waits for its acknowledgement
+  // Connections to the broker, used as one (MqttSink): a broker lets each
+  // connection have only so many messages unacknowledged (its Receive
+  // Maximum; mosquitto's max_inflight_messages, 20 by default), so that
+  // window, not the round trip, would bound the sink's pace on one.
+  int connections = 4;
 
   int EffectivePort() const { return port != 0 ? port : (tls ? 8883 : 1883); }
 };
@@ -50,13 +55,14 @@ constexpr size_t kMqttMaxTopicBytes = 4096;
 constexpr int kMqttMinTimeoutMs = 100;
 constexpr int kMqttMaxConnectTimeoutMs = 60000;
 constexpr int kMqttMaxAckTimeoutMs = 300000;
+constexpr int kMqttMaxConnections = 16;
 
 // Keys host, port, client_id, user, password, tls, tls_verify, tls_ca,
 // keepalive, protocol ("5" or "3.1.1"), qos, retain, connect_timeout_ms,
-// ack_timeout_ms. Values are JSON strings; port, keepalive, protocol, qos
-// and the timeouts also take numbers; booleans are the strings "true" and
-// "false". An unknown option is named with the valid ones; a secret is never
-// quoted. Fills *out when valid (out may be null), leaves it alone otherwise.
+// ack_timeout_ms, connections. Values are JSON strings; port, keepalive,
+// protocol, qos, the timeouts and connections also take numbers; booleans are the strings "true"
+// and "false". An unknown option is named with the valid ones; a secret is never quoted. Fills *out
+// when valid (out may be null), leaves it alone otherwise.
 std::optional<std::string> ParseMqttOptions(const SinkOptions &options, MqttOptions *out);
 
 // What sink_factory calls at create_sink(): ParseMqttOptions without a result.
@@ -83,7 +89,7 @@ std::optional<std::string> CheckMqttTopic(std::string_view topic);
 bool IsMqttString(std::string_view text);
 
 // The client identifier of one sink instance: the prefix, "-", and 16 hex
-// digits of `nonce`.
+// digits of `nonce` (its connections use nonce, nonce + 1, ...).
 std::string MqttClientId(std::string_view prefix, uint64_t nonce);
 
 }  // namespace outbox

@@ -1,5 +1,6 @@
-// The MQTT sink: a batch of messages published over one libmosquitto client
-// (mqtt_connection.cpp) at QoS 1 or 2, each judged when its acknowledgement
+// The MQTT sink: a batch of messages published over its libmosquitto
+// clients (mqtt_connection.cpp; several connections used as one,
+// mqtt_sink_class.hpp) at QoS 1 or 2, each judged when its acknowledgement
 // comes (PUBACK, or PUBREC then PUBCOMP). The class is in mqtt_sink_class.hpp.
 //
 // A message is delivered only when the broker acknowledged it: PUBACK (QoS
@@ -8,7 +9,8 @@
 //
 // Pipelined, per-key ordered (keyed_sink.hpp, keyed_sends.hpp): every
 // message that may go is sent at once (up to kMaxInFlight over all open
-// Sends), without waiting for the acknowledgements before it, except that a
+// Sends, spread over the sink's connections in turn), without waiting for
+// the acknowledgements before it, except that a
 // topic and key has at most one message unacknowledged: its next message
 // goes when the previous one was acknowledged, and not at all when that one
 // failed (kNotSent: it waits behind it). So no refusal, loss or resend can
@@ -63,7 +65,7 @@ MqttSink::MqttSink(const std::string &name, MqttOptions options)
                 options.ack_timeout_ms),
       name_(name),
       options_(std::move(options)),
-      client_id_(MqttClientId(options_.client_id, RandomNonce())) {}
+      nonce_(RandomNonce()) {}
 
 MqttSink::~MqttSink() { Disconnect(); }
 
@@ -81,7 +83,7 @@ std::string MqttSink::ShownTopic(std::string_view topic) {
 // Sends what may go now, in order, until kMaxInFlight are in flight.
 void MqttSink::SendReady() {
   SendRef ref;
-  while (mosq_ != nullptr && connected_ && !lost_ && sends_.in_flight() < kMaxInFlight &&
+  while (!links_.empty() && connected_ && !lost_ && sends_.in_flight() < kMaxInFlight &&
          sends_.NextReady(&ref)) {
     if (!SendMessage(ref)) return;
   }
@@ -102,10 +104,13 @@ bool MqttSink::SendMessage(SendRef ref) {
     return true;
   }
   topic_.assign(m.target);
+  // Each connection in turn: the broker bounds what each may have in flight.
+  const Link &link = links_[next_link_];
+  next_link_ = (next_link_ + 1) % links_.size();
   int mid = 0;
-  const int rc = Publish5(topic_, message_, m.id, &mid);
+  const int rc = Publish5(link.mosq, topic_, message_, m.id, &mid);
   if (rc == MOSQ_ERR_SUCCESS) {
-    if (sends_.MarkSent(ref, static_cast<uint64_t>(mid),
+    if (sends_.MarkSent(ref, WireId(link.index, mid),
                         Clock::now() + Millis(options_.ack_timeout_ms))) {
       return true;
     }
@@ -151,7 +156,7 @@ bool MqttSink::SendMessage(SendRef ref) {
 // message is acknowledged.
 std::string MqttSink::State() const {
   if (down()) return "down";
-  if (mosq_ == nullptr) return ever_connected_ ? "connecting" : "idle";
+  if (links_.empty()) return ever_connected_ ? "connecting" : "idle";
   return connected_ ? "connected" : "connecting";
 }
 

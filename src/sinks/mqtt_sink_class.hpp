@@ -1,10 +1,20 @@
-// The MQTT sink's class: one libmosquitto client, used only from the
-// owner's thread. Private to the MQTT sink's files: mqtt_sink.cpp sends
-// each message, mqtt_delivery.cpp settles them as acknowledgements come (or
-// do not), mqtt_connection.cpp connects, drives the client's socket and
-// receives libmosquitto's callbacks. Pipelined (keyed_sink.hpp): several
-// Sends may be open at once on the one connection. Everything else sees
-// only mqtt_sink.hpp.
+// The MQTT sink's class: options_.connections libmosquitto clients used
+// as one connection, only from the owner's thread. Private to the MQTT
+// sink's files: mqtt_sink.cpp sends each message, mqtt_delivery.cpp settles
+// them as acknowledgements come (or do not), mqtt_connection.cpp connects,
+// drives the clients' sockets and receives libmosquitto's callbacks.
+// Pipelined (keyed_sink.hpp): several Sends may be open at once. Everything
+// else sees only mqtt_sink.hpp.
+//
+// Several connections, one state: a broker lets a connection have only its
+// Receive Maximum of messages unacknowledged (mosquitto: 20), so the sink
+// sends over each in turn. They are made together, the sink is connected
+// once every one is, and the loss of any ends them all (what is in flight
+// on each is retried), so the sink has one state as with one connection.
+// Per-key order needs nothing of them: a key's next message is sent only
+// once the broker acknowledged the one before, on whichever connection.
+// An acknowledgement is found by its connection and packet identifier
+// (WireId): each connection numbers its messages alone.
 //
 // Threads: none. libmosquitto's threaded loop is never started: the sink
 // polls the client's socket itself and calls mosquitto_loop_read, _write
@@ -23,6 +33,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/sink.hpp"
 #include "sinks/keyed_sends.hpp"
@@ -42,11 +53,19 @@ class MqttSink final : public KeyedSink {
   bool NeedsRecreate() const override { return false; }  // it reconnects by itself
   std::string State() const override;
 
+  // One of the connections: its client and what its callbacks said.
+  struct Link {
+    MqttSink *sink = nullptr;
+    int index = 0;
+    mosquitto *mosq = nullptr;
+    bool connected = false;  // CONNACK accepted, and not lost since
+  };
+
   // libmosquitto's callbacks (mqtt_connection.cpp), on the owner's thread
   // inside a loop call. Never throw.
-  void OnConnect(int reason_code) noexcept;
-  void OnDisconnect(int rc) noexcept;
-  void OnPublish(int mid, int reason_code) noexcept;
+  void OnConnect(Link &link, int reason_code) noexcept;
+  void OnDisconnect(Link &link, int rc) noexcept;
+  void OnPublish(const Link &link, int mid, int reason_code) noexcept;
 
  private:
   // KeyedSink's part (mqtt_delivery.cpp).
@@ -65,24 +84,35 @@ class MqttSink final : public KeyedSink {
   void LoseConnection(const std::string &reason);
 
   // mqtt_connection.cpp
-  bool StartClient(std::string *error);
+  bool StartClients(std::string *error);
+  bool StartClient(Link *link, std::string *error);
   void ForgetCaFile() noexcept;
-  bool SetUpTls(std::string *error);
+  bool SetUpTls(mosquitto *mosq, std::string *error);
   void Disconnect() noexcept override;
-  // Waits up to wait_ms for the socket, then lets libmosquitto read, write
-  // and keep the connection alive. False when the connection is gone.
+  // Waits up to wait_ms for the sockets, then lets libmosquitto read, write
+  // and keep each connection alive. False when a connection is gone.
   bool Drive(int64_t wait_ms);
-  int Publish5(const std::string &topic, const MqttMessage &msg, std::string_view id, int *mid);
+  bool DriveTlsHandshakes(int64_t wait_ms);
+  int Publish5(mosquitto *mosq, const std::string &topic, const MqttMessage &msg,
+               std::string_view id, int *mid);
   std::string Where() const;
+  std::string ClientIdOf(int index) const;
+  // The id KeyedSends knows a message in flight by: its connection's index
+  // and the packet identifier (1 to 65535) that connection gave it.
+  static uint64_t WireId(int link_index, int mid) {
+    return (static_cast<uint64_t>(link_index) << 16) | static_cast<uint16_t>(mid);
+  }
 
   const std::string name_;
   const MqttOptions options_;
-  const std::string client_id_;  // the prefix and this instance's random suffix
+  const uint64_t nonce_;  // this instance's random number (ClientIdOf)
 
-  mosquitto *mosq_ = nullptr;
-  bool connected_ = false;              // CONNACK accepted, and not lost since
-  bool lost_ = false;                   // the connection went (a callback said so)
-  int connack_code_ = -1;               // the last CONNACK's reason code, -1 before one
+  // options_.connections of them while connecting or connected, none
+  // otherwise; never resized while not empty (callbacks hold their address).
+  std::vector<Link> links_;
+  size_t next_link_ = 0;                // the connection the next message goes on
+  bool connected_ = false;              // every connection accepted, and none lost since
+  bool lost_ = false;                   // a connection went (a callback said so)
   std::string lost_reason_;             // why, as libmosquitto said
   std::string ca_file_;                 // tls_ca written out for libmosquitto, while connected
   Clock::time_point connect_deadline_;  // while connecting: connect_timeout_ms from the start

@@ -7,7 +7,7 @@
 // - the error text does not depend on what the password holds, only on
 //   whether it is valid: the secret is never quoted;
 // - an accepted configuration keeps its invariants (ports, QoS, protocol,
-//   keepalive and timeouts in range; a password only with a user; a CA only
+//   keepalive, timeouts and connections in range; a password only with a user; a CA only
 //   with TLS, and PEM text, never a file name) and round-trips: written back
 //   as options it parses to itself;
 // - a topic CheckMqttTopic accepts has no wildcard, no NUL or control byte,
@@ -40,7 +40,9 @@ void Fail(const char *what, const std::string &detail) {
 std::string Describe(const SinkOptions &options) {
   std::string s;
   for (const SinkOption &o : options) {
-    s += std::string(o.kind == Kind::kNumber ? "n:" : o.kind == Kind::kOther ? "o:" : "s:") +
+    s += std::string(o.kind == Kind::kNumber  ? "n:"
+                     : o.kind == Kind::kOther ? "o:"
+                                              : "s:") +
          o.key + "=" + o.text + " | ";
   }
   return s;
@@ -51,7 +53,7 @@ bool Same(const MqttOptions &a, const MqttOptions &b) {
          a.password == b.password && a.tls == b.tls && a.tls_verify == b.tls_verify &&
          a.tls_ca == b.tls_ca && a.keepalive_s == b.keepalive_s && a.protocol == b.protocol &&
          a.qos == b.qos && a.retain == b.retain && a.connect_timeout_ms == b.connect_timeout_ms &&
-         a.ack_timeout_ms == b.ack_timeout_ms;
+         a.ack_timeout_ms == b.ack_timeout_ms && a.connections == b.connections;
 }
 
 SinkOptions WriteBack(const MqttOptions &o) {
@@ -64,7 +66,8 @@ SinkOptions WriteBack(const MqttOptions &o) {
                      {"qos", Kind::kString, std::to_string(o.qos)},
                      {"retain", Kind::kString, flag(o.retain)},
                      {"connect_timeout_ms", Kind::kNumber, std::to_string(o.connect_timeout_ms)},
-                     {"ack_timeout_ms", Kind::kString, std::to_string(o.ack_timeout_ms)}};
+                     {"ack_timeout_ms", Kind::kString, std::to_string(o.ack_timeout_ms)},
+                     {"connections", Kind::kNumber, std::to_string(o.connections)}};
   if (o.port != 0) out.push_back({"port", Kind::kNumber, std::to_string(o.port)});
   if (o.user) out.push_back({"user", Kind::kString, *o.user});
   if (o.password) out.push_back({"password", Kind::kString, *o.password});
@@ -117,6 +120,9 @@ void ProveAcceptedKeepsInvariants(const SinkOptions &options, const MqttOptions 
   if (o.qos != 1 && o.qos != 2) Fail("qos out of range", where);
   if (o.protocol != 5 && o.protocol != 311) Fail("unknown protocol", where);
   if (o.keepalive_s < 5 || o.keepalive_s > 65535) Fail("keepalive out of range", where);
+  if (o.connections < 1 || o.connections > kMqttMaxConnections) {
+    Fail("connections out of range", where);
+  }
   if (o.connect_timeout_ms < kMqttMinTimeoutMs || o.connect_timeout_ms > kMqttMaxConnectTimeoutMs ||
       o.ack_timeout_ms < kMqttMinTimeoutMs || o.ack_timeout_ms > kMqttMaxAckTimeoutMs) {
     Fail("timeout out of range", where);

@@ -21,6 +21,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <string>
@@ -143,7 +144,8 @@ class Subscriber {
 
 class Broker {
  public:
-  explicit Broker(bool tls = false) {
+  // `extra`: lines added to the broker's configuration.
+  explicit Broker(bool tls = false, std::string extra = "") : extra_(std::move(extra)) {
     char dir[] = "/tmp/mqtt_sink_test.XXXXXX";
     if (mkdtemp(dir) != nullptr) dir_ = dir;
     // No openssl command: no TLS listener (the TLS tests skip).
@@ -165,6 +167,10 @@ class Broker {
   int port() const { return port_; }
   int tls_port() const { return tls_port_; }  // 0 without a TLS listener
   std::string dir() const { return dir_; }
+  std::string Log() const {
+    std::ifstream in(dir_ + "/mosquitto.log");
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
   bool running() const { return pid_ > 0; }
 
   bool Start() {
@@ -181,7 +187,8 @@ class Broker {
           << "acl_file " << acl << "\n"
           << "max_packet_size " << kMqttTestMaxPacket << "\n"
           << "persistence false\n"
-          << "log_dest stderr\n";
+          << "log_dest stderr\n"
+          << extra_;
       if (tls_) {
         out << "listener " << tls_port_ << " 127.0.0.1\n"
             << "cafile " << dir_ << "/ca.pem\n"
@@ -241,6 +248,7 @@ class Broker {
     return false;
   }
 
+  std::string extra_;
   std::string dir_;
   bool tls_ = false;
   int port_ = 0;

@@ -35,6 +35,7 @@ TEST(MqttOptions, DefaultsWithoutOptions) {
   EXPECT_EQ(o.keepalive_s, 30);
   EXPECT_EQ(o.connect_timeout_ms, 2000);
   EXPECT_EQ(o.ack_timeout_ms, 5000);
+  EXPECT_EQ(o.connections, 4);
 }
 
 TEST(MqttOptions, EveryOptionTakesItsValues) {
@@ -45,7 +46,8 @@ TEST(MqttOptions, EveryOptionTakesItsValues) {
                  Opt("user", "svc"), Opt("password", "p@ss w0rd!\""), Opt("tls", "true"),
                  Opt("tls_verify", "false"), Opt("tls_ca", pem), Num("keepalive", "60.0"),
                  Opt("protocol", "3.1.1"), Opt("qos", "2"), Opt("retain", "true"),
-                 Opt("connect_timeout_ms", "1500"), Num("ack_timeout_ms", "250")},
+                 Opt("connect_timeout_ms", "1500"), Num("ack_timeout_ms", "250"),
+                 Num("connections", "16")},
                 &o),
             std::nullopt);
   EXPECT_EQ(o.host, "mqtt.example");
@@ -62,6 +64,7 @@ TEST(MqttOptions, EveryOptionTakesItsValues) {
   EXPECT_TRUE(o.retain);
   EXPECT_EQ(o.connect_timeout_ms, 1500);
   EXPECT_EQ(o.ack_timeout_ms, 250);
+  EXPECT_EQ(o.connections, 16);
 
   ASSERT_EQ(ParseMqttOptions({Opt("tls", "true"), Num("protocol", "5")}, &o), std::nullopt);
   EXPECT_EQ(o.EffectivePort(), 8883);  // TLS's own port
@@ -109,6 +112,9 @@ TEST(MqttOptions, BadValuesAreRefusedNamingTheOption) {
       {{Opt("connect_timeout_ms", "60001")}, "option \"connect_timeout_ms\""},
       {{Opt("ack_timeout_ms", "300001")}, "option \"ack_timeout_ms\""},
       {{Opt("ack_timeout_ms", "9999999999")}, "option \"ack_timeout_ms\""},
+      {{Opt("connections", "0")}, "option \"connections\" must be between 1 and 16"},
+      {{Num("connections", "17")}, "option \"connections\" must be between 1 and 16"},
+      {{Opt("connections", "two")}, "option \"connections\" must be a whole number"},
       {{SinkOption{"password", SinkOption::Kind::kUnresolved, "is not set"}},
        "option \"password\" is not set"},
   };

@@ -8,11 +8,14 @@
 
 #include <map>
 #include <memory>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "mqtt_broker.hpp"
 #include "sink_batch.hpp"
+#include "sinks/mqtt_options.hpp"
 #include "sinks/mqtt_sink.hpp"
 #include "test_support.hpp"
 
@@ -299,7 +302,145 @@ TEST(MqttSink, ClientIdsOfTwoSinksDiffer) {
         for (const LogLine &l : a->TakeLogs()) text += l.text + "\n";
         return text;
       }(),
-      "as client \"unit-"));
+      "as clients \"unit-"));
+}
+
+// The client ids the broker's log shows PUBLISHes to `topic` from.
+std::set<std::string> PublishersOf(const Broker &broker, const std::string &topic) {
+  std::set<std::string> ids;
+  std::istringstream log(broker.Log());
+  const std::string from = "Received PUBLISH from ";
+  for (std::string line; std::getline(log, line);) {
+    const size_t at = line.find(from);
+    if (at == std::string::npos || line.find("'" + topic + "'") == std::string::npos) continue;
+    const size_t start = at + from.size();
+    ids.insert(line.substr(start, line.find(' ', start) - start));
+  }
+  return ids;
+}
+
+std::string LogsOf(Sink *sink) {
+  std::string text;
+  for (const LogLine &l : sink->TakeLogs()) text += l.text + "\n";
+  return text;
+}
+
+TEST(MqttSink, MessagesGoOutOverEveryConnectionSoTheBrokersWindowIsPerConnection) {
+  // mosquitto lets each connection have one message unacknowledged here
+  // (its Receive Maximum): one connection would carry one message per round
+  // trip, four carry four.
+  Broker broker(false, "max_inflight_messages 1\nlog_type all\n");
+  MQTT_REQUIRE_BROKER(broker);
+  for (const int connections : {1, 4}) {
+    std::unique_ptr<Sink> sink =
+        MakeTestSink(broker.port(), {Opt("connections", std::to_string(connections))});
+    const std::string topic = "t/spread/" + std::to_string(connections);
+    Batch batch;
+    for (int k = 0; k < 8; ++k) batch.Add(topic, "k" + std::to_string(k), "1");
+    batch.Publish(sink.get());
+    ASSERT_EQ(batch.Count(DeliveryStatus::kDelivered), 8u) << batch.Errors();
+    const std::set<std::string> ids = PublishersOf(broker, topic);
+    EXPECT_EQ(ids.size(), static_cast<size_t>(connections)) << broker.Log();
+    for (const std::string &id : ids) {
+      EXPECT_EQ(id.size(), std::string("unit-").size() + 16) << id;  // one length for all
+    }
+    const std::string logs = LogsOf(sink.get());
+    EXPECT_TRUE(Contains(logs, connections == 1 ? "as client \"unit-" : "as clients \"unit-"))
+        << logs;
+    if (connections == 4) {
+      EXPECT_TRUE(Contains(logs, "\" (4 connections)")) << logs;
+    }
+  }
+}
+
+TEST(MqttSink, OneConnectionTakenOverRetriesWhatWasInFlightAndKeepsEachKeysOrder) {
+  Broker broker;
+  MQTT_REQUIRE_BROKER(broker);
+  Subscriber subscriber(broker.port());
+  ASSERT_TRUE(subscriber.subscribed());
+  std::unique_ptr<Sink> sink = MakeTestSink(broker.port(), {Opt("connections", "4")});
+  Batch warm;
+  warm.Add("t/over/warm", "w", "0");
+  warm.Publish(sink.get());
+  ASSERT_EQ(warm.Count(DeliveryStatus::kDelivered), 1u) << warm.Errors();
+  const std::string logs = LogsOf(sink.get());
+  const size_t at = logs.find("as clients \"");
+  ASSERT_NE(at, std::string::npos) << logs;
+  const size_t start = at + std::string("as clients \"").size();
+  // The connections' identifiers count up from the first's.
+  const std::string first = logs.substr(start, logs.find('"', start) - start);
+  const size_t dash = first.rfind('-');
+  const std::string third =
+      MqttClientId(first.substr(0, dash), std::stoull(first.substr(dash + 1), nullptr, 16) + 2);
+  // While the broker is stopped the sink hands a batch over, and a client
+  // with its third connection's identifier connects: the broker takes that
+  // connection over as it reads its backlog, in whatever order against the
+  // messages, and answers some of them.
+  broker.Pause();
+  Batch batch;
+  std::map<std::string, int> next_of_key;
+  for (int k = 0; k < 5; ++k) {
+    for (int j = 0; j < 4; ++j) batch.Add("t/over", "k" + std::to_string(k), std::to_string(j));
+  }
+  const uint64_t ticket = batch.Send(sink.get());
+  mosquitto *intruder = mosquitto_new(third.c_str(), true, nullptr);
+  ASSERT_NE(intruder, nullptr);
+  ASSERT_EQ(mosquitto_connect(intruder, "127.0.0.1", broker.port(), 30), MOSQ_ERR_SUCCESS);
+  mosquitto_loop_start(intruder);
+  broker.Resume();
+  if (ticket != 0) sink->Collect(ticket, nullptr);
+  // Per key, what was delivered is a prefix of its messages; nothing is
+  // without an outcome.
+  for (int k = 0; k < 5; ++k) {
+    bool gap = false;
+    int prefix = 0;
+    for (int j = 0; j < 4; ++j) {
+      const DeliveryStatus status = batch.results[static_cast<size_t>(k * 4 + j)].status;
+      EXPECT_TRUE(status == DeliveryStatus::kDelivered || status == DeliveryStatus::kRetriable ||
+                  status == DeliveryStatus::kNotSent)
+          << batch.Errors();
+      const bool ok = status == DeliveryStatus::kDelivered;
+      if (ok && gap) ADD_FAILURE() << "a later message of k" << k << " overtook an earlier one";
+      if (!ok) gap = true;
+      if (ok && !gap) ++prefix;
+    }
+    next_of_key["k" + std::to_string(k)] = prefix;
+  }
+  mosquitto_disconnect(intruder);
+  mosquitto_loop_stop(intruder, true);
+  mosquitto_destroy(intruder);
+  // The rest goes again, on new connections, after what was delivered.
+  Batch rest;
+  for (int k = 0; k < 5; ++k) {
+    const std::string key = "k" + std::to_string(k);
+    for (int j = next_of_key[key]; j < 4; ++j) rest.Add("t/over", key, std::to_string(j));
+  }
+  rest.Publish(sink.get());
+  ASSERT_EQ(rest.Count(DeliveryStatus::kDelivered), rest.results.size()) << rest.Errors();
+  // At the subscriber each key's numbers never go back, except to repeat
+  // the last one (a message whose acknowledgement was lost with its
+  // connection arrives twice), and every number arrives.
+  std::map<std::string, std::set<int>> arrived;
+  const Clock::time_point waiting = Clock::now();
+  for (bool complete = false; !complete && test_support::SecondsSince(waiting) < 10;) {
+    arrived.clear();
+    std::map<std::string, int> last;
+    for (const Seen &s : subscriber.Wait(21, 0.2)) {
+      if (s.topic != "t/over") continue;
+      const std::string key = Property(s, "outbox-key");
+      const int n = std::stoi(s.body);
+      auto it = last.find(key);
+      if (it != last.end() && (n < it->second || n > it->second + 1)) {
+        ADD_FAILURE() << key << ": " << n << " after " << it->second;
+        return;
+      }
+      last[key] = n;
+      arrived[key].insert(n);
+    }
+    complete = true;
+    for (int k = 0; k < 5; ++k) complete = complete && arrived["k" + std::to_string(k)].size() == 4;
+  }
+  for (int k = 0; k < 5; ++k) EXPECT_EQ(arrived["k" + std::to_string(k)].size(), 4u) << k;
 }
 
 TEST(MqttSink, AWindowIsAcknowledgedWithoutWaitingForTcpsDelayedAcknowledgement) {
