@@ -32,6 +32,13 @@ KIND and ADDRESS:
                       defaults to 16), keep-alive; every answer must be 2xx.
                       TARGET is unused (the URL says where).
 
+With DSN "-" there is no database: CEILING=N sends N messages of a fixed
+payload in batches of BATCH (each awaited in full, as above) as fast as the
+server acknowledges them, and prints "ceiling: N messages in S s (R/s)":
+what the server takes from this client with no database in the way, the
+bound any relay or outbox's sink meets (`CEILING=200000 sink_relay.py -
+amqp PORT QUEUE 0 5000`).
+
 Like relay.py it is written to be cheap: payloads are fetched as text and
 sent as they are, one round trip per statement. Runs until SIGTERM or
 SIGINT; prints "relay: N rows sent" when it stops.
@@ -221,13 +228,30 @@ async def relay(out, dsn, interval, batch):
     os._exit(0)  # paho's thread and aiohttp's pool need no orderly goodbye
 
 
+async def ceiling(out, total, batch):
+    await out.start()
+    payload = '{"n": 1, "s": "0123456789abcdef"}'
+    start = time.monotonic()
+    sent = 0
+    while sent < total:
+        n = min(batch, total - sent)
+        await out.send([(sent + i, "t", "k", payload) for i in range(n)])
+        sent += n
+    took = time.monotonic() - start
+    print("ceiling: %d messages in %.2f s (%.0f/s)" % (sent, took, sent / took), flush=True)
+    os._exit(0)
+
+
 def main():
     dsn, kind, address, target = sys.argv[1:5]
     interval = (int(sys.argv[5]) if len(sys.argv) > 5 else 50) / 1000.0
     batch = int(sys.argv[6]) if len(sys.argv) > 6 else 500
     connections = sys.argv[7] if len(sys.argv) > 7 else "16"
     out = {"amqp": AmqpOut, "mqtt": MqttOut, "http": HttpOut}[kind](address, target, connections)
-    asyncio.run(relay(out, dsn, interval, batch))
+    if dsn == "-":
+        asyncio.run(ceiling(out, int(os.environ.get("CEILING", "100000")), batch))
+    else:
+        asyncio.run(relay(out, dsn, interval, batch))
 
 
 if __name__ == "__main__":
