@@ -91,17 +91,22 @@ std::string MqttSink::ClientIdOf(int index) const {
   return MqttClientId(options_.client_id, nonce_ + static_cast<uint64_t>(index));
 }
 
+// Before the sink is connected, a connection refused or lost is only that
+// connection's failure (StepConnecting decides once every one has an
+// outcome); after, it ends them all. The first reason is kept.
 void MqttSink::OnConnect(Link &link, int reason_code) noexcept {
   if (reason_code == 0) {
     link.connected = true;
     connected_ =
         std::all_of(links_.begin(), links_.end(), [](const Link &l) { return l.connected; });
+    established_ = established_ || connected_;
     return;
   }
   link.connected = false;
   connected_ = false;
-  if (lost_) return;  // the first reason stays
-  lost_ = true;
+  link.failed = !established_;
+  if (lost_ || !lost_reason_.empty()) return;
+  lost_ = established_;
   try {
     lost_reason_ = "the MQTT broker " + Where() + " refused the connection: " +
                    std::string(options_.protocol == 5 ? mosquitto_reason_string(reason_code)
@@ -115,8 +120,9 @@ void MqttSink::OnDisconnect(Link &link, int rc) noexcept {
   const bool was_connected = link.connected;
   link.connected = false;
   connected_ = false;
-  if (lost_) return;  // the first reason stays
-  lost_ = true;
+  link.failed = !established_;
+  if (lost_ || !lost_reason_.empty()) return;
+  lost_ = established_;
   try {
     lost_reason_ = (was_connected ? "the connection to " : "cannot connect to ") + Where() +
                    (rc == MOSQ_ERR_ERRNO ? ": " + std::string(std::strerror(errno))
@@ -140,9 +146,10 @@ bool MqttSink::StartClients(std::string *error) {
     return false;
   }
   connected_ = false;
+  established_ = false;
   lost_ = false;
   lost_reason_.clear();
-  links_.resize(static_cast<size_t>(options_.connections));
+  links_.resize(static_cast<size_t>(usable_connections_));
   for (size_t i = 0; i < links_.size(); ++i) {
     links_[i].sink = this;
     links_[i].index = static_cast<int>(i);
@@ -251,10 +258,13 @@ bool MqttSink::Drive(int64_t wait_ms) {
   pollfd fds[kMqttMaxConnections];
   const size_t n = links_.size();
   for (size_t i = 0; i < n; ++i) {
+    fds[i] = pollfd{-1, 0, 0};  // poll() passes over a negative descriptor
+    if (links_[i].failed) continue;
     const int fd = mosquitto_socket(links_[i].mosq);
     if (fd < 0) {
       OnDisconnect(links_[i], MOSQ_ERR_NO_CONN);
-      return false;
+      if (lost_) return false;
+      continue;
     }
     fds[i] = pollfd{
         fd, static_cast<short>(POLLIN | (mosquitto_want_write(links_[i].mosq) ? POLLOUT : 0)), 0};
@@ -265,6 +275,7 @@ bool MqttSink::Drive(int64_t wait_ms) {
     return false;
   }
   for (size_t i = 0; i < n && !lost_; ++i) {
+    if (links_[i].failed || fds[i].fd < 0) continue;
     mosquitto *const mosq = links_[i].mosq;
     int rc = MOSQ_ERR_SUCCESS;
     if (ready > 0 && (fds[i].revents & (POLLIN | POLLERR | POLLHUP)) != 0) {
@@ -287,10 +298,11 @@ bool MqttSink::Drive(int64_t wait_ms) {
 bool MqttSink::DriveTlsHandshakes(int64_t wait_ms) {
   for (Link &link : links_) {
     if (lost_) break;
+    if (link.failed) continue;
     const int fd = mosquitto_socket(link.mosq);
     if (fd < 0 || fd >= FD_SETSIZE) {
       OnDisconnect(link, fd < 0 ? MOSQ_ERR_NO_CONN : MOSQ_ERR_INVAL);
-      break;
+      continue;
     }
     const int rc = mosquitto_loop(link.mosq, link.connected ? 0 : static_cast<int>(wait_ms), 1);
     if (!link.connected) wait_ms = 0;
@@ -328,17 +340,22 @@ int MqttSink::Publish5(mosquitto *mosq, const std::string &topic, const MqttMess
 }
 
 void MqttSink::Disconnect() noexcept {
+  // Read before the loop: libmosquitto runs the disconnect callback inside
+  // mosquitto_disconnect, which marks the sink lost.
+  const bool lost = lost_;
   for (Link &link : links_) {
     if (link.mosq == nullptr) continue;
     // A clean DISCONNECT where the connection still carries one; dropping
     // the socket is enough otherwise (the session is clean either way).
-    if (link.connected && !lost_) mosquitto_disconnect(link.mosq);
+    if (link.connected && !lost) mosquitto_disconnect(link.mosq);
     mosquitto_destroy(link.mosq);
   }
   links_.clear();
   next_link_ = 0;
   connected_ = false;
+  established_ = false;
   lost_ = false;
+  lost_reason_.clear();
   unsure_ = false;
   callback_failed_ = false;
   ForgetCaFile();

@@ -35,9 +35,11 @@ bool MqttSink::Connect(InterruptCheck interrupted, std::string *error) {
   return true;
 }
 
-// While connecting: drives the handshake until the CONNACK, a refusal or
-// connect_timeout_ms. A connection never made settles every open Send's
-// messages (none of them was sent) as kRetriable.
+// While connecting: drives the handshakes until every connection has its
+// CONNACK or failed, or connect_timeout_ms passed. When the broker took
+// some connections but not all, the sink goes on with as many as it took
+// (SettleForFewer); when it took none, every open Send's messages (none of
+// them was sent) are kRetriable.
 void MqttSink::StepConnecting(int64_t wait_ms) {
   const auto left = std::chrono::duration_cast<Millis>(connect_deadline_ - Clock::now()).count();
   Drive(std::clamp<int64_t>(left, 0, wait_ms));
@@ -55,8 +57,10 @@ void MqttSink::StepConnecting(int64_t wait_ms) {
     ever_connected_ = true;
     return;
   }
+  const bool settled = std::all_of(links_.begin(), links_.end(),
+                                   [](const Link &l) { return l.connected || l.failed; });
   std::string error;
-  if (lost_) {
+  if (settled) {
     error = lost_reason_.empty() ? "cannot connect to " + Where() : lost_reason_;
   } else if (Clock::now() >= connect_deadline_) {
     error = "cannot connect to " + Where() + ": no CONNACK within " +
@@ -65,9 +69,33 @@ void MqttSink::StepConnecting(int64_t wait_ms) {
     return;  // still connecting
   }
   error = Masked(std::move(error));
+  if (SettleForFewer(error)) return;
   sends_.FailAllRest(error.c_str());
   NoteDown(error);
   Disconnect();
+}
+
+bool MqttSink::SettleForFewer(const std::string &why) {
+  const auto took = static_cast<int>(
+      std::count_if(links_.begin(), links_.end(), [](const Link &l) { return l.connected; }));
+  if (took == 0) return false;
+  AddLog(LogLevel::kWarning, "the MQTT broker " + Where() + " took " + std::to_string(took) +
+                                 " of " + std::to_string(links_.size()) + " connections (" + why +
+                                 "): the sink goes on with " + std::to_string(took) +
+                                 " (option \"connections\" asks for " +
+                                 std::to_string(options_.connections) + ")");
+  Disconnect();
+  usable_connections_ = took;
+  std::string error;
+  if (!StartClients(&error)) {
+    error = Masked(std::move(error));
+    sends_.FailAllRest(error.c_str());
+    NoteDown(error);
+    Disconnect();
+    return true;
+  }
+  connect_deadline_ = Clock::now() + Millis(options_.connect_timeout_ms);
+  return true;
 }
 
 void MqttSink::Step(int64_t wait_ms) {

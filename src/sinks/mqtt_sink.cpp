@@ -9,9 +9,9 @@
 //
 // Pipelined, per-key ordered (keyed_sink.hpp, keyed_sends.hpp): every
 // message that may go is sent at once (up to kMaxInFlight over all open
-// Sends, spread over the sink's connections in turn), without waiting for
-// the acknowledgements before it, except that a
-// topic and key has at most one message unacknowledged: its next message
+// Sends, spread over the sink's connections, a key's always on one),
+// without waiting for the acknowledgements before it, except that a topic
+// and key has at most one message unacknowledged: its next message
 // goes when the previous one was acknowledged, and not at all when that one
 // failed (kNotSent: it waits behind it). So no refusal, loss or resend can
 // let a later event of a key overtake an earlier one. Messages without a
@@ -34,6 +34,8 @@
 #include "sinks/mqtt_sink_class.hpp"
 #include "sinks/mqtt_library.hpp"
 
+#include <algorithm>
+#include <functional>
 #include <memory>
 #include <new>
 #include <optional>
@@ -65,7 +67,8 @@ MqttSink::MqttSink(const std::string &name, MqttOptions options)
                 options.ack_timeout_ms),
       name_(name),
       options_(std::move(options)),
-      nonce_(RandomNonce()) {}
+      nonce_(RandomNonce()),
+      usable_connections_(std::clamp(options_.connections, 1, kMqttMaxConnections)) {}
 
 MqttSink::~MqttSink() { Disconnect(); }
 
@@ -104,9 +107,7 @@ bool MqttSink::SendMessage(SendRef ref) {
     return true;
   }
   topic_.assign(m.target);
-  // Each connection in turn: the broker bounds what each may have in flight.
-  const Link &link = links_[next_link_];
-  next_link_ = (next_link_ + 1) % links_.size();
+  const Link &link = links_[LinkFor(m)];
   int mid = 0;
   const int rc = Publish5(link.mosq, topic_, message_, m.id, &mid);
   if (rc == MOSQ_ERR_SUCCESS) {
@@ -148,6 +149,13 @@ bool MqttSink::SendMessage(SendRef ref) {
   sends_.Settle(ref, DeliveryStatus::kRetriable, "not sent: " + reason, false);
   LoseConnection(reason);
   return false;
+}
+
+size_t MqttSink::LinkFor(const OutMessage &m) {
+  if (m.has_key) return std::hash<std::string_view>{}(m.key) % links_.size();
+  const size_t link = next_link_;
+  next_link_ = (next_link_ + 1) % links_.size();
+  return link;
 }
 
 // "idle" before the first batch; "connected" while the connection is up and

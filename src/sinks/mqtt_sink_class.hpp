@@ -8,13 +8,17 @@
 //
 // Several connections, one state: a broker lets a connection have only its
 // Receive Maximum of messages unacknowledged (mosquitto: 20), so the sink
-// sends over each in turn. They are made together, the sink is connected
-// once every one is, and the loss of any ends them all (what is in flight
-// on each is retried), so the sink has one state as with one connection.
-// Per-key order needs nothing of them: a key's next message is sent only
-// once the broker acknowledged the one before, on whichever connection.
-// An acknowledgement is found by its connection and packet identifier
-// (WireId): each connection numbers its messages alone.
+// spreads its messages over several. They are made together and the sink
+// is connected once every one is; once it is, the loss of any ends them
+// all (what is in flight on each is retried), so the sink has one state as
+// with one connection. A broker that takes fewer (a per-user or listener
+// limit) leaves the sink with as many as it took (usable_connections_).
+// Every message of a key goes over the same connection (LinkFor): a broker
+// orders only what one client sent, and a clustered broker behind a load
+// balancer may deliver two clients' messages in either order even when
+// the first was acknowledged before the second was sent. An acknowledgement
+// is found by its connection and packet identifier (WireId): each
+// connection numbers its messages alone.
 //
 // Threads: none. libmosquitto's threaded loop is never started: the sink
 // polls the client's socket itself and calls mosquitto_loop_read, _write
@@ -59,6 +63,7 @@ class MqttSink final : public KeyedSink {
     int index = 0;
     mosquitto *mosq = nullptr;
     bool connected = false;  // CONNACK accepted, and not lost since
+    bool failed = false;     // lost or refused before the sink was connected
   };
 
   // libmosquitto's callbacks (mqtt_connection.cpp), on the owner's thread
@@ -97,6 +102,11 @@ class MqttSink final : public KeyedSink {
                std::string_view id, int *mid);
   std::string Where() const;
   std::string ClientIdOf(int index) const;
+  // The connection message `m` goes over: its key's, or the next in turn.
+  size_t LinkFor(const OutMessage &m);
+  // While connecting: gives up on the connections the broker did not take,
+  // going on with those it took; false when it took none.
+  bool SettleForFewer(const std::string &why);
   // The id KeyedSends knows a message in flight by: its connection's index
   // and the packet identifier (1 to 65535) that connection gave it.
   static uint64_t WireId(int link_index, int mid) {
@@ -110,9 +120,11 @@ class MqttSink final : public KeyedSink {
   // options_.connections of them while connecting or connected, none
   // otherwise; never resized while not empty (callbacks hold their address).
   std::vector<Link> links_;
-  size_t next_link_ = 0;                // the connection the next message goes on
+  int usable_connections_;              // how many to make: options_.connections, or fewer
+  size_t next_link_ = 0;                // the connection the next keyless message goes on
   bool connected_ = false;              // every connection accepted, and none lost since
-  bool lost_ = false;                   // a connection went (a callback said so)
+  bool established_ = false;            // connected_ was true since the connections were made
+  bool lost_ = false;                   // a connection went after established_ (a callback said so)
   std::string lost_reason_;             // why, as libmosquitto said
   std::string ca_file_;                 // tls_ca written out for libmosquitto, while connected
   Clock::time_point connect_deadline_;  // while connecting: connect_timeout_ms from the start

@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "mqtt_broker.hpp"
@@ -336,7 +337,7 @@ TEST(MqttSink, MessagesGoOutOverEveryConnectionSoTheBrokersWindowIsPerConnection
         MakeTestSink(broker.port(), {Opt("connections", std::to_string(connections))});
     const std::string topic = "t/spread/" + std::to_string(connections);
     Batch batch;
-    for (int k = 0; k < 8; ++k) batch.Add(topic, "k" + std::to_string(k), "1");
+    for (int k = 0; k < 8; ++k) batch.Add(topic, std::nullopt, "1");  // keyless: in turn
     batch.Publish(sink.get());
     ASSERT_EQ(batch.Count(DeliveryStatus::kDelivered), 8u) << batch.Errors();
     const std::set<std::string> ids = PublishersOf(broker, topic);
@@ -351,6 +352,83 @@ TEST(MqttSink, MessagesGoOutOverEveryConnectionSoTheBrokersWindowIsPerConnection
       EXPECT_TRUE(Contains(logs, "\" (4 connections)")) << logs;
     }
   }
+}
+
+TEST(MqttSink, EveryMessageOfAKeyGoesOverOneConnection) {
+  // A broker orders what one client sent; a clustered broker behind a load
+  // balancer may deliver two clients' messages in either order, even when
+  // the first was acknowledged before the second was sent. So a key keeps
+  // to one connection, and only keyless messages go over each in turn.
+  Broker broker(false, "log_type all\n");
+  MQTT_REQUIRE_BROKER(broker);
+  std::unique_ptr<Sink> sink = MakeTestSink(broker.port(), {Opt("connections", "4")});
+  for (int round = 0; round < 2; ++round) {  // and the same one in the next batch
+    Batch batch;
+    for (int j = 0; j < 3; ++j) {
+      for (int k = 0; k < 16; ++k) {
+        batch.Add("t/key/" + std::to_string(k), "key" + std::to_string(k), std::to_string(j));
+      }
+      batch.Add("t/keyless", std::nullopt, std::to_string(j));
+      batch.Add("t/keyless", std::nullopt, std::to_string(j));
+    }
+    batch.Publish(sink.get());
+    ASSERT_EQ(batch.Count(DeliveryStatus::kDelivered), batch.results.size()) << batch.Errors();
+  }
+  std::set<std::string> all;
+  for (int k = 0; k < 16; ++k) {
+    const std::set<std::string> ids = PublishersOf(broker, "t/key/" + std::to_string(k));
+    EXPECT_EQ(ids.size(), 1u) << "key" << k << " went over " << ids.size() << " connections";
+    all.insert(ids.begin(), ids.end());
+  }
+  EXPECT_GT(all.size(), 1u) << "16 keys all on one of 4 connections";
+  EXPECT_EQ(PublishersOf(broker, "t/keyless").size(), 4u);
+}
+
+TEST(MqttSink, ABrokerThatTakesFewerConnectionsLeavesTheSinkWithThoseItTook) {
+  // A listener limit (or a per-user one) below the option's: the sink goes
+  // on with the connections the broker took, and says so.
+  Broker broker(false, "max_connections 2\n");
+  MQTT_REQUIRE_BROKER(broker);
+  std::unique_ptr<Sink> sink = MakeTestSink(broker.port(), {Opt("connections", "4")});
+  for (int round = 0; round < 3; ++round) {
+    Batch batch;
+    for (int k = 0; k < 8; ++k) batch.Add("t/fewer", "k" + std::to_string(k), "1");
+    batch.Publish(sink.get());
+    ASSERT_EQ(batch.Count(DeliveryStatus::kDelivered), 8u) << batch.Errors() << LogsOf(sink.get());
+  }
+  EXPECT_EQ(sink->State(), "connected");
+  const std::string logs = LogsOf(sink.get());
+  // mosquitto counts the test's readiness probe for a while, so it takes
+  // one or two.
+  EXPECT_TRUE(Contains(logs, " of 4 connections (")) << logs;
+  EXPECT_TRUE(Contains(logs, "the sink goes on with ")) << logs;
+  EXPECT_FALSE(Contains(logs, "(4 connections)")) << logs;
+}
+
+TEST(MqttSink, ClosingTheSinkDisconnectsEveryConnectionCleanly) {
+  Broker broker;
+  MQTT_REQUIRE_BROKER(broker);
+  {
+    std::unique_ptr<Sink> sink = MakeTestSink(broker.port(), {Opt("connections", "4")});
+    Batch batch;
+    batch.Add("t/close", "k", "1");
+    batch.Publish(sink.get());
+    ASSERT_EQ(batch.Count(DeliveryStatus::kDelivered), 1u) << batch.Errors();
+  }
+  // mosquitto logs "Client <id> disconnected." for a DISCONNECT, "closed its
+  // connection" for a socket closed without one.
+  const auto count = [&](const std::string &what) {
+    const std::string log = broker.Log();
+    size_t n = 0;
+    for (size_t at = log.find(what); at != std::string::npos; at = log.find(what, at + 1)) ++n;
+    return n;
+  };
+  const Clock::time_point start = Clock::now();
+  while (count(" disconnected.") < 4 && test_support::SecondsSince(start) < 5) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(count(" disconnected."), 4u) << broker.Log();
+  EXPECT_EQ(count("Client unit-"), 4u) << broker.Log();  // none "closed its connection"
 }
 
 TEST(MqttSink, OneConnectionTakenOverRetriesWhatWasInFlightAndKeepsEachKeysOrder) {
