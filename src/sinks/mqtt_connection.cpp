@@ -352,6 +352,10 @@ void MqttSink::Disconnect() noexcept {
   }
   links_.clear();
   next_link_ = 0;
+  // The next connections are made as many as asked again: a broker that
+  // took fewer may have been starting, or its limit raised (SettleForFewer
+  // lowers this again, after this call, when it did take fewer).
+  usable_connections_ = std::clamp(options_.connections, 1, kMqttMaxConnections);
   connected_ = false;
   established_ = false;
   lost_ = false;

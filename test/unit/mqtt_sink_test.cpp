@@ -403,6 +403,15 @@ TEST(MqttSink, ABrokerThatTakesFewerConnectionsLeavesTheSinkWithThoseItTook) {
   EXPECT_TRUE(Contains(logs, " of 4 connections (")) << logs;
   EXPECT_TRUE(Contains(logs, "the sink goes on with ")) << logs;
   EXPECT_FALSE(Contains(logs, "(4 connections)")) << logs;
+  // After a loss it asks for every connection again (the limit may have
+  // been raised meanwhile), and settles again.
+  ASSERT_TRUE(broker.Restart());
+  Batch after;
+  for (int k = 0; k < 8; ++k) after.Add("t/fewer", "k" + std::to_string(k), "2");
+  after.Publish(sink.get());
+  ASSERT_EQ(after.Count(DeliveryStatus::kDelivered), 8u) << after.Errors() << LogsOf(sink.get());
+  const std::string again = LogsOf(sink.get());
+  EXPECT_TRUE(Contains(again, " of 4 connections (")) << again;
 }
 
 TEST(MqttSink, ClosingTheSinkDisconnectsEveryConnectionCleanly) {
