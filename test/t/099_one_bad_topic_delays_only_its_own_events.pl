@@ -16,8 +16,9 @@
 # (phase D). Proves: the healthy events' p99 latency (published_at -
 # created_at) stays under 100 ms in phases B, C and D (or within three times
 # phase A's plus 20 ms, if this machine is so loaded that phase A alone is
-# slower than that), every healthy event is published, and per key they
-# arrive in emit order.
+# slower than that; for D, phase A's or that of the second sink's healthy
+# topic alone just before it, whichever is slower), every healthy event is
+# published, and per key they arrive in emit order.
 use strict;
 use warnings;
 use FindBin;
@@ -127,10 +128,16 @@ my $p99_leaderless = phase('C, with a partition without a leader', 'leaderless.e
 cmp_ok($p99_leaderless, '<', $bound,
 	"C: a partition without a leader leaves the healthy topics' p99 under $bound ms");
 
+# The machine's load moves in the minute since phase A: the second sink's
+# healthy topic alone, right before phase D, bounds it too (the larger of
+# the two baselines).
+my $p99_alone0 = phase("A', the second sink's healthy topic alone", undef, 'good0.e');
+my $baseline = $p99_alone0 > $p99_alone ? $p99_alone0 : $p99_alone;
+my $bound0 = $baseline * 3 + 20 > 100 ? $baseline * 3 + 20 : 100;
 my $p99_unlimited = phase('D, with a topic the cluster lacks, on a sink with message.timeout.ms=0',
 	'missing0.e', 'good0.e');
-cmp_ok($p99_unlimited, '<', $bound,
-	"D: with message.timeout.ms=0, a topic the cluster lacks leaves the sink's other topics' p99 under $bound ms");
+cmp_ok($p99_unlimited, '<', $bound0,
+	"D: with message.timeout.ms=0, a topic the cluster lacks leaves the sink's other topics' p99 under $bound0 ms");
 
 # Per key, the healthy events arrived in emit order (first arrivals).
 my $count = $node->safe_psql('postgres', q{SELECT count(*) FROM outbox.events WHERE topic IN ('good.e', 'good0.e')});
