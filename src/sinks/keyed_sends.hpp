@@ -1,6 +1,6 @@
 // The open Sends of a sink that pipelines over one connection, or several
-// used as one (MQTT, NATS): each
-// Send's messages copied, their outcomes written into the caller's `out`,
+// used as one (MQTT, NATS): each Send's messages copied, their outcomes
+// written into the caller's `out`,
 // the chain of each route and key within a Send, what may be sent next,
 // what is in flight under which id of the broker's protocol (an MQTT packet
 // identifier, a NATS reply id), and when each stops waiting. No client

@@ -1,5 +1,5 @@
 // What the MQTT and NATS sinks share: pipelined delivery over one
-// connection (Send, CollectFor, Collect, AbandonAll, Publish as Send plus
+// connection, or several used as one (Send, CollectFor, Collect, AbandonAll, Publish as Send plus
 // Collect, Poll) around their open Sends (keyed_sends.hpp), and the record
 // of the broker being down or up in their logs. A sink derived from it
 // connects, sends what is ready and serves its connection (Connect,
