@@ -1,12 +1,11 @@
 // The open Sends of a sink that pipelines over one connection, or several
 // used as one (MQTT, NATS): each Send's messages copied, their outcomes
-// written into the caller's `out`,
-// the chain of each route and key within a Send, what may be sent next,
-// what is in flight under which id of the broker's protocol (an MQTT packet
-// identifier, a NATS reply id), and when each stops waiting. No client
-// library and no PostgreSQL here: the sinks (keyed_sink.hpp) drive their
-// connection and tell this what happened; test/unit/keyed_sends_test.cpp
-// checks it alone.
+// written into the caller's `out`, the chain of each route and key within a
+// Send, what may be sent next, what is in flight under which id of the
+// broker's protocol (an MQTT connection's packet identifier, a NATS reply
+// id), and when each stops waiting. No client library and no PostgreSQL
+// here: the sinks (keyed_sink.hpp) drive their connection and tell this
+// what happened; test/unit/keyed_sends_test.cpp checks it alone.
 //
 // Per-key order: within a Send, a route and key (ChainOf) has at most one
 // message in flight, whatever its messages' targets (a route without a
