@@ -91,6 +91,10 @@ std::string MqttSink::ClientIdOf(int index) const {
   return MqttClientId(options_.client_id, nonce_ + static_cast<uint64_t>(index));
 }
 
+int MqttSink::AskedConnections() const {
+  return options_.retain ? 1 : std::clamp(options_.connections, 1, kMqttMaxConnections);
+}
+
 // Before the sink is connected, a connection refused or lost is only that
 // connection's failure (StepConnecting decides once every one has an
 // outcome); after, it ends them all. The first reason is kept.
@@ -162,7 +166,8 @@ bool MqttSink::StartClients(std::string *error) {
 
 bool MqttSink::StartClient(Link *link, std::string *error) {
   const std::string prefix = "cannot connect to " + Where() + ": ";
-  link->mosq = mosquitto_new(ClientIdOf(link->index).c_str(), true, link);
+  link->client_id = ClientIdOf(link->index);
+  link->mosq = mosquitto_new(link->client_id.c_str(), true, link);
   mosquitto *const mosq = link->mosq;
   if (mosq == nullptr) {
     if (errno == ENOMEM) throw std::bad_alloc();
@@ -271,7 +276,8 @@ bool MqttSink::Drive(int64_t wait_ms) {
   }
   const int ready = poll(fds, static_cast<nfds_t>(n), static_cast<int>(wait_ms));
   if (ready < 0 && errno != EINTR) {
-    OnDisconnect(links_[0], MOSQ_ERR_ERRNO);
+    // This process's failure, not a connection's: every one goes.
+    for (Link &link : links_) OnDisconnect(link, MOSQ_ERR_ERRNO);
     return false;
   }
   for (size_t i = 0; i < n && !lost_; ++i) {
@@ -355,7 +361,7 @@ void MqttSink::Disconnect() noexcept {
   // The next connections are made as many as asked again: a broker that
   // took fewer may have been starting, or its limit raised (SettleForFewer
   // lowers this again, after this call, when it did take fewer).
-  usable_connections_ = std::clamp(options_.connections, 1, kMqttMaxConnections);
+  usable_connections_ = AskedConnections();
   connected_ = false;
   established_ = false;
   lost_ = false;

@@ -37,64 +37,77 @@ bool MqttSink::Connect(InterruptCheck interrupted, std::string *error) {
 
 // While connecting: drives the handshakes until every connection has its
 // CONNACK or failed, or connect_timeout_ms passed. When the broker took
-// some connections but not all, the sink goes on with as many as it took
+// some connections but not all, the sink goes on at once with those it took
 // (SettleForFewer); when it took none, every open Send's messages (none of
 // them was sent) are kRetriable.
 void MqttSink::StepConnecting(int64_t wait_ms) {
   const auto left = std::chrono::duration_cast<Millis>(connect_deadline_ - Clock::now()).count();
   Drive(std::clamp<int64_t>(left, 0, wait_ms));
   if (callback_failed_) throw std::bad_alloc();
-  if (connected_) {
-    ForgetCaFile();  // read by libmosquitto when it connected
-    const std::string as = links_.size() == 1
-                               ? "as client \"" + ClientIdOf(0) + "\""
-                               : "as clients \"" + ClientIdOf(0) + "\" to \"" +
-                                     ClientIdOf(static_cast<int>(links_.size()) - 1) + "\" (" +
-                                     std::to_string(links_.size()) + " connections)";
-    AddLog(LogLevel::kInfo, std::string(ever_connected_ ? "reconnected" : "connected") + " to " +
-                                Where() + " " + as + " (MQTT " +
-                                (options_.protocol == 5 ? "5" : "3.1.1") + ")");
-    ever_connected_ = true;
-    return;
+  if (!connected_) {
+    const bool settled = std::all_of(links_.begin(), links_.end(),
+                                     [](const Link &l) { return l.connected || l.failed; });
+    std::string error;
+    if (settled) {
+      error = lost_reason_.empty() ? "cannot connect to " + Where() : lost_reason_;
+    } else if (Clock::now() >= connect_deadline_) {
+      error = "cannot connect to " + Where() + ": no CONNACK within " +
+              std::to_string(options_.connect_timeout_ms) + " ms";
+    } else {
+      return;  // still connecting
+    }
+    error = Masked(std::move(error));
+    if (!SettleForFewer(error)) {
+      sends_.FailAllRest(error.c_str());
+      NoteDown(error);
+      Disconnect();
+      return;
+    }
   }
-  const bool settled = std::all_of(links_.begin(), links_.end(),
-                                   [](const Link &l) { return l.connected || l.failed; });
-  std::string error;
-  if (settled) {
-    error = lost_reason_.empty() ? "cannot connect to " + Where() : lost_reason_;
-  } else if (Clock::now() >= connect_deadline_) {
-    error = "cannot connect to " + Where() + ": no CONNACK within " +
-            std::to_string(options_.connect_timeout_ms) + " ms";
-  } else {
-    return;  // still connecting
+  ForgetCaFile();  // read by libmosquitto when it connected
+  std::string as = links_.size() == 1 ? "as client " : "as clients ";
+  for (size_t i = 0; i < links_.size(); ++i) {
+    as += (i == 0 ? "\"" : ", \"") + links_[i].client_id + "\"";
   }
-  error = Masked(std::move(error));
-  if (SettleForFewer(error)) return;
-  sends_.FailAllRest(error.c_str());
-  NoteDown(error);
-  Disconnect();
+  if (links_.size() > 1) as += " (" + std::to_string(links_.size()) + " connections)";
+  AddLog(LogLevel::kInfo, std::string(ever_connected_ ? "reconnected" : "connected") + " to " +
+                              Where() + " " + as + " (MQTT " +
+                              (options_.protocol == 5 ? "5" : "3.1.1") + ")");
+  ever_connected_ = true;
 }
 
+// Keeps the connections the broker took and closes the others; false (and
+// nothing changes) when it took none. The kept ones are not closed and made
+// again: a limit that still counted them would refuse the new ones. Nothing
+// is in flight while connecting, so renumbering the connections (WireId,
+// LinkFor) changes no message's connection.
 bool MqttSink::SettleForFewer(const std::string &why) {
-  const auto took = static_cast<int>(
+  const auto took = static_cast<size_t>(
       std::count_if(links_.begin(), links_.end(), [](const Link &l) { return l.connected; }));
   if (took == 0) return false;
-  AddLog(LogLevel::kWarning, "the MQTT broker " + Where() + " took " + std::to_string(took) +
-                                 " of " + std::to_string(links_.size()) + " connections (" + why +
-                                 "): the sink goes on with " + std::to_string(took) +
-                                 " (option \"connections\" asks for " +
-                                 std::to_string(options_.connections) + ")");
-  Disconnect();
-  usable_connections_ = took;
-  std::string error;
-  if (!StartClients(&error)) {
-    error = Masked(std::move(error));
-    sends_.FailAllRest(error.c_str());
-    NoteDown(error);
-    Disconnect();
-    return true;
+  std::vector<Link> kept;
+  kept.reserve(took);  // may throw: then nothing was changed
+  AddLog(LogLevel::kWarning,
+         "the MQTT broker " + Where() + " took " + std::to_string(took) + " of " +
+             std::to_string(links_.size()) + " connections (" + why + "): the sink goes on with " +
+             std::to_string(took) + " (option \"connections\" asks for " +
+             std::to_string(options_.connections) + "; all are asked for again after a loss)");
+  for (Link &link : links_) {
+    if (link.connected) {
+      kept.push_back(std::move(link));
+    } else if (link.mosq != nullptr) {
+      mosquitto_destroy(link.mosq);  // never connected: nothing to say goodbye on
+    }
   }
-  connect_deadline_ = Clock::now() + Millis(options_.connect_timeout_ms);
+  links_ = std::move(kept);
+  for (size_t i = 0; i < links_.size(); ++i) {
+    links_[i].index = static_cast<int>(i);
+    mosquitto_user_data_set(links_[i].mosq, &links_[i]);  // the callbacks' Link moved
+  }
+  next_link_ = 0;
+  connected_ = true;
+  established_ = true;
+  lost_reason_.clear();
   return true;
 }
 

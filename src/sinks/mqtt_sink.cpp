@@ -68,7 +68,7 @@ MqttSink::MqttSink(const std::string &name, MqttOptions options)
       name_(name),
       options_(std::move(options)),
       nonce_(RandomNonce()),
-      usable_connections_(std::clamp(options_.connections, 1, kMqttMaxConnections)) {}
+      usable_connections_(AskedConnections()) {}
 
 MqttSink::~MqttSink() { Disconnect(); }
 

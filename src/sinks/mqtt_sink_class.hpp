@@ -12,8 +12,10 @@
 // is connected once every one is; once it is, the loss of any ends them
 // all (what is in flight on each is retried), so the sink has one state as
 // with one connection. A broker that takes fewer (a per-user or listener
-// limit) leaves the sink with as many as it took (usable_connections_)
-// until they are made again.
+// limit) leaves the sink with the ones it took (usable_connections_) until
+// they are made again. With retain, one connection: a broker keeps the last
+// message it got per topic, and only one client's messages reach it in the
+// order they were sent.
 // Every message of a key goes over the same connection (LinkFor): a broker
 // orders only what one client sent, and a clustered broker behind a load
 // balancer may deliver two clients' messages in either order even when
@@ -63,6 +65,7 @@ class MqttSink final : public KeyedSink {
     MqttSink *sink = nullptr;
     int index = 0;
     mosquitto *mosq = nullptr;
+    std::string client_id;
     bool connected = false;  // CONNACK accepted, and not lost since
     bool failed = false;     // lost or refused before the sink was connected
   };
@@ -103,6 +106,9 @@ class MqttSink final : public KeyedSink {
                std::string_view id, int *mid);
   std::string Where() const;
   std::string ClientIdOf(int index) const;
+  // How many connections to make: options_.connections, but one with
+  // retain (below).
+  int AskedConnections() const;
   // The connection message `m` goes over: its key's, or the next in turn.
   size_t LinkFor(const OutMessage &m);
   // While connecting: gives up on the connections the broker did not take,

@@ -384,6 +384,27 @@ TEST(MqttSink, EveryMessageOfAKeyGoesOverOneConnection) {
   EXPECT_EQ(PublishersOf(broker, "t/keyless").size(), 4u);
 }
 
+TEST(MqttSink, WithRetainOneConnectionKeepsTheLastMessageSentRetained) {
+  // The broker retains the last message it got per topic; over several
+  // connections that need not be the last one sent.
+  Broker broker(false, "log_type all\n");
+  MQTT_REQUIRE_BROKER(broker);
+  std::unique_ptr<Sink> sink =
+      MakeTestSink(broker.port(), {Opt("connections", "4"), Opt("retain", "true")});
+  for (int round = 0; round < 3; ++round) {
+    Batch batch;
+    for (int i = 1; i <= 8; ++i) batch.Add("t/retain", std::nullopt, std::to_string(i));
+    batch.Publish(sink.get());
+    ASSERT_EQ(batch.Count(DeliveryStatus::kDelivered), 8u) << batch.Errors();
+  }
+  EXPECT_EQ(PublishersOf(broker, "t/retain").size(), 1u);
+  Subscriber late(broker.port());  // gets what is retained as it subscribes
+  ASSERT_TRUE(late.subscribed());
+  const std::vector<Seen> seen = late.Wait(1);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].body, "8");
+}
+
 TEST(MqttSink, ABrokerThatTakesFewerConnectionsLeavesTheSinkWithThoseItTook) {
   // A listener limit (or a per-user one) below the option's: the sink goes
   // on with the connections the broker took, and says so.
