@@ -153,7 +153,7 @@ bool MqttSink::StartClients(std::string *error) {
   established_ = false;
   lost_ = false;
   lost_reason_.clear();
-  links_.resize(static_cast<size_t>(usable_connections_));
+  links_.resize(static_cast<size_t>(AskedConnections()));
   for (size_t i = 0; i < links_.size(); ++i) {
     links_[i].sink = this;
     links_[i].index = static_cast<int>(i);
@@ -358,10 +358,6 @@ void MqttSink::Disconnect() noexcept {
   }
   links_.clear();
   next_link_ = 0;
-  // The next connections are made as many as asked again: a broker that
-  // took fewer may have been starting, or its limit raised (SettleForFewer
-  // lowers this again, after this call, when it did take fewer).
-  usable_connections_ = AskedConnections();
   connected_ = false;
   established_ = false;
   lost_ = false;

@@ -118,6 +118,9 @@ void MqttSink::Step(int64_t wait_ms) {
     if (!connected_) return;
     wait_ms = 0;  // the wait went to the handshake: send, read what came, return
   }
+  // A Step may come late (connecting took long, or the caller stepped this
+  // sink only now): what is past its Send's cut-off is not sent first.
+  sends_.CutOff(Clock::now(), CutOffText());
   SendReady();
   if (links_.empty()) return;  // sending lost it
   const bool alive = Drive(sends_.MsUntilNextDeadline(Clock::now(), wait_ms));

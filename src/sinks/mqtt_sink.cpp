@@ -67,8 +67,7 @@ MqttSink::MqttSink(const std::string &name, MqttOptions options)
                 options.ack_timeout_ms),
       name_(name),
       options_(std::move(options)),
-      nonce_(RandomNonce()),
-      usable_connections_(AskedConnections()) {}
+      nonce_(RandomNonce()) {}
 
 MqttSink::~MqttSink() { Disconnect(); }
 

@@ -12,10 +12,10 @@
 // is connected once every one is; once it is, the loss of any ends them
 // all (what is in flight on each is retried), so the sink has one state as
 // with one connection. A broker that takes fewer (a per-user or listener
-// limit) leaves the sink with the ones it took (usable_connections_) until
-// they are made again. With retain, one connection: a broker keeps the last
-// message it got per topic, and only one client's messages reach it in the
-// order they were sent.
+// limit) leaves the sink with the ones it took (SettleForFewer); after a
+// loss all are asked for again. With retain, one connection: a broker
+// keeps the last message it got per topic, and only one client's messages
+// reach it in the order they were sent.
 // Every message of a key goes over the same connection (LinkFor): a broker
 // orders only what one client sent, and a clustered broker behind a load
 // balancer may deliver two clients' messages in either order even when
@@ -127,13 +127,12 @@ class MqttSink final : public KeyedSink {
   // options_.connections of them while connecting or connected, none
   // otherwise; never resized while not empty (callbacks hold their address).
   std::vector<Link> links_;
-  int usable_connections_;    // how many to make: options_.connections, or what the broker took
-  size_t next_link_ = 0;      // the connection the next keyless message goes on
-  bool connected_ = false;    // every connection accepted, and none lost since
-  bool established_ = false;  // connected_ was true since the connections were made
-  bool lost_ = false;         // a connection went after established_ (a callback said so)
-  std::string lost_reason_;   // why, as libmosquitto said
-  std::string ca_file_;       // tls_ca written out for libmosquitto, while connected
+  size_t next_link_ = 0;                // the connection the next keyless message goes on
+  bool connected_ = false;              // every connection accepted, and none lost since
+  bool established_ = false;            // connected_ was true since the connections were made
+  bool lost_ = false;                   // a connection went after established_ (a callback said so)
+  std::string lost_reason_;             // why, as libmosquitto said
+  std::string ca_file_;                 // tls_ca written out for libmosquitto, while connected
   Clock::time_point connect_deadline_;  // while connecting: connect_timeout_ms from the start
   bool ever_connected_ = false;
   bool callback_failed_ = false;  // a callback ran out of memory: start afresh

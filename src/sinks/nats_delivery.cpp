@@ -85,6 +85,8 @@ bool NatsSink::Connect(InterruptCheck interrupted, std::string *error) {
 
 void NatsSink::Step(int64_t wait_ms) {
   if (nc_ == nullptr || inbox_ == nullptr) return;  // nothing is outstanding without one
+  // A Step may come late: what is past its Send's cut-off is not sent first.
+  sends_.CutOff(Clock::now(), CutOffText());
   SendReady();
   inbox_->Take(sends_.MsUntilNextDeadline(Clock::now(), wait_ms), &answers_);
   for (NatsMsgPtr &answer : answers_) Judge(answer.get());

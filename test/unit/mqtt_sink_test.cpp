@@ -551,6 +551,27 @@ TEST(MqttSink, OneConnectionTakenOverRetriesWhatWasInFlightAndKeepsEachKeysOrder
   for (int k = 0; k < 5; ++k) EXPECT_EQ(arrived["k" + std::to_string(k)].size(), 4u) << k;
 }
 
+TEST(MqttSink, NothingIsSentPastItsBatchsCutOffWhenTheSinkIsSteppedLate) {
+  // No message of a batch goes later than connect_timeout_ms +
+  // ack_timeout_ms after it, even when the first Step after connecting
+  // comes only after that (a caller busy with another sink).
+  Broker broker;
+  MQTT_REQUIRE_BROKER(broker);
+  Subscriber subscriber(broker.port());
+  ASSERT_TRUE(subscriber.subscribed());
+  std::unique_ptr<Sink> sink =
+      MakeTestSink(broker.port(), {Opt("connect_timeout_ms", "100"), Opt("ack_timeout_ms", "100")});
+  Batch batch;
+  batch.Add("t/late", "k", "1").Add("t/late", std::nullopt, "2");
+  const uint64_t ticket = batch.Send(sink.get());
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));  // the cut-off: 200 ms
+  if (ticket != 0) sink->Collect(ticket, nullptr);
+  EXPECT_EQ(batch.Count(DeliveryStatus::kDelivered), 0u) << batch.Errors();
+  EXPECT_EQ(batch.Count(DeliveryStatus::kNotSent), 2u) << batch.Errors();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  for (const Seen &seen : subscriber.Wait(0, 0)) EXPECT_NE(seen.topic, "t/late");
+}
+
 TEST(MqttSink, AWindowIsAcknowledgedWithoutWaitingForTcpsDelayedAcknowledgement) {
   Broker &broker = SharedBroker();  // mosquitto's default: Nagle on its sockets
   MQTT_REQUIRE_BROKER(broker);
