@@ -97,7 +97,17 @@ int MqttSink::AskedConnections() const {
 
 // Before the sink is connected, a connection refused or lost is only that
 // connection's failure (StepConnecting decides once every one has an
-// outcome); after, it ends them all. The first reason is kept.
+// outcome); after, it ends them all. True when no reason is kept yet: the
+// caller writes this one (the first reason is kept).
+bool MqttSink::NoteLinkFailed(Link *link) noexcept {
+  link->connected = false;
+  connected_ = false;
+  link->failed = !established_;
+  if (lost_ || !lost_reason_.empty()) return false;
+  lost_ = established_;
+  return true;
+}
+
 void MqttSink::OnConnect(Link &link, int reason_code) noexcept {
   if (reason_code == 0) {
     link.connected = true;
@@ -106,11 +116,7 @@ void MqttSink::OnConnect(Link &link, int reason_code) noexcept {
     established_ = established_ || connected_;
     return;
   }
-  link.connected = false;
-  connected_ = false;
-  link.failed = !established_;
-  if (lost_ || !lost_reason_.empty()) return;
-  lost_ = established_;
+  if (!NoteLinkFailed(&link)) return;
   try {
     lost_reason_ = "the MQTT broker " + Where() + " refused the connection: " +
                    std::string(options_.protocol == 5 ? mosquitto_reason_string(reason_code)
@@ -122,11 +128,7 @@ void MqttSink::OnConnect(Link &link, int reason_code) noexcept {
 
 void MqttSink::OnDisconnect(Link &link, int rc) noexcept {
   const bool was_connected = link.connected;
-  link.connected = false;
-  connected_ = false;
-  link.failed = !established_;
-  if (lost_ || !lost_reason_.empty()) return;
-  lost_ = established_;
+  if (!NoteLinkFailed(&link)) return;
   try {
     lost_reason_ = (was_connected ? "the connection to " : "cannot connect to ") + Where() +
                    (rc == MOSQ_ERR_ERRNO ? ": " + std::string(std::strerror(errno))

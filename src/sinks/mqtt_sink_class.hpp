@@ -75,6 +75,8 @@ class MqttSink final : public KeyedSink {
   void OnConnect(Link &link, int reason_code) noexcept;
   void OnDisconnect(Link &link, int rc) noexcept;
   void OnPublish(const Link &link, int mid, int reason_code) noexcept;
+  // What OnConnect's refusal and OnDisconnect share (mqtt_connection.cpp).
+  bool NoteLinkFailed(Link *link) noexcept;
 
  private:
   // KeyedSink's part (mqtt_delivery.cpp).
