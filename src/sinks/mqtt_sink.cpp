@@ -34,7 +34,6 @@
 #include "sinks/mqtt_sink_class.hpp"
 #include "sinks/mqtt_library.hpp"
 
-#include <algorithm>
 #include <functional>
 #include <memory>
 #include <new>
