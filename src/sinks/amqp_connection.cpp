@@ -102,7 +102,7 @@ int AmqpSink::ReadFrame(int timeout_ms, amqp_frame_t *frame) {
   return amqp_simple_wait_frame_noblock(conn_, frame, &tv);
 }
 
-AmqpSink::Stop AmqpSink::Connect(InterruptCheck interrupted, std::string *error) {
+AmqpSink::Stop AmqpSink::OpenConnection(InterruptCheck interrupted, std::string *error) {
   const Clock::time_point deadline = Clock::now() + Millis(options_.connect_timeout_ms);
   conn_ = amqp_new_connection();
   if (conn_ == nullptr) throw std::bad_alloc();
@@ -392,7 +392,13 @@ AmqpSink::Stop AmqpSink::OpenChannel(Clock::time_point deadline, InterruptCheck 
   }
   stop = WaitMethod(channel, AMQP_CONFIRM_SELECT_OK_METHOD, deadline, interrupted, &method, error);
   if (stop != Stop::kNone) return stop;
+  // Nothing is unconfirmed: the last channel's messages were settled when
+  // it closed.
+  tag_of_id_.clear();
+  unconfirmed_.clear();
+  pending_return_.reset();
   channel_ = channel;
+  ++channel_epoch_;
   next_tag_ = 1;
   return Stop::kNone;
 }
@@ -477,29 +483,6 @@ bool AmqpSink::OnConnectionMethod(const amqp_method_t &method, std::string *erro
   }
 }
 
-// Reads, without waiting, what arrived while the connection sat idle
-// (heartbeats, connection.blocked, a connection.close), and lets
-// librabbitmq send a heartbeat that is due. False when the connection is
-// gone, with *error saying why.
-bool AmqpSink::Drain(std::string *error) {
-  for (;;) {
-    amqp_frame_t frame{};
-    const int status = ReadFrame(0, &frame);
-    if (status == AMQP_STATUS_TIMEOUT) return true;
-    if (status != AMQP_STATUS_OK) {
-      *error = LibraryError(status);
-      return false;
-    }
-    if (frame.frame_type != AMQP_FRAME_METHOD) continue;
-    if (frame.channel == 0) {
-      if (!OnConnectionMethod(frame.payload.method, error)) return false;
-    } else if (frame.channel == channel_ && frame.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD) {
-      CloseChannelOk(channel_);
-      channel_ = 0;  // reopened before the next publish
-    }
-  }
-}
-
 void AmqpSink::CloseChannelOk(amqp_channel_t channel) {
   amqp_channel_close_ok_t ok{};
   static_cast<void>(amqp_send_method(conn_, channel, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok));
@@ -516,6 +499,10 @@ void AmqpSink::Disconnect() noexcept {
   channel_ = 0;
   blocked_ = false;
   blocked_reason_.clear();
+  tag_of_id_.clear();
+  unconfirmed_.clear();
+  pending_return_.reset();
+  stuck_ = false;
 }
 
 }  // namespace outbox

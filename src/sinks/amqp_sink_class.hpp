@@ -1,20 +1,23 @@
 // The AMQP sink's class: one librabbitmq connection with one channel in
 // confirm mode, used only from the owner's thread (librabbitmq runs no
-// thread of its own and is not thread-safe). Private to the AMQP sink's
-// files: amqp_sink.cpp publishes batches, amqp_connection.cpp connects and
-// waits for frames, amqp_commands.cpp lays out each message, and
-// amqp_delivery.cpp turns the broker's answers into outcomes. Everything
-// else sees only amqp_sink.hpp.
+// thread of its own and is not thread-safe). Batches are pipelined
+// (keyed_sink.hpp): several Sends may be open, their messages on the one
+// channel. Private to the AMQP sink's files: amqp_sink.cpp publishes what is
+// ready, amqp_connection.cpp connects and waits for frames,
+// amqp_commands.cpp lays out each message, and amqp_delivery.cpp turns the
+// broker's answers into outcomes. Everything else sees only amqp_sink.hpp.
 //
 // Waits: every read is amqp_simple_wait_frame_noblock with at most
-// kWaitSliceMs, so `interrupted` is checked about every 100 ms, connecting
-// included (the TCP connect is ours, non-blocking; the AMQP handshake is
-// read frame by frame). Two waits are librabbitmq's own and bounded but not
+// kWaitSliceMs, so `interrupted` is checked about every 100 ms while
+// connecting (the TCP connect is ours, non-blocking; the AMQP handshake is
+// read frame by frame) and between Steps. Three waits are bounded but not
 // sliced: a TLS handshake (amqp_socket_open_noblock, bounded by
-// connect_timeout_ms) and a write into a full socket (see RoomFor in
-// amqp_sink.cpp: a message is written only when the socket has room for
-// it, so a write waits only when one message is larger than the socket's
-// buffer and the broker stops reading in its middle).
+// connect_timeout_ms), a channel reopened within a Step after the broker
+// closed one over a too large message (connect_timeout_ms), and a write
+// into a full socket (see RoomFor in amqp_commands.cpp: a message is
+// written only when the socket has room for it, so a write waits only when
+// one message is larger than the socket's buffer and the broker stops
+// reading in its middle).
 #pragma once
 
 #include <chrono>
@@ -27,38 +30,33 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/log_buffer.hpp"
 #include "core/sink.hpp"
 #include "sinks/amqp_library.hpp"
 #include "sinks/amqp_options.hpp"
+#include "sinks/keyed_sink.hpp"
 
 namespace outbox {
 
-class AmqpSink final : public Sink {
+class AmqpSink final : public KeyedSink {
  public:
   AmqpSink(const std::string &name, AmqpOptions options);
   ~AmqpSink() override { Disconnect(); }
   AmqpSink(const AmqpSink &) = delete;
   AmqpSink &operator=(const AmqpSink &) = delete;
 
-  void Publish(const OutMessage *messages, size_t n, Delivery *out,
-               InterruptCheck interrupted) override;
-  void Poll() override;
-  std::vector<LogLine> TakeLogs() override;
   bool NeedsRecreate() const override { return false; }  // it reconnects by itself
   std::string State() const override;
 
  private:
-  using Clock = std::chrono::steady_clock;
-  using Millis = std::chrono::milliseconds;
-
-  // Longest single wait, so `interrupted` is checked this often.
-  static constexpr int kWaitSliceMs = 100;
-
-  // What the latest evidence says about the broker (see State()).
-  enum class Connection { kIdle, kConnected, kDown };
   // Why an exchange with the broker ended early.
   enum class Stop { kNone, kFailed, kInterrupted };
+
+  // While a message waits for room in the socket, how long a wait for the
+  // broker's frames lasts before looking again.
+  static constexpr int kRoomWaitMs = 5;
+  // Frames read in one Step at most, so that a broker that never stops
+  // sending cannot keep a Step from returning.
+  static constexpr int kMaxFramesPerStep = 4096;
 
   // One message's layout at the broker (amqp_commands.cpp): views into the
   // message and into `scratch`, valid until the next Layout.
@@ -82,29 +80,28 @@ class AmqpSink final : public Sink {
     uint64_t body_left = 0;
   };
 
-  // The state of one Publish call. Per route and key, messages form a chain
-  // in array order; only a chain's head is ever unconfirmed, and the next
-  // goes once the head is confirmed (amqp_sink.cpp).
-  struct Batch {
-    const OutMessage *messages = nullptr;
-    size_t n = 0;
-    Delivery *out = nullptr;
-    std::vector<bool> settled;
-    size_t unsettled = 0;
-    std::vector<size_t> ready;  // to send, in order; ready_at is the next one
-    size_t ready_at = 0;
-    std::vector<size_t> chain_next;          // the next message of i's chain, or n
-    std::map<uint64_t, size_t> unconfirmed;  // delivery tag -> message, oldest first
-    std::map<uint64_t, Clock::time_point> sent_at;
-    std::vector<uint64_t> body_size;    // per message, once sent
-    std::vector<std::string> returned;  // a basic.return's reason, per message
-    std::vector<DeliveryStatus> returned_status;
-    std::unordered_map<std::string_view, size_t> by_id;  // message_id -> message
-    std::optional<PendingReturn> pending_return;
+  // A message published on the current channel and not confirmed yet.
+  // Its KeyedSends wire id is WireId(tag); a message a Send gave up stays
+  // here until its confirm or the channel's end (the broker may still
+  // answer it, and a `multiple` confirm counts it).
+  struct Unconfirmed {
+    std::string id;  // the message_id a basic.return names it by
+    uint64_t body_size = 0;
+    // Set by a basic.return, which precedes the message's confirm.
+    bool returned = false;
+    DeliveryStatus returned_status = DeliveryStatus::kTargetRefused;
+    std::string returned_why;
   };
 
+  // KeyedSink's part (amqp_sink.cpp, amqp_delivery.cpp).
+  bool Connect(InterruptCheck interrupted, std::string *error) override;
+  void Step(int64_t wait_ms) override;
+  void Disconnect() noexcept override;
+  void Forgotten() noexcept override;
+  std::string UpText() const override;
+
   // amqp_connection.cpp
-  Stop Connect(InterruptCheck interrupted, std::string *error);
+  Stop OpenConnection(InterruptCheck interrupted, std::string *error);
   Stop OpenSocket(Clock::time_point deadline, InterruptCheck interrupted, std::string *error);
   Stop ConnectTcp(int *fd, Clock::time_point deadline, InterruptCheck interrupted,
                   std::string *error);
@@ -115,9 +112,7 @@ class AmqpSink final : public Sink {
                   InterruptCheck interrupted, amqp_method_t *method, std::string *error);
   int ReadFrame(int timeout_ms, amqp_frame_t *frame);
   bool OnConnectionMethod(const amqp_method_t &method, std::string *error);
-  bool Drain(std::string *error);
   void CloseChannelOk(amqp_channel_t channel);
-  void Disconnect() noexcept;
   std::string LibraryError(int status) const;
 
   // amqp_commands.cpp
@@ -127,24 +122,20 @@ class AmqpSink final : public Sink {
   bool RoomFor(size_t bytes) const;
 
   // amqp_delivery.cpp
-  bool OnChannelFrame(Batch *b, const amqp_frame_t &frame, std::string *error);
-  void Confirm(Batch *b, uint64_t tag, bool multiple, bool ack);
-  void OnChannelClosed(Batch *b, uint16_t code, const std::string &text);
-  void Settle(Batch *b, size_t i, DeliveryStatus status, std::string error, bool answered);
-  void HoldChain(Batch *b, size_t i, const std::string &why);
-  void FailUnsettled(Batch *b, const std::string &reason) noexcept;
+  bool OnFrame(const amqp_frame_t &frame);
+  void OnChannelFrame(const amqp_frame_t &frame);
+  void Confirm(uint64_t tag, bool multiple, bool ack);
+  void OnChannelClosed(uint16_t code, const std::string &text);
+  void LoseConnection(const std::string &reason);
 
   // amqp_sink.cpp
-  void PublishBatch(Batch *b, InterruptCheck interrupted);
-  void Abandon(const Batch &b, const char *reason) noexcept;
-  bool EnsureConnected(Batch *b, InterruptCheck interrupted);
-  void BuildChains(Batch *b);
-  Stop SendReady(Batch *b, Layout *layout, std::string *error);
-  void GiveUp(Batch *b, const std::string &reason);
-  void Interrupted(Batch *b);
-  void NoteDown(const std::string &reason);
-  std::string Masked(std::string text) const;
-  void AddLog(LogLevel level, std::string text) noexcept;
+  bool SendReady();
+  bool PublishOne(SendRef ref, const amqp_bytes_t &exchange);
+  bool EnsureChannel();
+  void CheckStalled();
+  // The KeyedSends id of the current channel's delivery tag: channels are
+  // numbered anew when one closes, and tags restart at 1 on each.
+  uint64_t WireId(uint64_t tag) const { return (channel_epoch_ << 40) | tag; }
 
   const std::string name_;
   const AmqpOptions options_;
@@ -152,6 +143,7 @@ class AmqpSink final : public Sink {
   amqp_connection_state_t conn_ = nullptr;
   amqp_channel_t channel_ = 0;  // 0: no channel open on conn_
   amqp_channel_t last_channel_ = 0;
+  uint64_t channel_epoch_ = 0;  // one more for every channel opened
   int channel_max_ = 0;
   int frame_max_ = 0;
   uint64_t next_tag_ = 1;  // the delivery tag of the next publish on channel_
@@ -161,9 +153,16 @@ class AmqpSink final : public Sink {
   // larger one on this connection: larger messages are refused here, so
   // that they no longer take their neighbours' channel down with them.
   std::optional<uint64_t> max_body_;
-  Connection connection_ = Connection::kIdle;
-  std::string last_failure_;  // while down: the reason last logged as a warning
-  LogBuffer logs_{"AMQP sink log line(s)"};
+  std::map<uint64_t, Unconfirmed> unconfirmed_;  // by delivery tag, oldest first
+  // message_id (a view of its Unconfirmed::id) -> tag, for returns.
+  std::unordered_map<std::string_view, uint64_t> tag_of_id_;
+  std::optional<PendingReturn> pending_return_;
+  // A ready message could not go (the broker blocks publishing, or the
+  // socket had no room), and since when nothing was published or confirmed.
+  bool stuck_ = false;
+  Clock::time_point stuck_since_;
+  Clock::time_point progress_;
+  Layout layout_;
 };
 
 }  // namespace outbox

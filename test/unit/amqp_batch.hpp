@@ -2,6 +2,7 @@
 // test keeps, and the sink under test built on a port.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -55,6 +56,19 @@ struct Batch {
   const std::string &Id(size_t i) const { return owned[i]->id; }
 
   void Publish(Sink *sink, Sink::InterruptCheck interrupted = nullptr) {
+    Prepare();
+    sink->Publish(messages.data(), messages.size(), results.data(), interrupted);
+  }
+
+  // Hands the messages over without waiting for their outcomes: the ticket
+  // to Collect (0: everything settled within Send).
+  uint64_t Send(Sink *sink) {
+    Prepare();
+    return sink->Send(messages.data(), messages.size(), results.data(), nullptr);
+  }
+
+  // The messages' views and unset results, for Publish and Send.
+  void Prepare() {
     messages.clear();
     for (const auto &o : owned) {
       o->header_views.clear();
@@ -75,7 +89,6 @@ struct Batch {
       messages.push_back(m);
     }
     results.assign(messages.size(), Delivery{DeliveryStatus::kNotSent, "unset", -1});
-    sink->Publish(messages.data(), messages.size(), results.data(), interrupted);
   }
 
   size_t Count(DeliveryStatus status) const {
