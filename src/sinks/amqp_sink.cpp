@@ -65,28 +65,23 @@ std::string AmqpSink::UpText() const {
 // A connection for a new Send: the one there is, once what arrived on it
 // while it sat idle has been read (a broker that restarted, or closed an
 // idle connection, has left it readable: a connection.close, or end of
-// stream), else a new one. Connecting waits, in slices, at most
-// connect_timeout_ms.
+// stream), or one being made, else a new one started. Nothing here waits
+// for the broker (Step makes the connection), but name resolution and a
+// TLS connection (amqp_sink_class.hpp).
 bool AmqpSink::Connect(InterruptCheck interrupted, std::string *error) {
   if (conn_ != nullptr) Step(0);
-  if (conn_ != nullptr && channel_ != 0) return true;
-  Stop stop = Stop::kNone;
-  if (conn_ == nullptr) {
-    stop = OpenConnection(interrupted, error);
-    if (stop == Stop::kNone) {
-      AddLog(LogLevel::kInfo, "connected to " + endpoint_ + " vhost \"" + options_.vhost + "\"");
-    }
-  } else {
+  if (conn_ != nullptr) {
+    if (channel_ != 0 || phase_ != Phase::kNone) return true;
     // The broker closed the last channel (the exchange was missing, say).
-    stop = OpenChannel(Clock::now() + Millis(options_.connect_timeout_ms), interrupted, error);
-    if (stop == Stop::kFailed) *error = "cannot reopen a channel on " + endpoint_ + ": " + *error;
+    connect_deadline_ = Clock::now() + Millis(options_.connect_timeout_ms);
+    if (StartChannel(error)) return true;
+    *error = Masked("cannot reopen a channel on " + endpoint_ + ": " + *error);
+    Disconnect();
+    return false;
   }
-  if (stop == Stop::kNone) {
-    progress_ = Clock::now();
-    return true;
-  }
+  if (StartConnecting(interrupted, error)) return true;
+  *error = Masked("cannot connect to " + endpoint_ + ": " + *error);
   Disconnect();
-  *error = stop == Stop::kInterrupted ? std::string("interrupted") : Masked(std::move(*error));
   return false;
 }
 
@@ -96,6 +91,12 @@ bool AmqpSink::Connect(InterruptCheck interrupted, std::string *error) {
 // everything outstanding when the connection is lost.
 void AmqpSink::Step(int64_t wait_ms) {
   if (conn_ == nullptr) return;  // nothing is outstanding without a connection
+  if (phase_ != Phase::kNone) {
+    // Connecting, or opening a channel: nothing is in flight meanwhile.
+    StepConnecting(wait_ms);
+    if (conn_ == nullptr || phase_ != Phase::kNone) return;
+    wait_ms = 0;  // the wait went to the handshake: send, read what came, return
+  }
   // A Step may come late: what is past its Send's cut-off is not sent first.
   sends_.CutOff(Clock::now(), CutOffText());
   if (!SendReady()) return;
@@ -132,20 +133,20 @@ void AmqpSink::Step(int64_t wait_ms) {
 }
 
 // Publishes ready messages while the socket has room for them and the
-// broker takes publishes, reopening the channel the broker closed over a
-// too large message. False when the connection is gone (everything
-// outstanding is then settled).
+// broker takes publishes, starting to reopen the channel the broker closed
+// over a too large message (the next Steps finish it). False when the
+// connection is gone (everything outstanding is then settled).
 bool AmqpSink::SendReady() {
   const bool was_stuck = stuck_;
   stuck_ = false;
+  if (phase_ != Phase::kNone) return conn_ != nullptr;
   const amqp_bytes_t exchange{options_.exchange.size(),
                               const_cast<char *>(options_.exchange.data())};
   SendRef ref;
   while (conn_ != nullptr && sends_.in_flight() < kMaxInFlight && sends_.NextReady(&ref)) {
     if (channel_ == 0) {
       sends_.PutBack(ref);
-      if (!EnsureChannel()) return false;
-      continue;
+      return EnsureChannel();
     }
     if (blocked_ || !PublishOne(ref, exchange)) {
       if (conn_ == nullptr) return false;
@@ -199,13 +200,12 @@ bool AmqpSink::PublishOne(SendRef ref, const amqp_bytes_t &exchange) {
   return true;
 }
 
-// A channel for what is ready, after the broker closed the last one over a
-// too large message. False when the connection is gone.
+// Starts a channel for what is ready, after the broker closed the last one
+// over a too large message. False when the connection is gone.
 bool AmqpSink::EnsureChannel() {
   std::string error;
-  const Stop stop =
-      OpenChannel(Clock::now() + Millis(options_.connect_timeout_ms), nullptr, &error);
-  if (stop == Stop::kNone) return true;
+  connect_deadline_ = Clock::now() + Millis(options_.connect_timeout_ms);
+  if (StartChannel(&error)) return true;
   LoseConnection("cannot reopen a channel on " + endpoint_ + ": " + error);
   return false;
 }
@@ -254,7 +254,7 @@ void AmqpSink::Forgotten() noexcept {
 // is confirmed again.
 std::string AmqpSink::State() const {
   if (down()) return "down";
-  if (conn_ == nullptr) return "idle";
+  if (conn_ == nullptr || !connection_open_) return "idle";  // connecting: not usable yet
   return blocked_ ? "blocked" : "connected";
 }
 

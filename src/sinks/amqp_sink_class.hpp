@@ -3,22 +3,23 @@
 // thread of its own and is not thread-safe). Batches are pipelined
 // (keyed_sink.hpp): several Sends may be open, their messages on the one
 // channel. Private to the AMQP sink's files: amqp_sink.cpp publishes what is
-// ready, amqp_connection.cpp connects and waits for frames,
-// amqp_commands.cpp lays out each message, and amqp_delivery.cpp turns the
-// broker's answers into outcomes. Everything else sees only amqp_sink.hpp.
+// ready, amqp_connection.cpp connects and reads frames, amqp_commands.cpp
+// lays out each message, and amqp_delivery.cpp turns the broker's answers
+// into outcomes. Everything else sees only amqp_sink.hpp.
 //
-// Waits: every read is amqp_simple_wait_frame_noblock with at most
-// kWaitSliceMs, so `interrupted` is checked about every 100 ms while
-// connecting (the TCP connect is ours, non-blocking; the AMQP handshake is
-// read frame by frame) and between Steps. Three waits are bounded but not
-// sliced: a TLS handshake (amqp_socket_open_noblock, bounded by
-// connect_timeout_ms), a channel reopened within a Step after the broker
-// closed one over a too large message (connect_timeout_ms), and a write
+// Waits: nothing waits longer than the Step it is in (at most kWaitSliceMs
+// from KeyedSink, so `interrupted` is checked about every 100 ms): the TCP
+// connect is ours and non-blocking, and the handshake and every channel are
+// made a frame at a time as the broker answers. Two waits are bounded but
+// not sliced: a TLS connection, opened by librabbitmq
+// (amqp_socket_open_noblock, bounded by connect_timeout_ms), and a write
 // into a full socket (see RoomFor in amqp_commands.cpp: a message is
 // written only when the socket has room for it, so a write waits only when
 // one message is larger than the socket's buffer and the broker stops
-// reading in its middle).
+// reading in its middle). Name resolution is the resolver's.
 #pragma once
+
+#include <sys/socket.h>
 
 #include <chrono>
 #include <cstddef>
@@ -48,8 +49,25 @@ class AmqpSink final : public KeyedSink {
   std::string State() const override;
 
  private:
-  // Why an exchange with the broker ended early.
-  enum class Stop { kNone, kFailed, kInterrupted };
+  // Where a connection (or a channel) being made stands: each phase waits
+  // for one answer of the broker, driven by Step (amqp_connection.cpp).
+  enum class Phase {
+    kNone,     // not connecting
+    kTcp,      // the TCP connect in progress (tcp_fd_)
+    kStart,    // the protocol header sent; connection.start awaited
+    kTune,     // start-ok sent (the login); connection.tune awaited
+    kOpen,     // tune-ok and connection.open sent; open-ok awaited
+    kChannel,  // channel.open sent on opening_channel_; open-ok awaited
+    kSelect,   // confirm.select sent; select-ok awaited
+  };
+  // An address to connect to, as the resolver gave it.
+  struct Address {
+    int family = 0;
+    int socktype = 0;
+    int protocol = 0;
+    sockaddr_storage addr{};
+    socklen_t len = 0;
+  };
 
   // While a message waits for room in the socket, how long a wait for the
   // broker's frames lasts before looking again.
@@ -101,15 +119,19 @@ class AmqpSink final : public KeyedSink {
   std::string UpText() const override;
 
   // amqp_connection.cpp
-  Stop OpenConnection(InterruptCheck interrupted, std::string *error);
-  Stop OpenSocket(Clock::time_point deadline, InterruptCheck interrupted, std::string *error);
-  Stop ConnectTcp(int *fd, Clock::time_point deadline, InterruptCheck interrupted,
-                  std::string *error);
+  bool StartConnecting(InterruptCheck interrupted, std::string *error);
+  bool OpenTlsSocket(std::string *error);
   bool SetUpTls(amqp_socket_t *socket, std::string *error);
-  Stop Handshake(Clock::time_point deadline, InterruptCheck interrupted, std::string *error);
-  Stop OpenChannel(Clock::time_point deadline, InterruptCheck interrupted, std::string *error);
-  Stop WaitMethod(amqp_channel_t channel, amqp_method_number_t expected, Clock::time_point deadline,
-                  InterruptCheck interrupted, amqp_method_t *method, std::string *error);
+  bool ConnectNextAddress(std::string *error);
+  bool TcpConnected(int fd, std::string *error);
+  bool SendProtocolHeader(std::string *error);
+  void StepConnecting(int64_t wait_ms);
+  bool AdvanceConnecting(int64_t wait_ms, std::string *error);
+  bool OnHandshakeFrame(const amqp_frame_t &frame, std::string *error);
+  bool Advance(const amqp_method_t &m, std::string *error);
+  bool SendStartOk(const amqp_method_t &m, std::string *error);
+  bool SendTuneOkAndOpen(const amqp_method_t &m, std::string *error);
+  bool StartChannel(std::string *error);
   int ReadFrame(int timeout_ms, amqp_frame_t *frame);
   bool OnConnectionMethod(const amqp_method_t &method, std::string *error);
   void CloseChannelOk(amqp_channel_t channel);
@@ -141,6 +163,13 @@ class AmqpSink final : public KeyedSink {
   const AmqpOptions options_;
   const std::string endpoint_;  // "host:port", for messages
   amqp_connection_state_t conn_ = nullptr;
+  Phase phase_ = Phase::kNone;
+  Clock::time_point connect_deadline_;  // of the connection or channel being made
+  int tcp_fd_ = -1;                     // while kTcp; then librabbitmq's
+  std::vector<Address> addresses_;      // what the resolver gave, tried in turn
+  size_t next_address_ = 0;
+  bool connection_open_ = false;  // connection.open-ok came on conn_
+  amqp_channel_t opening_channel_ = 0;
   amqp_channel_t channel_ = 0;  // 0: no channel open on conn_
   amqp_channel_t last_channel_ = 0;
   uint64_t channel_epoch_ = 0;  // one more for every channel opened

@@ -367,6 +367,31 @@ TEST(AmqpSinkFaults, HandshakeThatNeverAnswersTimesOut) {
   EXPECT_EQ(sink->State(), "down");
 }
 
+// Connecting waits for nothing: a server that takes the TCP connection and
+// never answers the handshake holds no Send (the publisher's cycle goes on
+// with its other sinks); the batch is settled by the Steps that follow,
+// once connect_timeout_ms has passed.
+TEST(AmqpSinkFaults, AHandshakeThatNeverAnswersHoldsNoSend) {
+  SilentListener silent;
+  std::unique_ptr<Sink> sink = MakeSink(silent.port(), {Opt("connect_timeout_ms", "1500")});
+  Batch batch;
+  batch.Add("q", "k", "1").Add("q", "k", "2");
+  const Clock::time_point start = Clock::now();
+  const uint64_t ticket = batch.Send(sink.get());
+  EXPECT_LT(SecondsSince(start), 0.5) << "Send waited for the handshake";
+  ASSERT_NE(ticket, 0u) << batch.FirstOther(DeliveryStatus::kDelivered);
+  EXPECT_EQ(sink->State(), "idle");  // connecting: not usable yet
+  EXPECT_FALSE(sink->CollectFor(ticket, 100, nullptr));
+  sink->Collect(ticket, nullptr);
+  const double seconds = SecondsSince(start);
+  EXPECT_GE(seconds, 1.4);
+  EXPECT_LT(seconds, 3.0);
+  EXPECT_EQ(batch.Count(DeliveryStatus::kRetriable), 2u);
+  EXPECT_TRUE(Contains(batch.results[0].error, "no answer within 1500 ms"))
+      << batch.results[0].error;
+  EXPECT_EQ(sink->State(), "down");
+}
+
 TEST(AmqpSinkFaults, ConnectionDroppedWhileIdleIsReopenedBeforeSending) {
   REQUIRE_NODE();
   const std::string queue = Name("idle");
