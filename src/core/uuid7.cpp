@@ -5,30 +5,36 @@ namespace outbox {
 namespace {
 // Largest starting counter: leaves half the 12-bit space for ids generated in
 // the same millisecond before the counter has to borrow the next millisecond.
-constexpr uint16_t kCounterSeedMask = 0x07FF;
-constexpr uint16_t kCounterMax = 0x0FFF;
+constexpr uint64_t kCounterSeedMask = 0x07FF;
+constexpr int kCounterBits = 12;
+constexpr uint64_t kMaxMs = 0xFFFFFFFFFFFFull;
 }  // namespace
 
-Uuid Uuid7Generator::Next(int64_t unix_ms, const uint8_t random[10]) {
+uint64_t NextUuid7Stamp(uint64_t last, int64_t unix_ms, const uint8_t random[10]) {
   if (unix_ms < 0) unix_ms = 0;
-  if (unix_ms > last_ms_) {
-    last_ms_ = unix_ms;
-    counter_ = static_cast<uint16_t>(((random[0] << 8) | random[1]) & kCounterSeedMask);
-  } else if (counter_ < kCounterMax) {
-    ++counter_;  // same (or earlier) millisecond: keep increasing
-  } else {
-    ++last_ms_;  // counter exhausted: borrow the next millisecond
-    counter_ = 0;
+  const uint64_t ms = static_cast<uint64_t>(unix_ms) & kMaxMs;
+  if (last == 0 || ms > (last >> kCounterBits)) {
+    return (ms << kCounterBits) |
+           ((static_cast<uint64_t>(random[0] << 8) | random[1]) & kCounterSeedMask);
   }
+  return last + 1;  // same (or earlier) millisecond: keep increasing
+}
 
+Uuid Uuid7FromStamp(uint64_t stamp, const uint8_t random[10]) {
+  const uint64_t ms = (stamp >> kCounterBits) & kMaxMs;
+  const auto counter = static_cast<uint16_t>(stamp & 0x0FFF);
   Uuid id{};
-  const uint64_t ms = static_cast<uint64_t>(last_ms_) & 0xFFFFFFFFFFFFull;
   for (int i = 0; i < 6; ++i) id[i] = static_cast<uint8_t>(ms >> (40 - 8 * i));
-  id[6] = static_cast<uint8_t>(0x70 | ((counter_ >> 8) & 0x0F));
-  id[7] = static_cast<uint8_t>(counter_ & 0xFF);
+  id[6] = static_cast<uint8_t>(0x70 | ((counter >> 8) & 0x0F));
+  id[7] = static_cast<uint8_t>(counter & 0xFF);
   for (int i = 0; i < 8; ++i) id[8 + i] = random[2 + i];
   id[8] = static_cast<uint8_t>(0x80 | (id[8] & 0x3F));  // RFC 9562 variant 10xx
   return id;
+}
+
+Uuid Uuid7Generator::Next(int64_t unix_ms, const uint8_t random[10]) {
+  last_stamp_ = NextUuid7Stamp(last_stamp_, unix_ms, random);
+  return Uuid7FromStamp(last_stamp_, random);
 }
 
 int64_t Uuid7UnixMs(const Uuid &id) {

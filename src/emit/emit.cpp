@@ -11,6 +11,7 @@
 #include "pg_bridge.hpp"
 
 #include "shmem/emit_horizon.hpp"
+#include "shmem/id_stamp.hpp"
 #include "emit/event_insert.hpp"
 #include "guc.hpp"
 #include "shmem/key_slot.hpp"
@@ -36,7 +37,9 @@ extern "C" {
 namespace outbox {
 namespace {
 
-Uuid7Generator id_generator;  // per backend: keeps this backend's ids ordered
+// Per backend, when outbox is not preloaded (no shared stamp,
+// shmem/id_stamp.hpp): keeps this backend's ids ordered.
+Uuid7Generator id_generator;
 
 void ValidateTopic(text *topic) {
   const char *data = VARDATA_ANY(topic);
@@ -186,7 +189,9 @@ extern "C" Datum outbox_emit(PG_FUNCTION_ARGS) {
     ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("could not generate random bytes")));
   }
   const int64_t unix_ms = now / 1000 + kPgEpochUnixSeconds * 1000;
-  const Uuid id = id_generator.Next(unix_ms, random);
+  uint64_t stamp = 0;
+  const Uuid id = NextIdStamp(unix_ms, random, &stamp) ? Uuid7FromStamp(stamp, random)
+                                                       : id_generator.Next(unix_ms, random);
   pg_uuid_t *uuid = static_cast<pg_uuid_t *>(palloc(sizeof(pg_uuid_t)));
   memcpy(uuid->data, id.data(), UUID_LEN);
 

@@ -69,6 +69,7 @@ void ShmemStartup() {
     SpinLockInit(&shared->mutex);
     pg_atomic_init_u32(&shared->launcher_procno, kNoProc);
     pg_atomic_init_u32(&shared->unslotted_announcements, 0);
+    pg_atomic_init_u64(&shared->id_stamp, 0);
     shared->nslots = SlotCount();
     for (int i = 0; i < shared->nslots; ++i) {
       SpinLockInit(&shared->slots[i].holder_mutex);

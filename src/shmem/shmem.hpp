@@ -119,6 +119,9 @@ struct SharedState {
   // Bumped when an announcement found no free slot: the launcher then looks
   // at every database again.
   pg_atomic_uint32 unslotted_announcements;
+  // The stamp (millisecond and counter) of the last event id emit() took,
+  // in any database: id_stamp.hpp.
+  pg_atomic_uint64 id_stamp;
   int nslots;
   DatabaseSlot slots[FLEXIBLE_ARRAY_MEMBER];
 };
