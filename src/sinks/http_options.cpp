@@ -2,6 +2,7 @@
 #include "sinks/http_options.hpp"
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -23,6 +24,10 @@ constexpr size_t kMaxCaBytes = size_t{1} << 20;
 std::string Named(std::string_view key) { return "option \"" + std::string(key) + "\""; }
 
 char Lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
+
+bool IsHexDigit(char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
 
 bool StartsWithIgnoringCase(std::string_view text, std::string_view prefix) {
   if (text.size() < prefix.size()) return false;
@@ -135,6 +140,15 @@ std::optional<std::string> ParseUrl(std::string_view text, HttpOptions *r) {
       query == std::string_view::npos ? std::string_view() : tail.substr(query);
   if (after.find_first_of("{}") != std::string_view::npos) {
     return Named("url") + " may hold {target} only in its path, not in its query";
+  }
+  // Every '%' begins an escape of its own: one left open before {target}
+  // would take the target's first bytes as its digits ("%2" + "e." is
+  // "%2e.", which a receiver decodes to "..").
+  for (size_t i = 0; i < tail.size(); ++i) {
+    if (tail[i] != '%') continue;
+    if (i + 2 >= tail.size() || !IsHexDigit(tail[i + 1]) || !IsHexDigit(tail[i + 2])) {
+      return Named("url") + " holds a '%' that is not followed by two hex digits";
+    }
   }
   bool has_target = false;
   for (size_t i = 0; i < path.size(); ++i) {
@@ -351,18 +365,44 @@ bool IsHttpToken(std::string_view name) {
   return true;
 }
 
-bool IsReservedHttpHeader(std::string_view name) {
-  static constexpr std::string_view kExact[] = {
-      "host",       "content-length", "content-type",     "transfer-encoding",
-      "connection", "upgrade",        "keep-alive",       "te",
-      "trailer",    "expect",         "proxy-connection", "proxy-authorization"};
-  std::string lower;
-  for (char c : name) lower.push_back(Lower(c));
-  for (std::string_view exact : kExact) {
-    if (lower == exact) return true;
+namespace {
+
+// A header name as receivers may compare it: lower case, and `_` read as
+// `-` (CGI, WSGI, Rack and PHP map both to the same HTTP_* variable).
+std::string Folded(std::string_view name) {
+  std::string folded;
+  folded.reserve(name.size());
+  for (char c : name) folded.push_back(c == '_' ? '-' : Lower(c));
+  return folded;
+}
+
+bool IsOneOf(const std::string &folded, std::initializer_list<std::string_view> names) {
+  for (std::string_view n : names) {
+    if (folded == n) return true;
   }
-  return StartsWithIgnoringCase(lower, "webhook-") || StartsWithIgnoringCase(lower, "ce-") ||
-         StartsWithIgnoringCase(lower, "outbox-") || (!lower.empty() && lower.front() == ':');
+  return false;
+}
+
+}  // namespace
+
+bool IsReservedHttpHeader(std::string_view name) {
+  const std::string folded = Folded(name);
+  if (IsOneOf(folded, {"host", "content-length", "content-type", "transfer-encoding", "connection",
+                       "upgrade", "keep-alive", "te", "trailer", "expect", "proxy-connection",
+                       "proxy-authorization"})) {
+    return true;
+  }
+  return StartsWithIgnoringCase(folded, "webhook-") || StartsWithIgnoringCase(folded, "ce-") ||
+         StartsWithIgnoringCase(folded, "outbox-") || (!folded.empty() && folded.front() == ':');
+}
+
+bool IsOwnerOnlyHttpHeader(std::string_view name) {
+  const std::string folded = Folded(name);
+  return IsOneOf(folded,
+                 {"authorization", "cookie", "user-agent", "origin", "referer", "forwarded",
+                  "x-real-ip", "x-http-method-override", "x-http-method", "x-method-override",
+                  "x-original-method", "x-original-url", "x-rewrite-url"}) ||
+         StartsWithIgnoringCase(folded, "x-forwarded-") || StartsWithIgnoringCase(folded, "proxy-");
 }
 
 bool IsHttpHeaderValue(std::string_view value) {

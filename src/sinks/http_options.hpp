@@ -77,9 +77,18 @@ std::string ExpandHttpUrl(const HttpOptions &options, std::string_view target);
 // Whether `name` is an HTTP header name (RFC 9110 token), and whether a
 // header of that name is outbox's or the protocol's to set: Host,
 // Content-Length, Content-Type, Transfer-Encoding, Connection and the other
-// hop-by-hop headers, webhook-*, ce-* and outbox-* (any case).
+// hop-by-hop headers, webhook-*, ce-* and outbox-* (any case, and with `_`
+// for `-`: CGI-style receivers read webhook_signature as webhook-signature).
 bool IsHttpToken(std::string_view name);
 bool IsReservedHttpHeader(std::string_view name);
+
+// Whether a header of that name is the sink owner's alone to send (option
+// `headers`), never an event's: credentials (Authorization, Cookie), what
+// says who sends (User-Agent, Origin, Forwarded, X-Forwarded-*, X-Real-IP)
+// and what frameworks take for another method (X-HTTP-Method-Override and
+// the like). A role that may only emit() must not make a receiver treat its
+// POST as another request. Any case, `_` for `-`.
+bool IsOwnerOnlyHttpHeader(std::string_view name);
 
 // Whether `value` may travel as a header value: no CR, LF or NUL.
 bool IsHttpHeaderValue(std::string_view value);

@@ -2,6 +2,7 @@
 #include "sinks/http_outcomes.hpp"
 
 #include <ctime>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -89,14 +90,27 @@ std::string QuotedResponse(std::string_view body) {
   return out;
 }
 
+// Only endpoints with failures since their last 2xx are remembered (one
+// without is as if never seen), so an emit() role sending to many targets
+// that answer cannot push a failing endpoint out. When the memory is full,
+// endpoints with one failure go first; those judged down (two) only when
+// nothing else is left.
 HttpEndpoints::Memory &HttpEndpoints::At(const std::string &endpoint) {
   auto it = endpoints_.find(endpoint);
   if (it != endpoints_.end()) return it->second;
-  if (endpoints_.size() >= kMaxEndpoints) endpoints_.clear();
+  if (endpoints_.size() >= kMaxEndpoints) {
+    for (auto e = endpoints_.begin(); e != endpoints_.end();) {
+      e = e->second.failed.size() < 2 ? endpoints_.erase(e) : std::next(e);
+    }
+    if (endpoints_.size() >= kMaxEndpoints) endpoints_.clear();
+  }
   return endpoints_[endpoint];
 }
 
-void HttpEndpoints::Delivered(const std::string &endpoint) { At(endpoint).failed.clear(); }
+void HttpEndpoints::Delivered(const std::string &endpoint) {
+  const auto it = endpoints_.find(endpoint);
+  if (it != endpoints_.end()) endpoints_.erase(it);
+}
 
 void HttpEndpoints::Failed(const std::string &endpoint, std::string_view id) {
   Memory &m = At(endpoint);
@@ -106,7 +120,9 @@ void HttpEndpoints::Failed(const std::string &endpoint, std::string_view id) {
 bool HttpEndpoints::Down(const std::string &endpoint, bool delivered_now, bool not_the_events) {
   if (not_the_events) return true;
   if (delivered_now) return false;  // others go through: the event is refused
-  const Memory &m = At(endpoint);
+  const auto it = endpoints_.find(endpoint);
+  if (it == endpoints_.end()) return false;  // no failure remembered
+  const Memory &m = it->second;
   // Different events failed since the last 2xx (or since the endpoint was
   // first used): the endpoint is down. One event failing alone, again and
   // again, is that event's: it spends its attempts, even at an endpoint

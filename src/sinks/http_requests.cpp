@@ -70,7 +70,13 @@ std::optional<std::string> CheckUserHeaders(const OutMessage &m, const HttpOptio
     if (IsReservedHttpHeader(h.name)) {
       return "its header \"" + std::string(h.name) +
              "\" is reserved (Host, Content-Length, Content-Type, Transfer-Encoding, "
-             "Connection, webhook-*, ce-*, outbox-*)";
+             "Connection, webhook-*, ce-*, outbox-*, also with _ for -)";
+    }
+    if (IsOwnerOnlyHttpHeader(h.name)) {
+      return "its header \"" + std::string(h.name) +
+             "\" is one only the sink's owner may send (option headers: credentials such as "
+             "Authorization and Cookie, User-Agent, Origin, Forwarded, X-Forwarded-*, "
+             "X-HTTP-Method-Override and the like)";
     }
     if (!IsHttpHeaderValue(h.value)) {
       return "its header \"" + std::string(h.name) + "\" has a value with CR, LF or NUL";

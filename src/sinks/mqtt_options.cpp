@@ -87,6 +87,10 @@ bool CleanUtf8(std::string_view text) {
     if (cp < least[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
     if (cp < 0x20 || (cp >= 0x7f && cp <= 0x9f)) return false;
     if ((cp >= 0xfdd0 && cp <= 0xfdef) || (cp & 0xfffeu) == 0xfffeu) return false;
+    // U+FEFF (the byte order mark): MQTT allows it, but common clients
+    // (paho-mqtt) refuse the whole packet and, subscribed at QoS 1, get it
+    // again on every reconnect: one event would stop a consumer for good.
+    if (cp == 0xfeff) return false;
     i += len;
   }
   return true;

@@ -85,7 +85,8 @@ std::optional<std::string> CheckMqttTopic(std::string_view topic);
 // valid UTF-8 (no overlong forms, no surrogates, nothing past U+10FFFF)
 // holding no control character (C0 with NUL, DEL, C1) and no noncharacter:
 // what the MQTT specification asks of its strings and what brokers
-// (mosquitto among them) close the connection over.
+// (mosquitto among them) close the connection over; nor U+FEFF, which
+// common clients (paho-mqtt) refuse whole packets over.
 bool IsMqttString(std::string_view text);
 
 // The client identifier of one sink instance: the prefix, "-", and 16 hex

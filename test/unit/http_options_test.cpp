@@ -81,6 +81,11 @@ TEST(HttpOptions, BadValuesAreRefusedNamingTheirOption) {
       {Opt("url", "http://h/?t={target}"), "only in its path"},
       {Opt("url", "http://h/{topic}"), "does not begin {target}"},
       {Opt("url", "http://h/#x"), "fragment"},
+      // A '%' left open would take {target}'s first bytes as its digits.
+      {Opt("url", "http://h/a/%2{target}"), "'%' that is not followed by two hex digits"},
+      {Opt("url", "http://h/a/%{target}"), "'%' that is not followed by two hex digits"},
+      {Opt("url", "http://h/a%"), "'%' that is not followed by two hex digits"},
+      {Opt("url", "http://h/a?q=%zz"), "'%' that is not followed by two hex digits"},
       {Opt("url", "http://h:0/"), "port"},
       {Opt("url", "http://h:70000/"), "port"},
       {Opt("url", "http:///x"), "no host"},
@@ -164,8 +169,21 @@ TEST(HttpHeaders, TokensReservedNamesAndValues) {
         "webhook-anything", "CE-ID", "ce-x", "outbox-key", "Outbox-Anything", "Upgrade", "TE"}) {
     EXPECT_TRUE(IsReservedHttpHeader(name)) << name;
   }
+  for (const char *name : {"webhook_signature", "Webhook_Id", "ce_id", "outbox_id", "OUTBOX_KEY"}) {
+    EXPECT_TRUE(IsReservedHttpHeader(name)) << name << ": CGI-style receivers read _ as -";
+  }
   for (const char *name : {"X-Host", "webhook", "cex", "outbox", "Authorization", "traceparent"}) {
     EXPECT_FALSE(IsReservedHttpHeader(name)) << name;
+  }
+  // The sink owner's to send (option headers), never an event's.
+  for (const char *name :
+       {"Authorization", "cookie", "User-Agent", "Origin", "Referer", "Forwarded",
+        "X-Forwarded-For", "x_forwarded_host", "X-Real-IP", "X-HTTP-Method-Override",
+        "x-http-method", "X-Method-Override", "Proxy-Anything"}) {
+    EXPECT_TRUE(IsOwnerOnlyHttpHeader(name)) << name;
+  }
+  for (const char *name : {"X-Team", "traceparent", "X-Request-Id", "Accept-Language"}) {
+    EXPECT_FALSE(IsOwnerOnlyHttpHeader(name)) << name;
   }
   EXPECT_TRUE(IsHttpHeaderValue("any \xff bytes"));
   EXPECT_FALSE(IsHttpHeaderValue("a\rb"));

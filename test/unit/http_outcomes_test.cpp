@@ -96,5 +96,24 @@ TEST(HttpEndpointsTest, AnUnreachableOrPacingEndpointIsDownWhateverOthersGot) {
   EXPECT_TRUE(e.Down("http://h/a", true, true));
 }
 
+// An emit() role that sends to thousands of targets that answer cannot make
+// the sink forget an endpoint it judged down (whose events then spent
+// attempts as if each failure were their own).
+TEST(HttpEndpointsTest, ManyEndpointsThatAnswerNeverPushADownEndpointOut) {
+  HttpEndpoints e;
+  e.Failed("http://h/down", "X");
+  e.Failed("http://h/down", "Y");
+  ASSERT_TRUE(e.Down("http://h/down", false, false));
+  for (size_t i = 0; i < 3 * HttpEndpoints::kMaxEndpoints; ++i) {
+    e.Delivered("http://h/t" + std::to_string(i));
+  }
+  EXPECT_TRUE(e.Down("http://h/down", false, false));
+  // Nor endpoints that failed once each: they go before a down one does.
+  for (size_t i = 0; i < 2 * HttpEndpoints::kMaxEndpoints; ++i) {
+    e.Failed("http://h/once" + std::to_string(i), "Z");
+  }
+  EXPECT_TRUE(e.Down("http://h/down", false, false));
+}
+
 }  // namespace
 }  // namespace outbox

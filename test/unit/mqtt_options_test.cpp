@@ -184,6 +184,7 @@ TEST(MqttTopics, RouteTargetsArePlainTopicNames) {
            {"\xc0\xaf", "UTF-8"},          // overlong '/'
            {"\xed\xa0\x80", "UTF-8"},      // a surrogate
            {"\xef\xbf\xbf", "UTF-8"},      // U+FFFF, a noncharacter
+           {"a/\xef\xbb\xbf", "UTF-8"},    // U+FEFF, which paho-mqtt refuses whole packets over
            {"\xf4\x90\x80\x80", "UTF-8"},  // past U+10FFFF
            {"\xe2\x82", "UTF-8"},          // cut short
        }) {
@@ -191,6 +192,19 @@ TEST(MqttTopics, RouteTargetsArePlainTopicNames) {
     ASSERT_TRUE(why.has_value()) << bad.topic;
     EXPECT_TRUE(Contains(*why, bad.why)) << bad.topic;
   }
+}
+
+// A user property travels only when every subscriber's client can read the
+// packet: U+FEFF would make paho-mqtt drop its connection over the message,
+// again on every reconnect at QoS 1.
+TEST(MqttStrings, TheByteOrderMarkIsRefusedWhereverItStands) {
+  EXPECT_TRUE(IsMqttString("note"));
+  EXPECT_TRUE(IsMqttString("caf\xc3\xa9 \xe2\x82\xac"));
+  EXPECT_FALSE(IsMqttString("\xef\xbb\xbf"));
+  EXPECT_FALSE(
+      IsMqttString("a\xef\xbb\xbf"
+                   "b"));
+  EXPECT_FALSE(IsMqttString("note\xef\xbb\xbf"));
 }
 
 }  // namespace
