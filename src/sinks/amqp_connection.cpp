@@ -179,7 +179,22 @@ bool AmqpSink::OpenTlsSocket(std::string *error) {
     *error = LibraryError(status);
     return false;
   }
+  BoundWrites(amqp_get_sockfd(conn_));
   return true;
+}
+
+// librabbitmq writes a message whole, waiting for the socket as long as it
+// takes (amqp_basic_publish has no deadline, and goes on after EINTR): a
+// message larger than what the socket takes at once, sent to a broker that
+// stopped reading (a stopped process whose kernel still acknowledges, its
+// window shut), would hold the publisher until the broker read again.
+// TCP_USER_TIMEOUT makes the kernel give the connection up when data waits
+// unacknowledged, or unsent behind a shut window, for delivery_timeout_ms:
+// the write then fails and the sink treats the connection as lost.
+void AmqpSink::BoundWrites(int fd) const {
+  if (fd < 0) return;
+  const unsigned int ms = static_cast<unsigned int>(options_.delivery_timeout_ms);
+  static_cast<void>(setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms));
 }
 
 bool AmqpSink::SetUpTls(amqp_socket_t *socket, std::string *error) {
@@ -253,6 +268,7 @@ bool AmqpSink::ConnectNextAddress(std::string *error) {
     const int yes = 1;
     static_cast<void>(setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof yes));
     static_cast<void>(setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &yes, sizeof yes));
+    BoundWrites(fd);
     if (connect(fd, reinterpret_cast<const sockaddr *>(&a.addr), a.len) == 0) {
       return TcpConnected(fd, error);
     }

@@ -16,7 +16,8 @@
 // into a full socket (see RoomFor in amqp_commands.cpp: a message is
 // written only when the socket has room for it, so a write waits only when
 // one message is larger than the socket's buffer and the broker stops
-// reading in its middle). Name resolution is the resolver's.
+// reading in its middle; then for at most delivery_timeout_ms, BoundWrites
+// in amqp_connection.cpp). Name resolution is the resolver's.
 #pragma once
 
 #include <sys/socket.h>
@@ -123,6 +124,7 @@ class AmqpSink final : public KeyedSink {
   bool OpenTlsSocket(std::string *error);
   bool SetUpTls(amqp_socket_t *socket, std::string *error);
   bool ConnectNextAddress(std::string *error);
+  void BoundWrites(int fd) const;
   bool TcpConnected(int fd, std::string *error);
   bool SendProtocolHeader(std::string *error);
   void StepConnecting(int64_t wait_ms);

@@ -287,6 +287,48 @@ TEST(AmqpSinkFaults, ALaterBatchGoesOutWhileAnEarlierOneWaitsForItsConfirms) {
   EXPECT_EQ(sink->State(), "connected");
 }
 
+// A message larger than the socket takes at once, published to a broker
+// that stopped reading (its kernel still acknowledging, its window shut):
+// librabbitmq writes it whole with no deadline of its own, so only the
+// connection's TCP_USER_TIMEOUT (delivery_timeout_ms) ends the wait. The
+// publisher, which serves every sink from one loop, is held that long at
+// most, not until the broker reads again.
+TEST(AmqpSinkFaults, ALargeMessageToABrokerThatStoppedReadingIsGivenUpInTime) {
+  REQUIRE_NODE();
+  const std::string queue = Name("large-frozen");
+  Client client(port);
+  ASSERT_TRUE(client.ok() && client.DeclareQueue(queue)) << client.error();
+  Proxy proxy(port);
+  std::unique_ptr<Sink> sink = MakeSink(proxy.port(), {Opt("delivery_timeout_ms", "1000")});
+  Batch warm;
+  warm.Add(queue, "k", "warm");
+  warm.Publish(sink.get());
+  ASSERT_EQ(warm.results[0].status, DeliveryStatus::kDelivered) << warm.results[0].error;
+
+  proxy.Freeze(true);
+  std::atomic<bool> thawed{false};
+  std::atomic<bool> done{false};
+  std::thread thaw([&] {
+    for (int i = 0; i < 200 && !done.load(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    thawed = true;
+    proxy.Freeze(false);
+  });
+  Batch large;
+  large.Add(queue, "k", std::string(32 * 1024 * 1024, 'x'));
+  const Clock::time_point start = Clock::now();
+  large.Publish(sink.get());
+  const double seconds = SecondsSince(start);
+  const bool before_thaw = !thawed.load();
+  done = true;
+  thaw.join();
+  EXPECT_TRUE(before_thaw) << "held until the broker read again (" << seconds << " s)";
+  EXPECT_LT(seconds, 10.0);
+  EXPECT_EQ(large.results[0].status, DeliveryStatus::kRetriable) << large.results[0].error;
+  EXPECT_EQ(sink->State(), "down");
+}
+
 TEST(AmqpSinkFaults, InterruptStopsEveryWait) {
   REQUIRE_NODE();
   const std::string queue = Name("interrupt");
