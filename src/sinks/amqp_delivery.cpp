@@ -1,11 +1,10 @@
-// Outcomes as the broker's answers arrive on the connection: basic.ack and
-// basic.nack (publisher confirms, one message or all up to a delivery tag),
-// basic.return (a mandatory message no queue took, which always precedes
-// that message's ack), channel.close (the channel and every unconfirmed
-// message on it are lost), and what comes on channel 0. A message's outcome
-// settles its chain (keyed_sends.hpp): the next message of its route and key
-// becomes ready when it is delivered, and is held back (kNotSent) when it is
-// not. Runs on the owner's thread only, from Step.
+// Outcomes as the broker's answers arrive on the publishing channel:
+// basic.ack and basic.nack (publisher confirms, one message or all up to a
+// delivery tag), basic.return (a mandatory message no queue took, which
+// always precedes that message's ack), and channel.close (the channel and
+// every unconfirmed message on it are lost). A message's outcome settles
+// its chain: the next message of its route and key becomes ready when it is
+// delivered, and is held back (kNotSent) when it is not.
 #include "sinks/amqp_errors.hpp"
 #include "sinks/amqp_sink_class.hpp"
 
@@ -17,6 +16,8 @@ namespace outbox {
 
 namespace {
 
+constexpr const char *kHeldBack = "held back: an earlier event of its key failed in this batch";
+
 std::string BytesText(amqp_bytes_t bytes) {
   return bytes.bytes == nullptr ? std::string()
                                 : std::string(static_cast<const char *>(bytes.bytes), bytes.len);
@@ -24,127 +25,119 @@ std::string BytesText(amqp_bytes_t bytes) {
 
 }  // namespace
 
-// False when the connection is gone (what was on it is settled).
-bool AmqpSink::OnFrame(const amqp_frame_t &frame) {
-  if (frame.channel == 0) {
-    if (frame.frame_type != AMQP_FRAME_METHOD) return true;
-    std::string error;
-    if (OnConnectionMethod(frame.payload.method, &error)) return true;
-    if (sends_.HasOutstanding()) {
-      LoseConnection(error);
-    } else {
-      AddLog(LogLevel::kInfo, "the connection to " + endpoint_ + " was closed (" + error +
-                                  "); the next batch reconnects");
-      Disconnect();
-    }
-    return false;
-  }
-  // A frame of a channel closed earlier is not ours.
-  if (channel_ != 0 && frame.channel == channel_) OnChannelFrame(frame);
-  return conn_ != nullptr;
+void AmqpSink::Settle(Batch *b, size_t i, DeliveryStatus status, std::string error, bool answered) {
+  if (b->settled[i]) return;
+  Delivery &d = b->out[i];
+  d.status = status;
+  d.error = std::move(error);
+  d.answered_at_us = answered ? UnixNowUs() : 0;
+  b->settled[i] = true;
+  --b->unsettled;
 }
 
-void AmqpSink::OnChannelFrame(const amqp_frame_t &frame) {
+// The later messages of i's chain were never sent (only a chain's head is
+// ever on the wire): they wait behind i, without an attempt.
+void AmqpSink::HoldChain(Batch *b, size_t i, const std::string &why) {
+  for (size_t j = b->chain_next[i]; j < b->n; j = b->chain_next[j]) {
+    Settle(b, j, DeliveryStatus::kNotSent, why, false);
+  }
+}
+
+bool AmqpSink::OnChannelFrame(Batch *b, const amqp_frame_t &frame, std::string *error) {
   if (frame.frame_type == AMQP_FRAME_HEADER) {
-    if (!pending_return_ || pending_return_->have_header) return;
-    PendingReturn &r = *pending_return_;
+    if (!b->pending_return || b->pending_return->have_header) return true;
+    PendingReturn &r = *b->pending_return;
     r.have_header = true;
     r.body_left = frame.payload.properties.body_size;
     const auto *p = static_cast<const amqp_basic_properties_t *>(frame.payload.properties.decoded);
     if (p != nullptr && (p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG) != 0) {
-      const auto found = tag_of_id_.find(
+      const auto found = b->by_id.find(
           std::string_view(static_cast<const char *>(p->message_id.bytes), p->message_id.len));
-      SendRef ref;
-      if (found != tag_of_id_.end() && sends_.FindSent(WireId(found->second), &ref)) {
-        Unconfirmed &u = unconfirmed_.at(found->second);
-        u.returned = true;
-        u.returned_status = JudgeAmqpReturn(r.reply_code);
-        u.returned_why =
+      if (found != b->by_id.end()) {
+        b->returned_status[found->second] = JudgeAmqpReturn(r.reply_code);
+        b->returned[found->second] =
             "the broker returned the message as unroutable: " + AmqpReplyCodeName(r.reply_code) +
             ": " + r.reply_text + " (exchange \"" + options_.exchange + "\", routing key \"" +
-            std::string(sends_.Message(ref).target) + "\")";
+            std::string(b->messages[found->second].target) + "\")";
       }
     }
-    if (r.body_left == 0) pending_return_.reset();
-    return;
+    if (r.body_left == 0) b->pending_return.reset();
+    return true;
   }
   if (frame.frame_type == AMQP_FRAME_BODY) {
-    if (pending_return_ && pending_return_->have_header) {
-      PendingReturn &r = *pending_return_;
+    if (b->pending_return && b->pending_return->have_header) {
+      PendingReturn &r = *b->pending_return;
       const uint64_t len = frame.payload.body_fragment.len;
       r.body_left = len >= r.body_left ? 0 : r.body_left - len;
-      if (r.body_left == 0) pending_return_.reset();
+      if (r.body_left == 0) b->pending_return.reset();
     }
-    return;
+    return true;
   }
-  if (frame.frame_type != AMQP_FRAME_METHOD) return;
+  if (frame.frame_type != AMQP_FRAME_METHOD) return true;
   const amqp_method_t &m = frame.payload.method;
   switch (m.id) {
     case AMQP_BASIC_ACK_METHOD: {
       const auto *ack = static_cast<const amqp_basic_ack_t *>(m.decoded);
-      Confirm(ack->delivery_tag, ack->multiple != 0, true);
-      return;
+      Confirm(b, ack->delivery_tag, ack->multiple != 0, true);
+      return true;
     }
     case AMQP_BASIC_NACK_METHOD: {
       const auto *nack = static_cast<const amqp_basic_nack_t *>(m.decoded);
-      Confirm(nack->delivery_tag, nack->multiple != 0, false);
-      return;
+      Confirm(b, nack->delivery_tag, nack->multiple != 0, false);
+      return true;
     }
     case AMQP_BASIC_RETURN_METHOD: {
       const auto *ret = static_cast<const amqp_basic_return_t *>(m.decoded);
       PendingReturn r;
       r.reply_code = ret->reply_code;
       r.reply_text = BytesText(ret->reply_text);
-      pending_return_ = std::move(r);
-      return;
+      b->pending_return = std::move(r);
+      return true;
     }
     case AMQP_CHANNEL_CLOSE_METHOD: {
       const auto *close = static_cast<const amqp_channel_close_t *>(m.decoded);
       const uint16_t code = close->reply_code;
       const std::string text = BytesText(close->reply_text);
       CloseChannelOk(channel_);
-      OnChannelClosed(code, text);
-      return;
+      OnChannelClosed(b, code, text);
+      *error = text;
+      return false;
     }
     default:
-      return;  // channel.flow and the like: RabbitMQ does not send them to publishers
+      return true;  // channel.flow and the like: RabbitMQ does not send them to publishers
   }
 }
 
-// Settles the message under `tag`, or (multiple) every one up to it. A tag
-// whose Send was given up is only forgotten.
-void AmqpSink::Confirm(uint64_t tag, bool multiple, bool ack) {
-  auto first = multiple ? unconfirmed_.begin() : unconfirmed_.find(tag);
-  auto last = multiple ? unconfirmed_.upper_bound(tag) : first;
-  if (!multiple && first != unconfirmed_.end()) ++last;
+void AmqpSink::Confirm(Batch *b, uint64_t tag, bool multiple, bool ack) {
+  auto first = multiple ? b->unconfirmed.begin() : b->unconfirmed.find(tag);
+  auto last = multiple ? b->unconfirmed.upper_bound(tag) : first;
+  if (!multiple && first != b->unconfirmed.end()) ++last;
   for (auto it = first; it != last; ++it) {
-    Unconfirmed &u = it->second;
-    tag_of_id_.erase(u.id);
-    SendRef ref;
-    if (!sends_.FindSent(WireId(it->first), &ref)) continue;
+    const size_t i = it->second;
+    b->sent_at.erase(it->first);
     if (!ack) {
       // The broker took the message but a queue it was routed to could not
       // (full with x-overflow reject-publish, or unavailable): the target's
       // state, like an unroutable key, not the message's content.
-      sends_.Settle(ref, DeliveryStatus::kTargetRefused,
-                    "the broker refused the message (basic.nack): a queue for routing key \"" +
-                        std::string(sends_.Message(ref).target) +
-                        "\" cannot take it (full with x-overflow reject-publish, or unavailable)",
-                    true);
-    } else if (u.returned) {
-      sends_.Settle(ref, u.returned_status, std::move(u.returned_why), true);
+      Settle(b, i, DeliveryStatus::kTargetRefused,
+             "the broker refused the message (basic.nack): a queue for routing key \"" +
+                 std::string(b->messages[i].target) +
+                 "\" cannot take it (full with x-overflow reject-publish, or unavailable)",
+             true);
+      HoldChain(b, i, kHeldBack);
+    } else if (!b->returned[i].empty()) {
+      Settle(b, i, b->returned_status[i], std::move(b->returned[i]), true);
+      HoldChain(b, i, kHeldBack);
     } else {
-      NoteUp();
-      sends_.Settle(ref, DeliveryStatus::kDelivered, std::string(), true);
+      Settle(b, i, DeliveryStatus::kDelivered, std::string(), true);
+      const size_t next = b->chain_next[i];
+      if (next < b->n) b->ready.push_back(next);
     }
   }
-  if (first != last) progress_ = Clock::now();
-  unconfirmed_.erase(first, last);
+  b->unconfirmed.erase(first, last);
 }
 
-// The broker closed the publishing channel (CloseChannelOk was sent):
-// every message unconfirmed on it is lost with it.
-void AmqpSink::OnChannelClosed(uint16_t code, const std::string &text) {
+void AmqpSink::OnChannelClosed(Batch *b, uint16_t code, const std::string &text) {
   const std::string said = AmqpReplyCodeName(code) + ": " + text;
   const AmqpChannelRefusal refusal = JudgeAmqpChannelClose(code, text);
   if (refusal == AmqpChannelRefusal::kMessageTooLarge) {
@@ -158,38 +151,59 @@ void AmqpSink::OnChannelClosed(uint16_t code, const std::string &text) {
     // handles a channel's publishes in order and stops at the first it
     // refuses. The others on the channel were lost with it.
     bool found = false;
-    for (const auto &[tag, u] : unconfirmed_) {
-      SendRef ref;
-      if (!sends_.FindSent(WireId(tag), &ref)) continue;
-      if (!found && u.body_size == sizes->size) {
-        found = true;
-        sends_.Settle(ref, DeliveryStatus::kRejected, "the broker refused the message: " + said,
-                      true);
-      } else {
-        sends_.Settle(ref, DeliveryStatus::kRetriable,
-                      "lost when the broker closed the channel over another message (" + said + ")",
-                      false);
-      }
+    for (const auto &[tag, i] : b->unconfirmed) {
+      if (found || b->body_size[i] != sizes->size) continue;
+      found = true;
+      Settle(b, i, DeliveryStatus::kRejected, "the broker refused the message: " + said, true);
+      HoldChain(b, i, kHeldBack);
     }
-    tag_of_id_.clear();
-    unconfirmed_.clear();
-    pending_return_.reset();
-    return;  // publishing goes on, on a new channel (SendReady opens it)
+    for (const auto &[tag, i] : b->unconfirmed) {
+      if (b->settled[i]) continue;
+      Settle(b, i, DeliveryStatus::kRetriable,
+             "lost when the broker closed the channel over another message (" + said + ")", false);
+      HoldChain(b, i, kHeldBack);
+    }
+    b->unconfirmed.clear();
+    b->sent_at.clear();
+    return;  // publishing goes on, on a new channel
   }
   // The exchange is missing or may not be written to (every message of this
   // sink would meet the same), or a state of the broker: nothing is the
-  // events' fault, and nothing more is sent until a new Send opens a
-  // channel.
+  // events' fault, and nothing more is sent in this call.
   std::string reason =
       refusal == AmqpChannelRefusal::kSinkConfiguration
           ? "the broker refuses the sink's exchange \"" + options_.exchange + "\": " + said
           : "the broker closed the channel: " + said;
   reason = Masked(std::move(reason));
-  sends_.FailOutstanding(reason);
   NoteDown(reason);
-  tag_of_id_.clear();
-  unconfirmed_.clear();
-  pending_return_.reset();
+  FailUnsettled(b, reason);
+  b->unconfirmed.clear();
+  b->sent_at.clear();
+}
+
+// Everything without an outcome: the first unsettled message of each chain
+// (sent or about to be) is retriable; the rest of its chain, never sent,
+// waits behind it.
+void AmqpSink::FailUnsettled(Batch *b, const std::string &reason) noexcept {
+  std::string held;
+  try {
+    held = "not sent: " + reason;
+  } catch (...) {
+  }
+  for (size_t i = 0; i < b->n && b->unsettled > 0; ++i) {
+    if (b->settled[i]) continue;
+    try {
+      Settle(b, i, DeliveryStatus::kRetriable, reason, false);
+      HoldChain(b, i, held);
+    } catch (...) {
+      // Out of memory for the texts: the outcomes are what matters.
+      b->out[i].status = DeliveryStatus::kRetriable;
+      if (!b->settled[i]) {
+        b->settled[i] = true;
+        --b->unsettled;
+      }
+    }
+  }
 }
 
 }  // namespace outbox

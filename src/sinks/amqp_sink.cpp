@@ -1,8 +1,7 @@
-// The AMQP sink: batches published on one channel in confirm mode
-// (amqp_connection.cpp), pipelined (keyed_sink.hpp: a batch's messages go
-// out while earlier batches still wait for confirms), each laid out by
-// amqp_commands.cpp, and settled as the broker's confirms, returns and
-// refusals arrive (amqp_delivery.cpp). The class is in amqp_sink_class.hpp.
+// The AMQP sink: a batch of messages published on one channel in confirm
+// mode (amqp_connection.cpp), each laid out by amqp_commands.cpp, and
+// settled as the broker's confirms, returns and refusals arrive
+// (amqp_delivery.cpp). The class is in amqp_sink_class.hpp.
 //
 // An event is delivered only once the broker's basic.ack for it came;
 // messages are published with `mandatory`, so one no queue takes comes
@@ -10,38 +9,46 @@
 //
 // Per-key order: messages of one route and key form a chain (ChainOf:
 // whatever their routing keys), and only a chain's head is ever
-// unconfirmed (keyed_sends.hpp; the dispatcher never has a route and key in
-// two open Sends). The next message of a key is published when the previous
+// unconfirmed. The next message of a key is published when the previous
 // one's ack arrives, and never when it was nacked, returned or lost: a
 // broker that refuses one message of a key (a full queue with x-overflow
 // reject-publish) may well take the next, which would then overtake it.
 // Unlike Kafka's idempotent producer, nothing in AMQP stops a later message
 // once an earlier one failed. Messages without a key and heads of different
-// chains are all in flight at once (up to kMaxInFlight over every open
-// Send), confirmed as the broker goes (often several at a time, with
-// `multiple`).
+// chains are all in flight at once, confirmed as the broker goes (often
+// several at a time, with `multiple`).
 //
-// After a lost connection, a confirm that did not come in time, or a batch
-// given up with messages in flight (interrupted) the connection is dropped
-// (a confirm that came later could not be matched to its message): what was
-// unconfirmed is retriable, and may or may not have been stored (at least
-// once); what was never sent waits behind it.
+// After a lost connection, a timeout or an interruption the connection is
+// dropped (a confirm that came later could not be matched to its message):
+// what was unconfirmed is retriable, and may or may not have been stored
+// (at least once); what was never sent waits behind it.
 #include "sinks/amqp_sink.hpp"
 #include "sinks/amqp_options.hpp"
 #include "sinks/amqp_sink_class.hpp"
+#include "sinks/sigpipe_guard.hpp"
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <new>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace outbox {
 
 namespace {
+
+// Shorter passwords are not masked in log and error text: they could not be
+// told apart from ordinary words. The broker never echoes a password; the
+// masking only guards against a text we did not foresee.
+constexpr size_t kMinMaskedPassword = 4;
+// While a message waits for room in the socket, how long a wait for the
+// broker's frames lasts before looking again.
+constexpr int kRoomWaitMs = 5;
 
 std::string Endpoint(const AmqpOptions &options) {
   const bool ipv6 = options.host.find(':') != std::string::npos;
@@ -52,210 +59,316 @@ std::string Endpoint(const AmqpOptions &options) {
 }  // namespace
 
 AmqpSink::AmqpSink(const std::string &name, AmqpOptions options)
-    : KeyedSink("AMQP sink log line(s)", {options.password}, options.connect_timeout_ms,
-                options.delivery_timeout_ms),
-      name_(name),
-      options_(std::move(options)),
-      endpoint_(Endpoint(options_)) {}
+    : name_(name), options_(std::move(options)), endpoint_(Endpoint(options_)) {}
 
-std::string AmqpSink::UpText() const {
-  return "the broker at " + endpoint_ + " confirms messages again";
+void AmqpSink::Publish(const OutMessage *messages, size_t n, Delivery *out,
+                       InterruptCheck interrupted) {
+  if (n == 0) return;
+  SigpipeGuard sigpipe_guard;
+  Batch b;
+  b.messages = messages;
+  b.n = n;
+  b.out = out;
+  try {
+    b.settled.assign(n, false);
+    b.unsettled = n;
+    PublishBatch(&b, interrupted);
+  } catch (const std::bad_alloc &) {
+    Abandon(b, "out of memory");
+  } catch (...) {
+    Abandon(b, "unexpected error");  // only `interrupted` could throw anything else
+  }
 }
 
-// A connection for a new Send: the one there is, once what arrived on it
-// while it sat idle has been read (a broker that restarted, or closed an
-// idle connection, has left it readable: a connection.close, or end of
-// stream), or one being made, else a new one started. Nothing here waits
-// for the broker (Step makes the connection), but name resolution and a
-// TLS connection (amqp_sink_class.hpp).
-bool AmqpSink::Connect(InterruptCheck interrupted, std::string *error) {
-  if (conn_ != nullptr) Step(0);
-  if (conn_ != nullptr) {
-    if (channel_ != 0 || phase_ != Phase::kNone) return true;
-    // The broker closed the last channel (the exchange was missing, say).
-    connect_deadline_ = Clock::now() + Millis(options_.connect_timeout_ms);
-    if (StartChannel(error)) return true;
-    *error = Masked("cannot reopen a channel on " + endpoint_ + ": " + *error);
-    Disconnect();
-    return false;
-  }
-  if (StartConnecting(interrupted, error)) return true;
-  *error = Masked("cannot connect to " + endpoint_ + ": " + *error);
+// After an exception in the middle of a batch: frames may be half read or
+// half written, so the connection cannot be trusted any more, and what has
+// no outcome is retriable.
+void AmqpSink::Abandon(const Batch &b, const char *reason) noexcept {
   Disconnect();
-  return false;
+  connection_ = Connection::kIdle;
+  for (size_t i = 0; i < b.n; ++i) {
+    if (i < b.settled.size() && b.settled[i]) continue;
+    b.out[i].status = DeliveryStatus::kRetriable;
+    try {
+      b.out[i].error = reason;
+    } catch (...) {
+      b.out[i].error.clear();
+    }
+  }
 }
 
-// Sends what is ready, reads what the broker said (waiting up to wait_ms, or
-// less when a deadline comes sooner, for the first frame; then only what
-// has arrived), and settles what it says, what overran its deadline, and
-// everything outstanding when the connection is lost.
-void AmqpSink::Step(int64_t wait_ms) {
-  if (conn_ == nullptr) return;  // nothing is outstanding without a connection
-  if (phase_ != Phase::kNone) {
-    // Connecting, or opening a channel: nothing is in flight meanwhile.
-    StepConnecting(wait_ms);
-    if (conn_ == nullptr || phase_ != Phase::kNone) return;
-    wait_ms = 0;  // the wait went to the handshake: send, read what came, return
-  }
-  // A Step may come late: what is past its Send's cut-off is not sent first.
-  sends_.CutOff(Clock::now(), CutOffText());
-  if (!SendReady()) return;
-  int64_t wait = sends_.MsUntilNextDeadline(Clock::now(), wait_ms);
-  if (stuck_) wait = std::min<int64_t>(wait, kRoomWaitMs);
-  for (int frames = 0; frames < kMaxFramesPerStep; ++frames) {
-    amqp_frame_t frame{};
-    const int status = ReadFrame(frames == 0 ? static_cast<int>(wait) : 0, &frame);
-    if (status == AMQP_STATUS_TIMEOUT) break;
-    if (status != AMQP_STATUS_OK) {
-      if (sends_.HasOutstanding()) {
-        LoseConnection("connection to " + endpoint_ + " lost: " + LibraryError(status));
-      } else {
-        AddLog(LogLevel::kInfo, "the connection to " + endpoint_ + " was closed (" +
-                                    LibraryError(status) + "); the next batch reconnects");
-        Disconnect();
-      }
-      return;
-    }
-    if (!OnFrame(frame)) return;  // the connection is gone, and what was on it settled
-  }
-  SendRef overdue;
-  Clock::time_point deadline;
-  if (sends_.Overdue(Clock::now(), &overdue, &deadline)) {
-    std::string reason = "no confirm from " + endpoint_ + " within " +
-                         std::to_string(options_.delivery_timeout_ms) + " ms";
-    if (blocked_) reason += " (the broker blocks publishing: " + blocked_reason_ + ")";
-    LoseConnection(reason);
+void AmqpSink::PublishBatch(Batch *b, InterruptCheck interrupted) {
+  BuildChains(b);  // first: every way out settles chains
+  if (interrupted != nullptr && interrupted()) {
+    Interrupted(b);
     return;
   }
-  sends_.CutOff(Clock::now(), CutOffText());
-  if (!SendReady()) return;  // the followers of what was confirmed
-  CheckStalled();
-}
+  if (!EnsureConnected(b, interrupted)) return;
 
-// Publishes ready messages while the socket has room for them and the
-// broker takes publishes, starting to reopen the channel the broker closed
-// over a too large message (the next Steps finish it). False when the
-// connection is gone (everything outstanding is then settled).
-bool AmqpSink::SendReady() {
-  const bool was_stuck = stuck_;
-  stuck_ = false;
-  if (phase_ != Phase::kNone) return conn_ != nullptr;
-  const amqp_bytes_t exchange{options_.exchange.size(),
-                              const_cast<char *>(options_.exchange.data())};
-  SendRef ref;
-  while (conn_ != nullptr && sends_.in_flight() < kMaxInFlight && sends_.NextReady(&ref)) {
+  const Millis timeout(options_.delivery_timeout_ms);
+  Clock::time_point checked = Clock::now();
+  Clock::time_point progress = checked;  // the last publish or confirm
+  Layout layout;
+  while (b->unsettled > 0) {
+    std::string error;
     if (channel_ == 0) {
-      sends_.PutBack(ref);
-      return EnsureChannel();
+      // The broker closed the channel over one message; the others go on.
+      const Stop stop =
+          OpenChannel(Clock::now() + Millis(options_.connect_timeout_ms), interrupted, &error);
+      if (stop == Stop::kInterrupted) {
+        Interrupted(b);
+        return;
+      }
+      if (stop == Stop::kFailed) {
+        GiveUp(b, Masked("cannot reopen a channel on " + endpoint_ + ": " + error));
+        return;
+      }
     }
-    if (blocked_ || !PublishOne(ref, exchange)) {
-      if (conn_ == nullptr) return false;
-      sends_.PutBack(ref);  // no room in the socket yet, or the broker blocks
-      stuck_ = true;
-      if (!was_stuck) stuck_since_ = Clock::now();
-      return true;
+    const size_t sent_before = next_tag_;
+    if (SendReady(b, &layout, &error) == Stop::kFailed) {
+      GiveUp(b, Masked("connection to " + endpoint_ + " lost: " + error));
+      return;
+    }
+    if (next_tag_ != sent_before) progress = Clock::now();
+    if (b->unsettled == 0) break;
+
+    // Wait for the broker's answers: not at all while more can be sent at
+    // once, a little while a message waits for room in the socket, a
+    // slice otherwise.
+    const bool more = b->ready_at < b->ready.size() && !blocked_ && channel_ != 0;
+    const int wait = more ? (next_tag_ != sent_before ? 0 : kRoomWaitMs) : kWaitSliceMs;
+    amqp_frame_t frame{};
+    const int status = ReadFrame(wait, &frame);
+    if (status == AMQP_STATUS_OK) {
+      const size_t unsettled = b->unsettled;
+      if (frame.channel == 0 && frame.frame_type == AMQP_FRAME_METHOD) {
+        if (!OnConnectionMethod(frame.payload.method, &error)) {
+          GiveUp(b, Masked(error));
+          return;
+        }
+      } else if (frame.channel == channel_ && channel_ != 0) {
+        static_cast<void>(OnChannelFrame(b, frame, &error));
+        if (channel_ == 0 && b->unsettled > 0 && b->ready_at >= b->ready.size() &&
+            b->unconfirmed.empty()) {
+          break;  // the channel went with everything there was to send
+        }
+      }
+      if (b->unsettled != unsettled) progress = Clock::now();
+    } else if (status != AMQP_STATUS_TIMEOUT) {
+      GiveUp(b, Masked("connection to " + endpoint_ + " lost: " + LibraryError(status)));
+      return;
+    }
+
+    const Clock::time_point now = Clock::now();
+    if (interrupted != nullptr && now - checked >= Millis(kWaitSliceMs)) {
+      checked = now;
+      if (interrupted()) {
+        Interrupted(b);
+        return;
+      }
+    }
+    // The oldest unconfirmed message waited too long, or nothing could be
+    // sent for as long (the broker blocks publishing, or stopped reading).
+    const bool late = !b->sent_at.empty() && now - b->sent_at.begin()->second >= timeout;
+    if (late || (b->sent_at.empty() && now - progress >= timeout)) {
+      std::string reason = late ? "no confirm from " + endpoint_ + " within " +
+                                      std::to_string(options_.delivery_timeout_ms) + " ms"
+                                : "could not publish to " + endpoint_ + " within " +
+                                      std::to_string(options_.delivery_timeout_ms) + " ms";
+      if (blocked_) reason += " (the broker blocks publishing: " + blocked_reason_ + ")";
+      GiveUp(b, Masked(std::move(reason)));
+      return;
     }
   }
-  return conn_ != nullptr;
+  if (b->unsettled > 0) FailUnsettled(b, "not sent: the broker closed the channel");
 }
 
-// Publishes message `ref`, or settles it when it cannot be sent as it is.
-// False when it was not sent: no room in the socket, or the connection
-// failed (conn_ is then null and everything outstanding settled).
-bool AmqpSink::PublishOne(SendRef ref, const amqp_bytes_t &exchange) {
-  const OutMessage &m = sends_.Message(ref);
-  DeliveryStatus refusal = DeliveryStatus::kRejected;
-  if (std::optional<std::string> why = LayOut(m, &layout_, &refusal)) {
-    sends_.Settle(ref, refusal, std::move(*why), false);
-    return true;
+bool AmqpSink::EnsureConnected(Batch *b, InterruptCheck interrupted) {
+  std::string error;
+  // A broker that restarted, or closed an idle connection, has left it
+  // readable (a connection.close, or end of stream): connect afresh before
+  // sending a batch into it.
+  if (conn_ != nullptr && !Drain(&error)) {
+    AddLog(LogLevel::kInfo,
+           Masked("the connection to " + endpoint_ + " was closed (" + error + "); reconnecting"));
+    Disconnect();
   }
-  if (!RoomFor(WireSize(layout_, m.target))) return false;
-  // Recorded before the publish (these may throw; nothing is on the wire
-  // yet): from the publish on, the message may be at the broker, even if the
-  // write failed half way, so it is unconfirmed until an answer or the
-  // connection's end.
-  const uint64_t tag = next_tag_;
-  auto [it, fresh] = unconfirmed_.try_emplace(tag);
-  it->second.id.assign(m.id);
-  it->second.body_size = layout_.body.len;
-  tag_of_id_[it->second.id] = tag;
-  if (!fresh ||
-      !sends_.MarkSent(ref, WireId(tag), Clock::now() + Millis(options_.delivery_timeout_ms))) {
-    // Tags only grow on a channel, and each channel has its own wire ids.
-    sends_.Settle(ref, DeliveryStatus::kRetriable, "delivery tag reused", false);
-    LoseConnection("delivery tag " + std::to_string(tag) + " reused on " + endpoint_ +
-                   ": the connection starts afresh");
-    return false;
+  if (conn_ == nullptr) {
+    const Stop stop = Connect(interrupted, &error);
+    if (stop != Stop::kNone) {
+      Disconnect();
+      if (stop == Stop::kInterrupted) {
+        Interrupted(b);
+      } else {
+        error = Masked(std::move(error));
+        NoteDown(error);
+        FailUnsettled(b, error);
+      }
+      return false;
+    }
+    connection_ = Connection::kConnected;
+    last_failure_.clear();
+    AddLog(LogLevel::kInfo, "connected to " + endpoint_ + " vhost \"" + options_.vhost + "\"");
   }
-  const amqp_bytes_t routing_key{m.target.size(), const_cast<char *>(NonNull(m.target))};
-  const int status =
-      amqp_basic_publish(conn_, channel_, exchange, routing_key,
-                         /*mandatory=*/1, /*immediate=*/0, &layout_.properties, layout_.body);
-  ++next_tag_;
-  if (status != AMQP_STATUS_OK) {
-    LoseConnection("connection to " + endpoint_ + " lost: " + LibraryError(status));
-    return false;
+  if (channel_ == 0) {
+    // The broker closed the last channel (the exchange was missing, say).
+    const Stop stop =
+        OpenChannel(Clock::now() + Millis(options_.connect_timeout_ms), interrupted, &error);
+    if (stop == Stop::kInterrupted) {
+      Interrupted(b);
+      return false;
+    }
+    if (stop == Stop::kFailed) {
+      GiveUp(b, Masked(error));
+      return false;
+    }
   }
-  progress_ = Clock::now();
+  connection_ = Connection::kConnected;  // State() says "blocked" while the broker blocks
   return true;
 }
 
-// Starts a channel for what is ready, after the broker closed the last one
-// over a too large message. False when the connection is gone.
-bool AmqpSink::EnsureChannel() {
-  std::string error;
-  connect_deadline_ = Clock::now() + Millis(options_.connect_timeout_ms);
-  if (StartChannel(&error)) return true;
-  LoseConnection("cannot reopen a channel on " + endpoint_ + ": " + error);
-  return false;
-}
-
-// Something is ready but nothing could be sent for delivery_timeout_ms (the
-// broker blocks publishing, or stopped reading): the connection goes, and
-// what is outstanding is retriable.
-void AmqpSink::CheckStalled() {
-  if (!stuck_) return;
-  const Clock::time_point since = std::max(stuck_since_, progress_);
-  if (Clock::now() - since < Millis(options_.delivery_timeout_ms)) return;
-  std::string reason = "could not publish to " + endpoint_ + " within " +
-                       std::to_string(options_.delivery_timeout_ms) + " ms";
-  if (blocked_) reason += " (the broker blocks publishing: " + blocked_reason_ + ")";
-  LoseConnection(reason);
-}
-
-// The connection is gone, or can no longer be trusted: confirms of what was
-// sent may never come, or could not be matched. Everything outstanding is
-// settled (keyed_sends.hpp: in flight retriable, the rest behind it).
-void AmqpSink::LoseConnection(const std::string &reason) {
-  const std::string masked = Masked(reason);
-  sends_.FailOutstanding(masked);
-  NoteDown(masked);
-  Disconnect();
-}
-
-// A Send was given up with messages in flight (interrupted, or out of
-// time): their confirms may still come. The connection goes, and with it
-// whatever else is outstanding on it, retriable.
-void AmqpSink::Forgotten() noexcept {
-  try {
-    sends_.FailOutstanding("the connection to " + endpoint_ +
-                           " was dropped: a batch given up had messages in flight on it");
-  } catch (...) {
-    sends_.FailAllRest("the connection was dropped");
+void AmqpSink::BuildChains(Batch *b) {
+  const size_t n = b->n;
+  b->chain_next.assign(n, n);
+  b->returned.assign(n, std::string());
+  b->returned_status.assign(n, DeliveryStatus::kTargetRefused);
+  b->body_size.assign(n, 0);
+  b->ready.clear();
+  b->ready.reserve(n);
+  b->by_id.reserve(n);
+  std::map<ChainKey, size_t> last_of_key;
+  for (size_t i = 0; i < n; ++i) {
+    const OutMessage &m = b->messages[i];
+    b->by_id.emplace(m.id, i);
+    if (!m.has_key) {
+      b->ready.push_back(i);
+      continue;
+    }
+    const auto [it, first] = last_of_key.try_emplace(ChainOf(m), i);
+    if (first) {
+      b->ready.push_back(i);
+    } else {
+      b->chain_next[it->second] = i;
+      it->second = i;
+    }
   }
-  Disconnect();
 }
 
-// "idle" before the first connection and after the connection was dropped
-// without a failure (a batch given up, or an idle connection the broker
-// closed: the next batch connects again); "connected" while a connection is
-// believed usable; "blocked" while the broker holds publishes back (a
-// resource alarm: memory or disk); "down" after a failure until a message
-// is confirmed again.
+// Publishes ready messages while the socket has room for them and the
+// broker takes publishes. kFailed (with *error) when the connection broke.
+AmqpSink::Stop AmqpSink::SendReady(Batch *b, Layout *layout, std::string *error) {
+  const amqp_bytes_t exchange{options_.exchange.size(),
+                              const_cast<char *>(options_.exchange.data())};
+  while (b->ready_at < b->ready.size() && !blocked_ && channel_ != 0) {
+    const size_t i = b->ready[b->ready_at];
+    const OutMessage &m = b->messages[i];
+    DeliveryStatus refusal = DeliveryStatus::kRejected;
+    if (std::optional<std::string> why = LayOut(m, layout, &refusal)) {
+      Settle(b, i, refusal, std::move(*why), false);
+      HoldChain(b, i, "held back: an earlier event of its key failed in this batch");
+      ++b->ready_at;
+      continue;
+    }
+    if (!RoomFor(WireSize(*layout, m.target))) break;
+    const amqp_bytes_t routing_key{m.target.size(), const_cast<char *>(NonNull(m.target))};
+    const int status =
+        amqp_basic_publish(conn_, channel_, exchange, routing_key,
+                           /*mandatory=*/1, /*immediate=*/0, &layout->properties, layout->body);
+    // From here the message may be at the broker, even if the write failed
+    // half way: it is unconfirmed until an answer or the connection's end.
+    const uint64_t tag = next_tag_++;
+    b->unconfirmed.emplace(tag, i);
+    b->sent_at.emplace(tag, Clock::now());
+    b->body_size[i] = layout->body.len;
+    ++b->ready_at;
+    if (status != AMQP_STATUS_OK) {
+      *error = LibraryError(status);
+      return Stop::kFailed;
+    }
+  }
+  return Stop::kNone;
+}
+
+// Publish was told to stop (the publisher shuts down): what has no outcome
+// is retriable with error "interrupted" (sink.hpp), and the connection goes
+// (a confirm that came later could not be matched). Not the broker's fault:
+// the next batch simply connects again.
+void AmqpSink::Interrupted(Batch *b) {
+  Disconnect();
+  connection_ = Connection::kIdle;
+  for (size_t i = 0; i < b->n; ++i) {
+    Settle(b, i, DeliveryStatus::kRetriable, "interrupted", false);
+  }
+}
+
+// The connection failed or timed out: drop it (a confirm that came later
+// could not be matched to its message) and fail what has no outcome.
+void AmqpSink::GiveUp(Batch *b, const std::string &reason) {
+  Disconnect();
+  NoteDown(reason);
+  FailUnsettled(b, reason);
+}
+
+// The broker is unreachable or unusable: one warning per distinct reason,
+// repeats (the publisher retries a down sink after backing off) at debug.
+void AmqpSink::NoteDown(const std::string &reason) {
+  const bool repeat = connection_ == Connection::kDown && reason == last_failure_;
+  connection_ = Connection::kDown;
+  AddLog(repeat ? LogLevel::kDebug : LogLevel::kWarning, reason);
+  if (!repeat) last_failure_ = reason;
+}
+
+void AmqpSink::Poll() {
+  if (conn_ == nullptr) return;
+  try {
+    SigpipeGuard sigpipe_guard;
+    std::string error;
+    if (!Drain(&error)) {
+      AddLog(LogLevel::kInfo, Masked("the connection to " + endpoint_ + " was closed (" + error +
+                                     "); the next batch reconnects"));
+      Disconnect();
+      connection_ = Connection::kIdle;
+    }
+  } catch (...) {
+    Disconnect();
+    connection_ = Connection::kIdle;
+  }
+}
+
+std::string AmqpSink::Masked(std::string text) const {
+  const std::string &password = options_.password;
+  if (password.size() < kMinMaskedPassword) return text;
+  for (size_t at = text.find(password); at != std::string::npos; at = text.find(password, at + 3)) {
+    text.replace(at, password.size(), "***");
+  }
+  return text;
+}
+
+void AmqpSink::AddLog(LogLevel level, std::string text) noexcept {
+  try {
+    logs_.Add(level, Masked(std::move(text)));
+  } catch (...) {
+    logs_.CountDropped(1);
+  }
+}
+
+std::vector<LogLine> AmqpSink::TakeLogs() { return logs_.Take(); }
+
+// "idle" before the first connection, after an interrupted batch and after
+// the broker closed an idle connection (the next batch connects again);
+// "connected" while a connection is believed usable; "blocked" while the
+// broker holds publishes back (a resource alarm: memory or disk); "down"
+// after a failure until a batch gets through again.
 std::string AmqpSink::State() const {
-  if (down()) return "down";
-  if (conn_ == nullptr || !connection_open_) return "idle";  // connecting: not usable yet
-  return blocked_ ? "blocked" : "connected";
+  switch (connection_) {
+    case Connection::kConnected:
+      return blocked_ ? "blocked" : "connected";
+    case Connection::kDown:
+      return "down";
+    case Connection::kIdle:
+      break;
+  }
+  return "idle";
 }
 
 std::unique_ptr<Sink> MakeAmqpSink(const std::string &name, const SinkOptions &options,

@@ -1,26 +1,22 @@
 // The AMQP sink's class: one librabbitmq connection with one channel in
 // confirm mode, used only from the owner's thread (librabbitmq runs no
-// thread of its own and is not thread-safe). Batches are pipelined
-// (keyed_sink.hpp): several Sends may be open, their messages on the one
-// channel. Private to the AMQP sink's files: amqp_sink.cpp publishes what is
-// ready, amqp_connection.cpp connects and reads frames, amqp_commands.cpp
-// lays out each message, and amqp_delivery.cpp turns the broker's answers
-// into outcomes. Everything else sees only amqp_sink.hpp.
+// thread of its own and is not thread-safe). Private to the AMQP sink's
+// files: amqp_sink.cpp publishes batches, amqp_connection.cpp connects and
+// waits for frames, amqp_commands.cpp lays out each message, and
+// amqp_delivery.cpp turns the broker's answers into outcomes. Everything
+// else sees only amqp_sink.hpp.
 //
-// Waits: nothing waits longer than the Step it is in (at most kWaitSliceMs
-// from KeyedSink, so `interrupted` is checked about every 100 ms): the TCP
-// connect is ours and non-blocking, and the handshake and every channel are
-// made a frame at a time as the broker answers. Two waits are bounded but
-// not sliced: a TLS connection, opened by librabbitmq
-// (amqp_socket_open_noblock, bounded by connect_timeout_ms), and a write
-// into a full socket (see RoomFor in amqp_commands.cpp: a message is
-// written only when the socket has room for it, so a write waits only when
-// one message is larger than the socket's buffer and the broker stops
-// reading in its middle; then for at most delivery_timeout_ms, BoundWrites
-// in amqp_connection.cpp). Name resolution is the resolver's.
+// Waits: every read is amqp_simple_wait_frame_noblock with at most
+// kWaitSliceMs, so `interrupted` is checked about every 100 ms, connecting
+// included (the TCP connect is ours, non-blocking; the AMQP handshake is
+// read frame by frame). Two waits are librabbitmq's own and bounded but not
+// sliced: a TLS handshake (amqp_socket_open_noblock, bounded by
+// connect_timeout_ms) and a write into a full socket (see RoomFor in
+// amqp_sink.cpp: a message is written only when the socket has room for
+// it, so a write waits only when one message is larger than the socket's
+// buffer and the broker stops reading in its middle; then for at most
+// delivery_timeout_ms, BoundWrites in amqp_connection.cpp).
 #pragma once
-
-#include <sys/socket.h>
 
 #include <chrono>
 #include <cstddef>
@@ -32,50 +28,38 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/log_buffer.hpp"
 #include "core/sink.hpp"
 #include "sinks/amqp_library.hpp"
 #include "sinks/amqp_options.hpp"
-#include "sinks/keyed_sink.hpp"
 
 namespace outbox {
 
-class AmqpSink final : public KeyedSink {
+class AmqpSink final : public Sink {
  public:
   AmqpSink(const std::string &name, AmqpOptions options);
   ~AmqpSink() override { Disconnect(); }
   AmqpSink(const AmqpSink &) = delete;
   AmqpSink &operator=(const AmqpSink &) = delete;
 
+  void Publish(const OutMessage *messages, size_t n, Delivery *out,
+               InterruptCheck interrupted) override;
+  void Poll() override;
+  std::vector<LogLine> TakeLogs() override;
   bool NeedsRecreate() const override { return false; }  // it reconnects by itself
   std::string State() const override;
 
  private:
-  // Where a connection (or a channel) being made stands: each phase waits
-  // for one answer of the broker, driven by Step (amqp_connection.cpp).
-  enum class Phase {
-    kNone,     // not connecting
-    kTcp,      // the TCP connect in progress (tcp_fd_)
-    kStart,    // the protocol header sent; connection.start awaited
-    kTune,     // start-ok sent (the login); connection.tune awaited
-    kOpen,     // tune-ok and connection.open sent; open-ok awaited
-    kChannel,  // channel.open sent on opening_channel_; open-ok awaited
-    kSelect,   // confirm.select sent; select-ok awaited
-  };
-  // An address to connect to, as the resolver gave it.
-  struct Address {
-    int family = 0;
-    int socktype = 0;
-    int protocol = 0;
-    sockaddr_storage addr{};
-    socklen_t len = 0;
-  };
+  using Clock = std::chrono::steady_clock;
+  using Millis = std::chrono::milliseconds;
 
-  // While a message waits for room in the socket, how long a wait for the
-  // broker's frames lasts before looking again.
-  static constexpr int kRoomWaitMs = 5;
-  // Frames read in one Step at most, so that a broker that never stops
-  // sending cannot keep a Step from returning.
-  static constexpr int kMaxFramesPerStep = 4096;
+  // Longest single wait, so `interrupted` is checked this often.
+  static constexpr int kWaitSliceMs = 100;
+
+  // What the latest evidence says about the broker (see State()).
+  enum class Connection { kIdle, kConnected, kDown };
+  // Why an exchange with the broker ended early.
+  enum class Stop { kNone, kFailed, kInterrupted };
 
   // One message's layout at the broker (amqp_commands.cpp): views into the
   // message and into `scratch`, valid until the next Layout.
@@ -99,44 +83,43 @@ class AmqpSink final : public KeyedSink {
     uint64_t body_left = 0;
   };
 
-  // A message published on the current channel and not confirmed yet.
-  // Its KeyedSends wire id is WireId(tag); a message a Send gave up stays
-  // here until its confirm or the channel's end (the broker may still
-  // answer it, and a `multiple` confirm counts it).
-  struct Unconfirmed {
-    std::string id;  // the message_id a basic.return names it by
-    uint64_t body_size = 0;
-    // Set by a basic.return, which precedes the message's confirm.
-    bool returned = false;
-    DeliveryStatus returned_status = DeliveryStatus::kTargetRefused;
-    std::string returned_why;
+  // The state of one Publish call. Per route and key, messages form a chain
+  // in array order; only a chain's head is ever unconfirmed, and the next
+  // goes once the head is confirmed (amqp_sink.cpp).
+  struct Batch {
+    const OutMessage *messages = nullptr;
+    size_t n = 0;
+    Delivery *out = nullptr;
+    std::vector<bool> settled;
+    size_t unsettled = 0;
+    std::vector<size_t> ready;  // to send, in order; ready_at is the next one
+    size_t ready_at = 0;
+    std::vector<size_t> chain_next;          // the next message of i's chain, or n
+    std::map<uint64_t, size_t> unconfirmed;  // delivery tag -> message, oldest first
+    std::map<uint64_t, Clock::time_point> sent_at;
+    std::vector<uint64_t> body_size;    // per message, once sent
+    std::vector<std::string> returned;  // a basic.return's reason, per message
+    std::vector<DeliveryStatus> returned_status;
+    std::unordered_map<std::string_view, size_t> by_id;  // message_id -> message
+    std::optional<PendingReturn> pending_return;
   };
 
-  // KeyedSink's part (amqp_sink.cpp, amqp_delivery.cpp).
-  bool Connect(InterruptCheck interrupted, std::string *error) override;
-  void Step(int64_t wait_ms) override;
-  void Disconnect() noexcept override;
-  void Forgotten() noexcept override;
-  std::string UpText() const override;
-
   // amqp_connection.cpp
-  bool StartConnecting(InterruptCheck interrupted, std::string *error);
-  bool OpenTlsSocket(std::string *error);
+  Stop Connect(InterruptCheck interrupted, std::string *error);
+  Stop OpenSocket(Clock::time_point deadline, InterruptCheck interrupted, std::string *error);
+  Stop ConnectTcp(int *fd, Clock::time_point deadline, InterruptCheck interrupted,
+                  std::string *error);
   bool SetUpTls(amqp_socket_t *socket, std::string *error);
-  bool ConnectNextAddress(std::string *error);
   void BoundWrites(int fd) const;
-  bool TcpConnected(int fd, std::string *error);
-  bool SendProtocolHeader(std::string *error);
-  void StepConnecting(int64_t wait_ms);
-  bool AdvanceConnecting(int64_t wait_ms, std::string *error);
-  bool OnHandshakeFrame(const amqp_frame_t &frame, std::string *error);
-  bool Advance(const amqp_method_t &m, std::string *error);
-  bool SendStartOk(const amqp_method_t &m, std::string *error);
-  bool SendTuneOkAndOpen(const amqp_method_t &m, std::string *error);
-  bool StartChannel(std::string *error);
+  Stop Handshake(Clock::time_point deadline, InterruptCheck interrupted, std::string *error);
+  Stop OpenChannel(Clock::time_point deadline, InterruptCheck interrupted, std::string *error);
+  Stop WaitMethod(amqp_channel_t channel, amqp_method_number_t expected, Clock::time_point deadline,
+                  InterruptCheck interrupted, amqp_method_t *method, std::string *error);
   int ReadFrame(int timeout_ms, amqp_frame_t *frame);
   bool OnConnectionMethod(const amqp_method_t &method, std::string *error);
+  bool Drain(std::string *error);
   void CloseChannelOk(amqp_channel_t channel);
+  void Disconnect() noexcept;
   std::string LibraryError(int status) const;
 
   // amqp_commands.cpp
@@ -146,35 +129,31 @@ class AmqpSink final : public KeyedSink {
   bool RoomFor(size_t bytes) const;
 
   // amqp_delivery.cpp
-  bool OnFrame(const amqp_frame_t &frame);
-  void OnChannelFrame(const amqp_frame_t &frame);
-  void Confirm(uint64_t tag, bool multiple, bool ack);
-  void OnChannelClosed(uint16_t code, const std::string &text);
-  void LoseConnection(const std::string &reason);
+  bool OnChannelFrame(Batch *b, const amqp_frame_t &frame, std::string *error);
+  void Confirm(Batch *b, uint64_t tag, bool multiple, bool ack);
+  void OnChannelClosed(Batch *b, uint16_t code, const std::string &text);
+  void Settle(Batch *b, size_t i, DeliveryStatus status, std::string error, bool answered);
+  void HoldChain(Batch *b, size_t i, const std::string &why);
+  void FailUnsettled(Batch *b, const std::string &reason) noexcept;
 
   // amqp_sink.cpp
-  bool SendReady();
-  bool PublishOne(SendRef ref, const amqp_bytes_t &exchange);
-  bool EnsureChannel();
-  void CheckStalled();
-  // The KeyedSends id of the current channel's delivery tag: channels are
-  // numbered anew when one closes, and tags restart at 1 on each.
-  uint64_t WireId(uint64_t tag) const { return (channel_epoch_ << 40) | tag; }
+  void PublishBatch(Batch *b, InterruptCheck interrupted);
+  void Abandon(const Batch &b, const char *reason) noexcept;
+  bool EnsureConnected(Batch *b, InterruptCheck interrupted);
+  void BuildChains(Batch *b);
+  Stop SendReady(Batch *b, Layout *layout, std::string *error);
+  void GiveUp(Batch *b, const std::string &reason);
+  void Interrupted(Batch *b);
+  void NoteDown(const std::string &reason);
+  std::string Masked(std::string text) const;
+  void AddLog(LogLevel level, std::string text) noexcept;
 
   const std::string name_;
   const AmqpOptions options_;
   const std::string endpoint_;  // "host:port", for messages
   amqp_connection_state_t conn_ = nullptr;
-  Phase phase_ = Phase::kNone;
-  Clock::time_point connect_deadline_;  // of the connection or channel being made
-  int tcp_fd_ = -1;                     // while kTcp; then librabbitmq's
-  std::vector<Address> addresses_;      // what the resolver gave, tried in turn
-  size_t next_address_ = 0;
-  bool connection_open_ = false;  // connection.open-ok came on conn_
-  amqp_channel_t opening_channel_ = 0;
   amqp_channel_t channel_ = 0;  // 0: no channel open on conn_
   amqp_channel_t last_channel_ = 0;
-  uint64_t channel_epoch_ = 0;  // one more for every channel opened
   int channel_max_ = 0;
   int frame_max_ = 0;
   uint64_t next_tag_ = 1;  // the delivery tag of the next publish on channel_
@@ -184,16 +163,9 @@ class AmqpSink final : public KeyedSink {
   // larger one on this connection: larger messages are refused here, so
   // that they no longer take their neighbours' channel down with them.
   std::optional<uint64_t> max_body_;
-  std::map<uint64_t, Unconfirmed> unconfirmed_;  // by delivery tag, oldest first
-  // message_id (a view of its Unconfirmed::id) -> tag, for returns.
-  std::unordered_map<std::string_view, uint64_t> tag_of_id_;
-  std::optional<PendingReturn> pending_return_;
-  // A ready message could not go (the broker blocks publishing, or the
-  // socket had no room), and since when nothing was published or confirmed.
-  bool stuck_ = false;
-  Clock::time_point stuck_since_;
-  Clock::time_point progress_;
-  Layout layout_;
+  Connection connection_ = Connection::kIdle;
+  std::string last_failure_;  // while down: the reason last logged as a warning
+  LogBuffer logs_{"AMQP sink log line(s)"};
 };
 
 }  // namespace outbox

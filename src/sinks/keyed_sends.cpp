@@ -136,11 +136,6 @@ bool KeyedSends::NextReady(SendRef *ref) {
   return false;
 }
 
-void KeyedSends::PutBack(SendRef ref) {
-  OpenSend *send = Find(ref.ticket);
-  if (send != nullptr) send->ready.push_front(ref.index);
-}
-
 const OutMessage &KeyedSends::Message(SendRef ref) const {
   return Find(ref.ticket)->messages[ref.index];
 }

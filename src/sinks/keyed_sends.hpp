@@ -1,11 +1,11 @@
 // The open Sends of a sink that pipelines over one connection, or several
-// used as one (AMQP, MQTT, NATS): each Send's messages copied, their outcomes
+// used as one (MQTT, NATS): each Send's messages copied, their outcomes
 // written into the caller's `out`, the chain of each route and key within a
 // Send, what may be sent next, what is in flight under which id of the
-// broker's protocol (an AMQP channel's delivery tag, an MQTT connection's
-// packet identifier, a NATS reply id), and when each stops waiting. No client library and no
-// PostgreSQL here: the sinks (keyed_sink.hpp) drive their connection and tell this what happened;
-// test/unit/keyed_sends_test.cpp checks it alone.
+// broker's protocol (an MQTT connection's packet identifier, a NATS reply
+// id), and when each stops waiting. No client library and no PostgreSQL
+// here: the sinks (keyed_sink.hpp) drive their connection and tell this
+// what happened; test/unit/keyed_sends_test.cpp checks it alone.
 //
 // Per-key order: within a Send, a route and key (ChainOf) has at most one
 // message in flight, whatever its messages' targets (a route without a
@@ -70,10 +70,6 @@ class KeyedSends {
   // The next message that may be sent now, oldest Send first, each Send's
   // in order; false when there is none.
   bool NextReady(SendRef *ref);
-  // Message `ref`, just handed out by NextReady, could not go yet (no room
-  // in the socket, a broker that blocks publishing): it is the next one
-  // NextReady hands out. May throw std::bad_alloc.
-  void PutBack(SendRef ref);
   // An open message's copy.
   const OutMessage &Message(SendRef ref) const;
   // Message `ref` was handed to the broker under `wire_id` and waits for

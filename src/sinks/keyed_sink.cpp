@@ -1,4 +1,4 @@
-// Pipelined delivery for the AMQP, MQTT and NATS sinks (keyed_sink.hpp).
+// Pipelined delivery for the MQTT and NATS sinks (keyed_sink.hpp).
 #include "sinks/keyed_sink.hpp"
 
 #include <algorithm>
@@ -72,10 +72,6 @@ uint64_t KeyedSink::Send(const OutMessage *messages, size_t n, Delivery *out,
     }
     std::string error;
     if (!Connect(interrupted, &error)) {
-      if (interrupted != nullptr && interrupted()) {
-        FailAll(n, out, "interrupted");  // told to stop while connecting: not the broker's fault
-        return 0;
-      }
       NoteDown(error);
       FailAll(n, out, error.c_str());
       return 0;

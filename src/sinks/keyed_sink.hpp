@@ -1,4 +1,4 @@
-// What the AMQP, MQTT and NATS sinks share: pipelined delivery over one
+// What the MQTT and NATS sinks share: pipelined delivery over one
 // connection, or several used as one (Send, CollectFor, Collect, AbandonAll, Publish as Send plus
 // Collect, Poll) around their open Sends (keyed_sends.hpp), and the record
 // of the broker being down or up in their logs. A sink derived from it

@@ -218,34 +218,6 @@ sub dump_queue {
 	return [ map { $json->decode($_) } grep { length } split /\n/, $self->tool('dump', $queue) ];
 }
 
-# The SQL creating an AMQP sink on this node (its port and credentials, the
-# options as strings, %extra over them). ack_timeout_ms, as the other kinds
-# of sink name it, is this sink's delivery_timeout_ms.
-sub sink_sql {
-	my ($self, $name, %extra) = @_;
-	$extra{delivery_timeout_ms} = delete $extra{ack_timeout_ms} if exists $extra{ack_timeout_ms};
-	my %options = (port => "$self->{port}", user => $self->{user},
-		password => $self->{password}, %extra);
-	my $json = join(', ', map { qq{"$_": "$options{$_}"} } sort keys %options);
-	return "SELECT outbox.create_sink('$name', 'amqp', '{$json}')";
-}
-
-# SIGSTOP the node by its PID: its connections stay open (the kernel takes
-# their bytes, and completes new TCP connections on its listening socket)
-# and it answers nothing until resume (SIGCONT).
-sub pause {
-	my ($self) = @_;
-	die 'the node is not running' unless $self->{pid};
-	kill 'STOP', $self->{pid};
-	return;
-}
-
-sub resume {
-	my ($self) = @_;
-	kill 'CONT', $self->{pid} if $self->{pid};
-	return;
-}
-
 # SIGKILL, as a crash would: the node, not its epmd.
 sub kill_node {
 	my ($self) = @_;

@@ -1,6 +1,6 @@
 # The scenario of the TAP files proving that a broker which keeps its
 # connections but stops answering (SIGSTOP of its process) never delays
-# another sink (125 AMQP, 137 NATS, 155 MQTT), written once: two sinks of one kind, each
+# another sink (137 NATS, 155 MQTT), written once: two sinks of one kind, each
 # on a server of its own, "a" staying up and "b" stopped for longer than its
 # ack_timeout_ms (8 s, far above the lags measured for "a"), with events for
 # both emitted all along.

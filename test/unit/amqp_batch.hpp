@@ -2,7 +2,6 @@
 // test keeps, and the sink under test built on a port.
 #pragma once
 
-#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -56,19 +55,6 @@ struct Batch {
   const std::string &Id(size_t i) const { return owned[i]->id; }
 
   void Publish(Sink *sink, Sink::InterruptCheck interrupted = nullptr) {
-    Prepare();
-    sink->Publish(messages.data(), messages.size(), results.data(), interrupted);
-  }
-
-  // Hands the messages over without waiting for their outcomes: the ticket
-  // to Collect (0: everything settled within Send).
-  uint64_t Send(Sink *sink) {
-    Prepare();
-    return sink->Send(messages.data(), messages.size(), results.data(), nullptr);
-  }
-
-  // The messages' views and unset results, for Publish and Send.
-  void Prepare() {
     messages.clear();
     for (const auto &o : owned) {
       o->header_views.clear();
@@ -89,6 +75,7 @@ struct Batch {
       messages.push_back(m);
     }
     results.assign(messages.size(), Delivery{DeliveryStatus::kNotSent, "unset", -1});
+    sink->Publish(messages.data(), messages.size(), results.data(), interrupted);
   }
 
   size_t Count(DeliveryStatus status) const {
