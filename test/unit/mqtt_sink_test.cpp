@@ -559,12 +559,19 @@ TEST(MqttSink, NothingIsSentPastItsBatchsCutOffWhenTheSinkIsSteppedLate) {
   MQTT_REQUIRE_BROKER(broker);
   Subscriber subscriber(broker.port());
   ASSERT_TRUE(subscriber.subscribed());
-  std::unique_ptr<Sink> sink =
-      MakeTestSink(broker.port(), {Opt("connect_timeout_ms", "100"), Opt("ack_timeout_ms", "100")});
+  std::unique_ptr<Sink> sink = MakeTestSink(
+      broker.port(), {Opt("connect_timeout_ms", "2000"), Opt("ack_timeout_ms", "100")});
   Batch batch;
   batch.Add("t/late", "k", "1").Add("t/late", std::nullopt, "2");
+  // The broker answers the CONNECT only once Send has returned (a quick
+  // broker could answer within Send's own Step, which then sends at once),
+  // and the CONNACK waits in the socket until the first Step after the
+  // cut-off (2,100 ms after Send) reads it.
+  broker.Pause();
   const uint64_t ticket = batch.Send(sink.get());
-  std::this_thread::sleep_for(std::chrono::milliseconds(700));  // the cut-off: 200 ms
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  broker.Resume();
+  std::this_thread::sleep_for(std::chrono::milliseconds(2400));
   if (ticket != 0) sink->Collect(ticket, nullptr);
   EXPECT_EQ(batch.Count(DeliveryStatus::kDelivered), 0u) << batch.Errors();
   EXPECT_EQ(batch.Count(DeliveryStatus::kNotSent), 2u) << batch.Errors();
