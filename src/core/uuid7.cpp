@@ -13,7 +13,9 @@ constexpr uint64_t kMaxMs = 0xFFFFFFFFFFFFull;
 uint64_t NextUuid7Stamp(uint64_t last, int64_t unix_ms, const uint8_t random[10]) {
   if (unix_ms < 0) unix_ms = 0;
   const uint64_t ms = static_cast<uint64_t>(unix_ms) & kMaxMs;
-  if (last == 0 || ms > (last >> kCounterBits)) {
+  // `last` 0 (none yet) needs no case of its own: any millisecond after
+  // 1970-01-01 is past it, and at that one the counter starts at 1.
+  if (ms > (last >> kCounterBits)) {
     return (ms << kCounterBits) |
            ((static_cast<uint64_t>(random[0] << 8) | random[1]) & kCounterSeedMask);
   }

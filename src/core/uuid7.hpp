@@ -18,7 +18,7 @@ namespace outbox {
 
 using Uuid = std::array<uint8_t, 16>;
 
-// The stamp after `last` (0: none yet) at `unix_ms`: a new millisecond
+// The stamp after `last` (0: none yet) at `unix_ms`, always above it: a new millisecond
 // starts its counter at a random value from random[0..1] (at most 0x7FF,
 // leaving room for the ids of that millisecond); the same or an earlier
 // millisecond (a clock stepped back) takes last + 1, whose counter overflow

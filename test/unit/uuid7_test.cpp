@@ -279,6 +279,17 @@ TEST(Uuid7, StampsFromOneSharedCounterSortInTheOrderTakenAcrossSessions) {
   EXPECT_GT(reversed_per_backend, 300);
 }
 
+// A stamp of 0 is also "none yet": at the epoch's first millisecond with a
+// zero seed the next stamp must still be above it (the fuzzer's find).
+TEST(Uuid7, StampsGrowFromNothingEvenAtTheEpoch) {
+  const Random zero = Fill(0);
+  const uint64_t first = NextUuid7Stamp(0, 0, zero.data());
+  const uint64_t second = NextUuid7Stamp(first, 0, zero.data());
+  EXPECT_GT(first, 0u);
+  EXPECT_GT(second, first);
+  EXPECT_LT(Uuid7FromStamp(first, zero.data()), Uuid7FromStamp(second, zero.data()));
+}
+
 TEST(Uuid7, AGeneratorIsItsStampsInOrder) {
   RandomSource rnd(8);
   Uuid7Generator gen;
