@@ -133,7 +133,14 @@ cmp_ok($p99_leaderless, '<', $bound,
 # the two baselines).
 my $p99_alone0 = phase("A', the second sink's healthy topic alone", undef, 'good0.e');
 my $baseline = $p99_alone0 > $p99_alone ? $p99_alone0 : $p99_alone;
-my $bound0 = $baseline * 3 + 20 > 100 ? $baseline * 3 + 20 : 100;
+# What D asks is whether the lacking topic's events, which librdkafka never
+# times out with message.timeout.ms=0, stall the sink's other topics: such
+# a stall lasts the publisher's own limit for an unanswered batch (seconds,
+# up to 30 s). Its healthy events also share their cycles with those late
+# batches, so on a loaded machine their p99 runs to a few times phase A's
+# (a CI run at load 10: 363 ms against 87): the bound is five times the
+# baseline and at least half a second, far below any stall.
+my $bound0 = $baseline * 5 + 100 > 500 ? $baseline * 5 + 100 : 500;
 my $p99_unlimited = phase('D, with a topic the cluster lacks, on a sink with message.timeout.ms=0',
 	'missing0.e', 'good0.e');
 cmp_ok($p99_unlimited, '<', $bound0,
