@@ -7,6 +7,7 @@ namespace {
 // the same millisecond before the counter has to borrow the next millisecond.
 constexpr uint64_t kCounterSeedMask = 0x07FF;
 constexpr int kCounterBits = 12;
+constexpr uint64_t kCounterMask = (uint64_t{1} << kCounterBits) - 1;
 constexpr uint64_t kMaxMs = 0xFFFFFFFFFFFFull;
 }  // namespace
 
@@ -24,7 +25,7 @@ uint64_t NextUuid7Stamp(uint64_t last, int64_t unix_ms, const uint8_t random[10]
 
 Uuid Uuid7FromStamp(uint64_t stamp, const uint8_t random[10]) {
   const uint64_t ms = (stamp >> kCounterBits) & kMaxMs;
-  const auto counter = static_cast<uint16_t>(stamp & 0x0FFF);
+  const auto counter = static_cast<uint16_t>(stamp & kCounterMask);
   Uuid id{};
   for (int i = 0; i < 6; ++i) id[i] = static_cast<uint8_t>(ms >> (40 - 8 * i));
   id[6] = static_cast<uint8_t>(0x70 | ((counter >> 8) & 0x0F));

@@ -18,11 +18,11 @@ namespace outbox {
 
 using Uuid = std::array<uint8_t, 16>;
 
-// The stamp after `last` (0: none yet) at `unix_ms`, always above it: a new millisecond
-// starts its counter at a random value from random[0..1] (at most 0x7FF,
-// leaving room for the ids of that millisecond); the same or an earlier
-// millisecond (a clock stepped back) takes last + 1, whose counter overflow
-// carries into the next millisecond. So stamps only grow.
+// The stamp after `last` (0: none yet) at `unix_ms`, always above it: a new
+// millisecond starts its counter at a random value from random[0..1] (at
+// most 0x7FF, leaving room for the ids of that millisecond); the same or an
+// earlier millisecond (a clock stepped back) takes last + 1, whose counter
+// overflow carries into the next millisecond. So stamps only grow.
 uint64_t NextUuid7Stamp(uint64_t last, int64_t unix_ms, const uint8_t random[10]);
 
 // The UUIDv7 of a stamp: its millisecond and counter, the version and the
