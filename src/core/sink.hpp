@@ -85,6 +85,11 @@ struct Delivery {
   // (HTTP Retry-After), in ms; 0 when it did not ask. The next try is not
   // earlier than that, up to the dispatcher's backoff maximum.
   int64_t retry_after_ms = 0;
+  // kRetriable only: it failed with its connection (or channel), which was
+  // lost while other messages were on it, so the loss may be another
+  // message's doing (one the broker closes the connection over). Such a
+  // failure counts an attempt against the event only once it fails alone.
+  bool connection_lost = false;
 };
 
 // The system clock as Delivery::answered_at_us counts it.

@@ -195,10 +195,12 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
 
   auto stopping = [&] { return interrupted != nullptr && interrupted(); };
   std::map<RouteKey, int64_t> cut_heads;  // keys with an event not sent: when it is due
+  size_t alone_tried = 0;     // events of this group lost with a connection, tried alone
+  bool alone_failed = false;  // one of them failed alone
   for (size_t k = 0; k < members.size(); ++k) {
     const size_t i = members[k];
     const DispatchRoute &route = (*routes_)[route_of[i]];
-    Delivery result = results[k];
+    const Delivery &result = results[k];
     if (result.status == DeliveryStatus::kDelivered && !state->down_targets.empty()) {
       const std::string_view target = route.has_target ? route.target : rows[i].topic;
       auto it = state->down_targets.find(target);
@@ -222,21 +224,41 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
       out[i].outcome = Outcome::kUntouched;
       continue;
     }
+    if (result.status == DeliveryStatus::kRetriable && result.connection_lost && !j.partial) {
+      // Lost with its connection, which the broker may have closed over
+      // another message on it (one too large for it, say): the sink is not
+      // down (the group's other answers say so), and the event is not
+      // charged an attempt for that. Tried alone, in id order, it goes
+      // through or fails on its own account. Once one fails alone (the
+      // broker may be going down after all), or kMaxAloneRetries were
+      // tried, the group's other such events wait without an attempt:
+      // each retry alone is a round trip the publisher waits for.
+      if (sink != nullptr && !alone_failed && alone_tried < kMaxAloneRetries) {
+        if (stopping()) {
+          out[i].outcome = Outcome::kUntouched;
+          NoteUntouched(route, rows[i]);
+          continue;
+        }
+        if (ParkBehindEarlier(rows[i], route, nullptr, settings.now_us, kWaitingForKey, &out[i])) {
+          continue;
+        }
+        ++alone_tried;
+        const Delivery solo = Alone(rows[i], route, route_of[i], settings, sink, interrupted);
+        if (solo.status != DeliveryStatus::kDelivered) alone_failed = true;
+        JudgeAlone(rows[i], route, solo, settings, state, &down_counted, stopping(), &out[i]);
+        continue;
+      }
+      // A late answer has no payload left to try alone with: the sink's
+      // next group is waited for in full, where it would be.
+      if (sink == nullptr) state->wait_in_full = true;
+      ParkWithoutAttempt(rows[i], route, result.error, settings, &out[i]);
+      continue;
+    }
     if (result.status == DeliveryStatus::kRetriable && j.partial) {
       // The sink answers others: this event's topic or partition is in
       // trouble (a partition without a leader times out), which is neither
       // the event's fault (no attempt) nor the sink's (it stays up).
-      if (ParkBehindEarlier(rows[i], route, nullptr, settings.now_us, kWaitingForKey, &out[i])) {
-        continue;
-      }
-      out[i].outcome = Outcome::kPark;
-      out[i].next_attempt_us =
-          settings.now_us +
-          BackoffMs(1, settings.backoff_min_ms, settings.backoff_max_ms, Random()) * kUsecPerMs;
-      SetError(&out[i], result.error);
-      if (rows[i].has_key) {
-        guard_->Block(route.pattern, rows[i].key, rows[i].id, out[i].next_attempt_us);
-      }
+      ParkWithoutAttempt(rows[i], route, result.error, settings, &out[i]);
       continue;
     }
     if (result.status == DeliveryStatus::kNotSent) {
@@ -307,18 +329,53 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
       if (ParkBehindEarlier(rows[i], route, nullptr, settings.now_us, kWaitingForKey, &out[i])) {
         continue;
       }
-      OutMessage alone = MessageOf(rows[i], route, route_of[i], settings.source);
-      Delivery solo;
-      sink->Publish(&alone, 1, &solo, interrupted);
-      if (solo.status == DeliveryStatus::kRetriable && stopping()) {
-        out[i].outcome = Outcome::kUntouched;  // interrupted while alone: no verdict
-        NoteUntouched(route, rows[i]);
-        continue;
-      }
-      result = solo;
+      const Delivery solo = Alone(rows[i], route, route_of[i], settings, sink, interrupted);
+      JudgeAlone(rows[i], route, solo, settings, state, &down_counted, stopping(), &out[i]);
+      continue;
     }
     Attempted(rows[i], route, result, settings, &out[i]);
   }
+}
+
+Delivery Verdicts::Alone(const EventRow &row, const DispatchRoute &route, int route_index,
+                         const DispatchSettings &settings, Sink *sink,
+                         Sink::InterruptCheck interrupted) {
+  OutMessage alone = MessageOf(row, route, route_index, settings.source);
+  Delivery solo;
+  sink->Publish(&alone, 1, &solo, interrupted);
+  return solo;
+}
+
+void Verdicts::JudgeAlone(const EventRow &row, const DispatchRoute &route, const Delivery &solo,
+                          const DispatchSettings &settings, SinkState *state,
+                          std::set<std::string> *counted, bool stopping, RowOutcome *out) {
+  if (solo.status == DeliveryStatus::kRetriable && stopping) {
+    out->outcome = Outcome::kUntouched;  // interrupted while alone: no verdict
+    NoteUntouched(route, row);
+    return;
+  }
+  if (solo.status == DeliveryStatus::kTargetDown) {
+    TargetDown(row, route, solo, settings, state, counted, out);
+    return;
+  }
+  if (solo.status == DeliveryStatus::kNotSent) {
+    // Not sent after all (the sink's time ran out): not an attempt.
+    ParkWithoutAttempt(row, route, solo.error.empty() ? "not sent" : solo.error, settings, out);
+    return;
+  }
+  Attempted(row, route, solo, settings, out);
+}
+
+void Verdicts::ParkWithoutAttempt(const EventRow &row, const DispatchRoute &route,
+                                  std::string_view error, const DispatchSettings &settings,
+                                  RowOutcome *out) {
+  if (ParkBehindEarlier(row, route, nullptr, settings.now_us, kWaitingForKey, out)) return;
+  out->outcome = Outcome::kPark;
+  out->next_attempt_us =
+      settings.now_us +
+      BackoffMs(1, settings.backoff_min_ms, settings.backoff_max_ms, Random()) * kUsecPerMs;
+  SetError(out, error);
+  if (row.has_key) guard_->Block(route.pattern, row.key, row.id, out->next_attempt_us);
 }
 
 bool Verdicts::ParkBehindEarlier(const EventRow &row, const DispatchRoute &route,

@@ -125,12 +125,27 @@ class Verdicts {
   static constexpr size_t kMaxOvertakenNamed = 20;
   // Most targets a sink remembers as down (targets may be events' topics).
   static constexpr size_t kMaxDownTargets = 4096;
+  // Most events of one group lost with a connection (Delivery::
+  // connection_lost) that are tried alone; the rest wait without an attempt.
+  static constexpr size_t kMaxAloneRetries = 16;
 
  private:
   double Random();
   void Log(LogLevel level, std::string text) { logs_->Add(level, std::move(text)); }
   void NoteOvertaken(const Judging &j) noexcept;
   void NoteUntouched(const DispatchRoute &route, const EventRow &row);
+  // An event whose failure may not be its own, parked without an attempt
+  // (behind an earlier event of its key, or for the first step of backoff).
+  void ParkWithoutAttempt(const EventRow &row, const DispatchRoute &route, std::string_view error,
+                          const DispatchSettings &settings, RowOutcome *out);
+  // One event published alone on `sink` (the group's producer), and the
+  // verdict on that: an attempt unless it was not sent, its target is down
+  // or the publisher is stopping (then no verdict).
+  Delivery Alone(const EventRow &row, const DispatchRoute &route, int route_index,
+                 const DispatchSettings &settings, Sink *sink, Sink::InterruptCheck interrupted);
+  void JudgeAlone(const EventRow &row, const DispatchRoute &route, const Delivery &solo,
+                  const DispatchSettings &settings, SinkState *state,
+                  std::set<std::string> *counted, bool stopping, RowOutcome *out);
 
   const std::vector<DispatchRoute> *routes_;
   OrderGuard *guard_;

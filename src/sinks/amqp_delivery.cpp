@@ -31,6 +31,7 @@ void AmqpSink::Settle(Batch *b, size_t i, DeliveryStatus status, std::string err
   d.status = status;
   d.error = std::move(error);
   d.answered_at_us = answered ? UnixNowUs() : 0;
+  d.connection_lost = false;
   b->settled[i] = true;
   --b->unsettled;
 }
@@ -161,6 +162,7 @@ void AmqpSink::OnChannelClosed(Batch *b, uint16_t code, const std::string &text)
       if (b->settled[i]) continue;
       Settle(b, i, DeliveryStatus::kRetriable,
              "lost when the broker closed the channel over another message (" + said + ")", false);
+      b->out[i].connection_lost = true;  // not its doing: tried alone before charged
       HoldChain(b, i, kHeldBack);
     }
     b->unconfirmed.clear();

@@ -174,6 +174,7 @@ void KeyedSends::Unbind(SendRef ref) {
 void KeyedSends::Write(Delivery *d, DeliveryStatus status, const char *error) noexcept {
   d->status = status;
   d->answered_at_us = 0;
+  d->connection_lost = false;
   try {
     d->error = error;
   } catch (...) {
@@ -192,6 +193,7 @@ void KeyedSends::Settle(SendRef ref, DeliveryStatus status, std::string error, b
   d.status = status;
   d.error = std::move(error);
   d.answered_at_us = answered ? UnixNowUs() : 0;
+  d.connection_lost = false;
   if (status == DeliveryStatus::kDelivered) {
     if (slot.next != kNone) send->ready.push_back(slot.next);
     return;
@@ -204,6 +206,12 @@ void KeyedSends::Settle(SendRef ref, DeliveryStatus status, std::string error, b
     ++send->settled;
     Write(&send->out[j], DeliveryStatus::kNotSent, kHeldBack);
   }
+}
+
+void KeyedSends::MarkLost(SendRef ref) noexcept {
+  OpenSend *send = Find(ref.ticket);
+  if (send == nullptr || send->out[ref.index].status != DeliveryStatus::kRetriable) return;
+  send->out[ref.index].connection_lost = true;
 }
 
 bool KeyedSends::Overdue(Clock::time_point now, SendRef *ref, Clock::time_point *deadline) {
@@ -255,19 +263,22 @@ void KeyedSends::CutOff(Clock::time_point now, const std::string &why) {
   }
 }
 
-void KeyedSends::FailOutstanding(const std::string &reason) noexcept {
+void KeyedSends::FailOutstanding(const std::string &reason, Loss loss) noexcept {
   try {
     const std::string not_sent = "not sent: " + reason;
+    const bool suspect = loss == Loss::kMaybeAMessage;
     for (auto &[ticket, send] : sends_) {
       for (size_t i = 0; i < send.slots.size(); ++i) {
         if (send.slots[i].in_flight) {
           Settle(SendRef{ticket, i}, DeliveryStatus::kRetriable, reason, false);
+          send.out[i].connection_lost = suspect;
         }
       }
       while (!send.ready.empty()) {
         const size_t i = send.ready.front();
         send.ready.pop_front();
         Settle(SendRef{ticket, i}, DeliveryStatus::kRetriable, not_sent, false);
+        send.out[i].connection_lost = suspect;
       }
     }
   } catch (...) {

@@ -86,6 +86,9 @@ class KeyedSends {
   // alone). Delivered: its key's next message becomes ready. Anything else:
   // its key's later messages in the Send are kNotSent, never sent.
   void Settle(SendRef ref, DeliveryStatus status, std::string error, bool answered);
+  // Marks message `ref`, settled kRetriable, as lost with its connection
+  // (Delivery::connection_lost): the connection failed as it was sent.
+  void MarkLost(SendRef ref) noexcept;
 
   // The message in flight with the earliest deadline, when that has passed
   // by `now` (with its deadline). Messages are sent with one timeout, so
@@ -98,10 +101,20 @@ class KeyedSends {
   // with `why` (their keys' earlier messages decide for them).
   void CutOff(Clock::time_point now, const std::string &why);
 
+  // Why a connection is given up, as far as its messages are concerned.
+  enum class Loss {
+    // The broker closed it, or it failed: maybe over one of the messages
+    // on it (one too large for the broker, say), so each is marked
+    // connection_lost and is tried alone before it is charged an attempt.
+    kMaybeAMessage,
+    // A timeout, or a refusal that every message would meet: no message is
+    // suspected, and a retry alone would only wait or fail again.
+    kNotAMessage,
+  };
   // The connection is gone: every message in flight is kRetriable with
   // `reason`, every ready one with "not sent: " and the reason, and those
   // behind either kNotSent. Every open Send is then done.
-  void FailOutstanding(const std::string &reason) noexcept;
+  void FailOutstanding(const std::string &reason, Loss loss) noexcept;
   // Every message of one Send, or of all, without an outcome gets
   // kRetriable with `reason`. Returns how many of them were in flight (the
   // broker may still answer them; their ids are forgotten).

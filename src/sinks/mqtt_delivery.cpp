@@ -129,7 +129,7 @@ void MqttSink::Step(int64_t wait_ms) {
     const std::string reason =
         lost_reason_.empty() ? "the connection to " + Where() + " was lost" : lost_reason_;
     if (sends_.HasOutstanding()) {
-      LoseConnection(reason);
+      LoseConnection(reason, KeyedSends::Loss::kMaybeAMessage);
     } else {
       AddLog(LogLevel::kInfo, reason);
       Disconnect();
@@ -138,7 +138,8 @@ void MqttSink::Step(int64_t wait_ms) {
   }
   if (unsure_) {
     LoseConnection("the MQTT broker " + Where() +
-                   " said a packet identifier was in use (0x91): the connection starts afresh");
+                       " said a packet identifier was in use (0x91): the connection starts afresh",
+                   KeyedSends::Loss::kNotAMessage);
     return;
   }
   // A message that waited in vain ends the connection as a loss does: the
@@ -148,7 +149,8 @@ void MqttSink::Step(int64_t wait_ms) {
   Clock::time_point deadline;
   if (sends_.Overdue(Clock::now(), &overdue, &deadline)) {
     LoseConnection("no acknowledgement from " + Where() + " within " +
-                   std::to_string(options_.ack_timeout_ms) + " ms");
+                       std::to_string(options_.ack_timeout_ms) + " ms",
+                   KeyedSends::Loss::kNotAMessage);
     return;
   }
   sends_.CutOff(Clock::now(), CutOffText());
@@ -156,8 +158,8 @@ void MqttSink::Step(int64_t wait_ms) {
 }
 
 // The connection is gone: acknowledgements of what was sent may never come.
-void MqttSink::LoseConnection(const std::string &reason) {
-  sends_.FailOutstanding(reason);
+void MqttSink::LoseConnection(const std::string &reason, KeyedSends::Loss loss) {
+  sends_.FailOutstanding(reason, loss);
   NoteDown(reason);
   Disconnect();
 }
@@ -168,7 +170,8 @@ void MqttSink::LoseConnection(const std::string &reason) {
 void MqttSink::Forgotten() noexcept {
   try {
     sends_.FailOutstanding("the connection to " + Where() +
-                           " was dropped: a batch given up had messages in flight on it");
+                               " was dropped: a batch given up had messages in flight on it",
+                           KeyedSends::Loss::kNotAMessage);
   } catch (...) {
     sends_.FailAllRest("the connection was dropped");
   }

@@ -118,7 +118,7 @@ bool MqttSink::SendMessage(SendRef ref) {
     const std::string reason = "packet identifier " + std::to_string(mid) + " reused on " +
                                Where() + " while in flight: the connection starts afresh";
     sends_.Settle(ref, DeliveryStatus::kRetriable, reason, false);
-    LoseConnection(reason);
+    LoseConnection(reason, KeyedSends::Loss::kNotAMessage);
     return false;
   }
   if (rc == MOSQ_ERR_NOMEM) throw std::bad_alloc();
@@ -139,13 +139,14 @@ bool MqttSink::SendMessage(SendRef ref) {
     const std::string reason =
         Where() + " does not take QoS " + std::to_string(options_.qos) + " (option \"qos\")";
     sends_.Settle(ref, DeliveryStatus::kRetriable, "not sent: " + reason, false);
-    LoseConnection(reason);
+    LoseConnection(reason, KeyedSends::Loss::kNotAMessage);
     return false;
   }
   const std::string reason =
       "cannot publish to " + Where() + ": " + std::string(mosquitto_strerror(rc));
   sends_.Settle(ref, DeliveryStatus::kRetriable, "not sent: " + reason, false);
-  LoseConnection(reason);
+  sends_.MarkLost(ref);
+  LoseConnection(reason, KeyedSends::Loss::kMaybeAMessage);
   return false;
 }
 

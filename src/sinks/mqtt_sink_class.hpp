@@ -92,7 +92,7 @@ class MqttSink final : public KeyedSink {
 
   // mqtt_delivery.cpp
   void StepConnecting(int64_t wait_ms);
-  void LoseConnection(const std::string &reason);
+  void LoseConnection(const std::string &reason, KeyedSends::Loss loss);
 
   // mqtt_connection.cpp
   bool StartClients(std::string *error);

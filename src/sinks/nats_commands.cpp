@@ -92,7 +92,8 @@ bool NatsSink::SendMessage(SendRef ref) {
   const std::string reason =
       ConnectionError("cannot publish to " + servers_text_ + ": " + LastErrorText());
   sends_.Settle(ref, DeliveryStatus::kRetriable, "not sent: " + reason, false);
-  LoseConnection(reason);
+  sends_.MarkLost(ref);
+  LoseConnection(reason, KeyedSends::Loss::kMaybeAMessage);
   return false;
 }
 
@@ -121,7 +122,7 @@ bool NatsSink::SendLookup(SendRef ref) {
   lookups_.back().done = true;
   const std::string reason =
       ConnectionError("cannot ask " + servers_text_ + " for streams: " + LastErrorText());
-  LoseConnection(reason);
+  LoseConnection(reason, KeyedSends::Loss::kMaybeAMessage);
   return false;
 }
 

@@ -100,7 +100,7 @@ void NatsSink::Step(int64_t wait_ms) {
   }
   std::string reason;
   if (sends_.HasOutstanding() && ConnectionLost(&reason)) {
-    LoseConnection(reason);
+    LoseConnection(reason, KeyedSends::Loss::kMaybeAMessage);
     return;
   }
   Expire(Clock::now());
@@ -206,8 +206,8 @@ void NatsSink::JudgeLookup(Lookup *lookup, natsMsg *answer) {
 
 // The connection is gone (or was replaced): answers to what was sent may
 // never come.
-void NatsSink::LoseConnection(const std::string &reason) {
-  sends_.FailOutstanding(reason);
+void NatsSink::LoseConnection(const std::string &reason, KeyedSends::Loss loss) {
+  sends_.FailOutstanding(reason, loss);
   NoteDown(reason);
 }
 
@@ -232,7 +232,8 @@ void NatsSink::Expire(Clock::time_point now) {
   while (sends_.Overdue(now, &ref, &deadline)) {
     if (last_answer_ < deadline - Millis(options_.ack_timeout_ms)) {
       LoseConnection("no answer from " + servers_text_ + " within " +
-                     std::to_string(options_.ack_timeout_ms) + " ms");
+                         std::to_string(options_.ack_timeout_ms) + " ms",
+                     KeyedSends::Loss::kNotAMessage);
       break;
     }
     sends_.Settle(ref, DeliveryStatus::kRetriable,

@@ -91,7 +91,7 @@ class NatsSink final : public KeyedSink {
   void Judge(natsMsg *answer);
   void JudgeMessage(SendRef ref, natsMsg *answer);
   void JudgeLookup(Lookup *lookup, natsMsg *answer);
-  void LoseConnection(const std::string &reason);
+  void LoseConnection(const std::string &reason, KeyedSends::Loss loss);
   void NoResponders(SendRef ref);
   bool AwaitsLookup(SendRef ref) const;
   void Expire(Clock::time_point now);

@@ -284,7 +284,7 @@ TEST(KeyedSends, ALostConnectionSettlesEveryOpenSend) {
   SendRef ref;
   ASSERT_TRUE(sends.NextReady(&ref));  // t1's first
   ASSERT_TRUE(sends.MarkSent(ref, 1, kLater));
-  sends.FailOutstanding("gone");
+  sends.FailOutstanding("gone", KeyedSends::Loss::kMaybeAMessage);
   EXPECT_TRUE(sends.Done(t1));
   EXPECT_TRUE(sends.Done(t2));
   EXPECT_EQ(out1[0].status, DeliveryStatus::kRetriable);
@@ -295,6 +295,27 @@ TEST(KeyedSends, ALostConnectionSettlesEveryOpenSend) {
   EXPECT_EQ(out2[0].error, "not sent: gone");
   EXPECT_EQ(sends.in_flight(), 0u);
   EXPECT_FALSE(sends.HasOutstanding());
+  // Each retriable one may be what the broker closed the connection over,
+  // or was lost with it; the one held back behind its key was neither.
+  EXPECT_TRUE(out1[0].connection_lost);
+  EXPECT_TRUE(out1[2].connection_lost);
+  EXPECT_TRUE(out2[0].connection_lost);
+  EXPECT_FALSE(out1[1].connection_lost);
+}
+
+TEST(KeyedSends, AConnectionGivenUpForSilenceSuspectsNoMessage) {
+  Messages m;
+  m.Add("t/a", "k", "1").Add("t/a", "j", "2");
+  Opened o(&m);
+  KeyedSends &sends = o.sends;
+  std::vector<SendRef> ready = AllReady(&sends);
+  ASSERT_EQ(ready.size(), 2u);
+  ASSERT_TRUE(sends.MarkSent(ready[0], 1, kLater));
+  sends.FailOutstanding("no acknowledgement", KeyedSends::Loss::kNotAMessage);
+  for (const Delivery &d : o.out) {
+    EXPECT_EQ(d.status, DeliveryStatus::kRetriable);
+    EXPECT_FALSE(d.connection_lost);  // tried alone, it would only wait again
+  }
 }
 
 TEST(KeyedSends, AbandonedSendsAreNeverWrittenAgain) {
@@ -320,7 +341,7 @@ TEST(KeyedSends, AbandonedSendsAreNeverWrittenAgain) {
   SendRef found;
   EXPECT_FALSE(sends.FindSent(1, &found));
   sends.Settle(SendRef{ticket, 0}, DeliveryStatus::kDelivered, "", true);
-  sends.FailOutstanding("later");
+  sends.FailOutstanding("later", KeyedSends::Loss::kMaybeAMessage);
   sends.CutOff(kLater + std::chrono::hours(1), "later");
   for (const Delivery &d : out) {
     EXPECT_EQ(d.status, DeliveryStatus::kTargetDown);

@@ -215,6 +215,48 @@ TEST(MqttSink, NothingIsDeliveredWithoutItsAcknowledgement) {
   EXPECT_EQ(batch.Count(DeliveryStatus::kDelivered), 10u) << batch.Errors();
 }
 
+// MQTT 3.1.1 has no way to learn the broker's packet limit: a message past
+// it makes the broker close the connection, and every message in flight is
+// lost with it. They are marked so (the dispatcher tries each alone before
+// it counts an attempt against it): alone, the neighbours go through and
+// only the culprit fails again.
+TEST(MqttSink, MessagesLostWithAConnectionClosedOverOneAreMarkedAndGoThroughAlone) {
+  Broker &broker = SharedBroker();
+  MQTT_REQUIRE_BROKER(broker);
+  std::unique_ptr<Sink> sink = MakeTestSink(broker.port(), {Opt("protocol", "3.1.1")});
+  const std::string huge = "\"" + std::string(mqtt_test::kMqttTestMaxPacket + 1000, 'x') + "\"";
+  constexpr size_t kCulprit = 10;
+  Batch batch;
+  for (size_t k = 0; k < 24; ++k) {
+    batch.Add("t/lost", "k" + std::to_string(k), k == kCulprit ? huge : R"({"n":1})");
+  }
+  batch.Publish(sink.get());
+  EXPECT_EQ(batch.results[kCulprit].status, DeliveryStatus::kRetriable);
+  EXPECT_TRUE(batch.results[kCulprit].connection_lost);
+  std::vector<size_t> lost;
+  for (size_t k = 0; k < batch.results.size(); ++k) {
+    const Delivery &d = batch.results[k];
+    if (k == kCulprit || d.status == DeliveryStatus::kDelivered) continue;
+    EXPECT_EQ(d.status, DeliveryStatus::kRetriable) << k << ": " << d.error;
+    EXPECT_TRUE(d.connection_lost) << k << ": " << d.error;
+    lost.push_back(k);
+  }
+  for (size_t k : lost) {
+    Batch alone;
+    alone.Add("t/lost", "k" + std::to_string(k), R"({"n":1})");
+    alone.Publish(sink.get());
+    EXPECT_EQ(alone.Count(DeliveryStatus::kDelivered), 1u) << alone.Errors();
+  }
+  Batch culprit;
+  culprit.Add("t/lost", "k" + std::to_string(kCulprit), huge);
+  culprit.Publish(sink.get());
+  EXPECT_EQ(culprit.results[0].status, DeliveryStatus::kRetriable);
+  Batch after;
+  after.Add("t/lost", "k0", R"({"n":2})");
+  after.Publish(sink.get());
+  EXPECT_EQ(after.Count(DeliveryStatus::kDelivered), 1u) << after.Errors();
+}
+
 TEST(MqttSink, ABrokerKilledMidStreamLosesNothingAndKeepsOrder) {
   Broker broker;
   MQTT_REQUIRE_BROKER(broker);

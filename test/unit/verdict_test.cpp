@@ -227,6 +227,107 @@ TEST_F(VerdictTest, ARefusalAmongOthersIsRetriedAloneOnTheSinkThatRefusedIt) {
   EXPECT_EQ(BrokerNamed("kafka")->calls[0][0].payload, "{\"n\":1}");
 }
 
+// A message the broker closes the connection over (MQTT 3.1.1 past its
+// packet size) fails every message in flight with it.
+Delivery LostWithConnection() {
+  Delivery d = Retriable("the connection to broker was lost");
+  d.connection_lost = true;
+  return d;
+}
+
+TEST_F(VerdictTest, EventsLostWithAConnectionAreTriedAloneAndOnlyTheCulpritIsCharged) {
+  batch_.Add(1, "orders.a", "a");
+  batch_.Add(2, "orders.a", "b", 1);
+  batch_.Add(3, "orders.a", "c");  // the one the broker closes the connection over
+  batch_.Add(4, "orders.a", "d");
+  batch_.Add(5, "orders.a", "e");
+  std::shared_ptr<FakeBroker> broker = BrokerNamed("kafka");
+  broker->script = [](const OutMessage &m, int) {
+    return m.id == Id(3) ? LostWithConnection() : Delivered();
+  };
+  Sink *sink = parts_.sinks.SinkFor("kafka", &parts_.sinks["kafka"]);
+  Judge({Delivered(), LostWithConnection(), LostWithConnection(), LostWithConnection(),
+         LostWithConnection()},
+        sink);
+  EXPECT_TRUE(Is(batch_.out[0], Outcome::kPublished));
+  EXPECT_TRUE(Is(batch_.out[1], Outcome::kPublished));  // alone, it went through
+  EXPECT_EQ(batch_.out[1].attempts, 1);                 // and was not charged
+  EXPECT_TRUE(Is(batch_.out[2], Outcome::kRetry));      // alone, it failed: charged
+  EXPECT_EQ(batch_.out[2].attempts, 1);
+  EXPECT_TRUE(HeldBack(6, "c"));
+  // After a failure alone (the broker may be going away after all) the
+  // rest wait without an attempt, untried.
+  for (size_t k : {3u, 4u}) {
+    EXPECT_TRUE(Is(batch_.out[k], Outcome::kPark));
+    EXPECT_EQ(batch_.out[k].attempts, 0);
+    EXPECT_GE(batch_.out[k].next_attempt_us, kNow + 100 * 1000);
+  }
+  EXPECT_TRUE(HeldBack(7, "d"));
+  ASSERT_EQ(broker->calls.size(), 2u);
+  EXPECT_EQ(broker->Ids(0), std::vector<std::string>{Id(2)});
+  EXPECT_EQ(broker->Ids(1), std::vector<std::string>{Id(3)});
+  EXPECT_FALSE(parts_.sinks["kafka"].down);
+}
+
+TEST_F(VerdictTest, AtMostAFewEventsLostWithAConnectionAreTriedAlonePerGroup) {
+  const int n = static_cast<int>(Verdicts::kMaxAloneRetries) + 3;
+  std::vector<Delivery> results{Delivered()};
+  batch_.Add(1, "orders.a", "k0");
+  for (int e = 2; e <= n + 1; ++e) {
+    batch_.Add(e, "orders.a", "k" + std::to_string(e));
+    results.push_back(LostWithConnection());
+  }
+  std::shared_ptr<FakeBroker> broker = BrokerNamed("kafka");
+  Sink *sink = parts_.sinks.SinkFor("kafka", &parts_.sinks["kafka"]);
+  Judge(results, sink);
+  EXPECT_EQ(broker->calls.size(), Verdicts::kMaxAloneRetries);
+  size_t published = 0, parked = 0;
+  for (const RowOutcome &out : batch_.out) {
+    published += Is(out, Outcome::kPublished) ? 1 : 0;
+    parked += Is(out, Outcome::kPark) && out.attempts == 0 ? 1 : 0;
+  }
+  EXPECT_EQ(published, Verdicts::kMaxAloneRetries + 1);
+  EXPECT_EQ(parked, 3u);
+}
+
+TEST_F(VerdictTest, AnEventLostWithAConnectionWaitsBehindAnEarlierFailureOfItsKey) {
+  batch_.Add(1, "orders.a", "k");
+  batch_.Add(2, "orders.a", "k");
+  batch_.Add(3, "orders.a", "j");
+  std::shared_ptr<FakeBroker> broker = BrokerNamed("kafka");
+  broker->script = [](const OutMessage &m, int) {
+    return m.id == Id(1) ? Rejected("not authorised") : Delivered();
+  };
+  Sink *sink = parts_.sinks.SinkFor("kafka", &parts_.sinks["kafka"]);
+  Judge({Rejected("not authorised"), LostWithConnection(), Delivered()}, sink);
+  // Event 1 was tried alone (a refusal among others) and refused again.
+  EXPECT_TRUE(Is(batch_.out[0], Outcome::kRetry));
+  EXPECT_TRUE(Is(batch_.out[1], Outcome::kPark));  // never sent ahead of it
+  EXPECT_EQ(batch_.out[1].attempts, 0);
+  EXPECT_EQ(broker->AllIds(), std::vector<std::string>{Id(1)});
+}
+
+TEST_F(VerdictTest, LateEventsLostWithAConnectionWaitWithoutAnAttemptAndTheSinkWaitsInFull) {
+  batch_.Add(1, "orders.a", "k");
+  batch_.Add(2, "orders.b");
+  Judge({LostWithConnection(), Delivered()});  // no payload left to try alone with
+  EXPECT_TRUE(Is(batch_.out[0], Outcome::kPark));
+  EXPECT_EQ(batch_.out[0].attempts, 0);
+  EXPECT_TRUE(parts_.sinks["kafka"].wait_in_full);
+  EXPECT_TRUE(HeldBack(3, "k"));
+}
+
+TEST_F(VerdictTest, EveryEventLostWithAConnectionMakesTheSinkDownAndNoneIsTriedAlone) {
+  batch_.Add(1, "orders.a", "k");
+  batch_.Add(2, "orders.b");
+  std::shared_ptr<FakeBroker> broker = BrokerNamed("kafka");
+  Sink *sink = parts_.sinks.SinkFor("kafka", &parts_.sinks["kafka"]);
+  Judge({LostWithConnection(), LostWithConnection()}, sink);
+  EXPECT_TRUE(parts_.sinks["kafka"].down);
+  EXPECT_TRUE(broker->calls.empty());
+  for (const RowOutcome &out : batch_.out) EXPECT_EQ(out.attempts, 0);
+}
+
 TEST_F(VerdictTest, AnInterruptedCallLeavesItsFailuresUntouchedAndRemembersTheirKeys) {
   batch_.Add(1, "orders.a", "k");
   batch_.Add(2, "orders.b");
