@@ -11,6 +11,31 @@ namespace outbox {
 
 namespace {
 
+// The retries alone of one group's events lost with a connection: how many,
+// and until when. The budget (outbox.ack_wait, or kAloneBudgetMs) bounds how
+// long one sink holds the cycle, and every other sink, with them; a retry
+// once begun runs to its end (the sink's own timeouts bound it).
+struct AloneTries {
+  int64_t until_ms = 0;  // the budget in ms until Start, then when it ends (SteadyMs)
+  bool started = false;
+  size_t tried = 0;
+  bool trouble = false;  // one failed for want of the broker: the rest wait
+  void Start() {
+    if (!started) until_ms += SteadyMs();
+    started = true;
+  }
+  bool Open() const {
+    return !trouble && tried < Verdicts::kMaxAloneRetries && (!started || SteadyMs() < until_ms);
+  }
+};
+
+// A retry alone that failed for want of the broker (no connection, no
+// answer in time), not over its message: a lost connection marked
+// connection_lost is the message's doing once it was alone on it.
+bool BrokerTrouble(const Delivery &solo) {
+  return solo.status == DeliveryStatus::kRetriable && !solo.connection_lost;
+}
+
 std::string Seconds(int64_t us) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(us) / 1e6);
@@ -132,10 +157,12 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
   RowOutcome *out = j.out;
 
   size_t delivered = 0, transient = 0, held_back = 0, target_refused = 0, target_down = 0;
+  size_t lost = 0;  // transient failures that came with a lost connection
   for (const Delivery &d : results) {
     if (d.status == DeliveryStatus::kTargetDown) ++target_down;
     if (d.status == DeliveryStatus::kDelivered) ++delivered;
     if (d.status == DeliveryStatus::kRetriable) ++transient;
+    if (d.status == DeliveryStatus::kRetriable && d.connection_lost) ++lost;
     // Held back behind an earlier failure of its key (which decides).
     if (d.status == DeliveryStatus::kNotSent) ++held_back;
     if (d.status == DeliveryStatus::kTargetRefused) ++target_refused;
@@ -143,14 +170,52 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
   const bool interrupted_now = interrupted != nullptr && interrupted();
   std::set<std::string> down_counted;  // targets whose backoff this group grew
 
+  // Tried alone: events lost with a connection (below), and the one that
+  // tells whether a group lost only with connections is a sink down.
+  AloneTries alone;
+  alone.until_ms = settings.ack_wait_ms > 0 ? settings.ack_wait_ms : kAloneBudgetMs;
+  size_t probed = members.size();  // the member tried alone before the sink was judged
+  Delivery probe;
+
   // Nothing delivered and nothing refused, only transient failures (beside
   // targets a broker refused, which say nothing of the others: a refused
   // topic next to a partition without a leader must not make that
   // partition's events count attempts): the sink is down. Park those events
   // until the sink's backoff expires, without counting attempts; the
   // refused targets' events count theirs.
-  if (!j.partial && delivered == 0 && transient > 0 &&
-      transient + held_back + target_refused + target_down == results.size() && !interrupted_now) {
+  const bool looks_down = !j.partial && delivered == 0 && transient > 0 &&
+                          transient + held_back + target_refused + target_down == results.size() &&
+                          !interrupted_now;
+  if (looks_down && lost == transient && sink != nullptr) {
+    // Every failure came with a lost connection, which the broker may have
+    // closed over one message, the first on every connection (with one
+    // connection, any message): the sink would be judged down, charge
+    // nobody, and meet that message again on its next try, for good. So
+    // the first such event that may go is tried alone: through, or lost
+    // alone (that message is the cause: an attempt), the sink is up and
+    // the others are tried alone below; anything else (no connection,
+    // no answer) and the sink is down after all.
+    for (size_t k = 0; k < members.size(); ++k) {
+      const size_t i = members[k];
+      if (results[k].status != DeliveryStatus::kRetriable) continue;
+      const DispatchRoute &route = (*routes_)[route_of[i]];
+      int64_t until = 0;
+      if (rows[i].has_key &&
+          !guard_->MayDeliver(route.pattern, rows[i].key, rows[i].id, nullptr, &until)) {
+        continue;
+      }
+      if (interrupted != nullptr && interrupted()) break;
+      alone.Start();
+      probe = Alone(rows[i], route, route_of[i], settings, sink, interrupted);
+      ++alone.tried;
+      if (!BrokerTrouble(probe) && probe.status != DeliveryStatus::kNotSent &&
+          probe.status != DeliveryStatus::kTargetDown) {
+        probed = k;
+      }
+      break;
+    }
+  }
+  if (looks_down && probed == members.size()) {
     state->failures++;
     const int64_t wait_ms =
         BackoffMs(state->failures, settings.backoff_min_ms, settings.backoff_max_ms, Random());
@@ -195,12 +260,14 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
 
   auto stopping = [&] { return interrupted != nullptr && interrupted(); };
   std::map<RouteKey, int64_t> cut_heads;  // keys with an event not sent: when it is due
-  size_t alone_tried = 0;     // events of this group lost with a connection, tried alone
-  bool alone_failed = false;  // one of them failed alone
   for (size_t k = 0; k < members.size(); ++k) {
     const size_t i = members[k];
     const DispatchRoute &route = (*routes_)[route_of[i]];
     const Delivery &result = results[k];
+    if (k == probed) {
+      JudgeAlone(rows[i], route, probe, settings, state, &down_counted, stopping(), &out[i]);
+      continue;
+    }
     if (result.status == DeliveryStatus::kDelivered && !state->down_targets.empty()) {
       const std::string_view target = route.has_target ? route.target : rows[i].topic;
       auto it = state->down_targets.find(target);
@@ -229,11 +296,13 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
       // another message on it (one too large for it, say): the sink is not
       // down (the group's other answers say so), and the event is not
       // charged an attempt for that. Tried alone, in id order, it goes
-      // through or fails on its own account. Once one fails alone (the
-      // broker may be going down after all), or kMaxAloneRetries were
-      // tried, the group's other such events wait without an attempt:
-      // each retry alone is a round trip the publisher waits for.
-      if (sink != nullptr && !alone_failed && alone_tried < kMaxAloneRetries) {
+      // through or fails on its own account (lost alone: it is the cause).
+      // Once one fails for want of the broker (it may be going down after
+      // all: not the event's doing, no attempt), or kMaxAloneRetries were
+      // tried, or the budget is spent, the group's other such events wait
+      // without an attempt: each retry alone is a round trip the publisher
+      // waits for.
+      if (sink != nullptr && alone.Open()) {
         if (stopping()) {
           out[i].outcome = Outcome::kUntouched;
           NoteUntouched(route, rows[i]);
@@ -242,9 +311,14 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
         if (ParkBehindEarlier(rows[i], route, nullptr, settings.now_us, kWaitingForKey, &out[i])) {
           continue;
         }
-        ++alone_tried;
+        alone.Start();
         const Delivery solo = Alone(rows[i], route, route_of[i], settings, sink, interrupted);
-        if (solo.status != DeliveryStatus::kDelivered) alone_failed = true;
+        ++alone.tried;
+        if (BrokerTrouble(solo) && !stopping()) {
+          alone.trouble = true;
+          ParkWithoutAttempt(rows[i], route, solo.error, settings, &out[i]);
+          continue;
+        }
         JudgeAlone(rows[i], route, solo, settings, state, &down_counted, stopping(), &out[i]);
         continue;
       }

@@ -126,8 +126,10 @@ class Verdicts {
   // Most targets a sink remembers as down (targets may be events' topics).
   static constexpr size_t kMaxDownTargets = 4096;
   // Most events of one group lost with a connection (Delivery::
-  // connection_lost) that are tried alone; the rest wait without an attempt.
+  // connection_lost) that are tried alone, and for how long when
+  // outbox.ack_wait does not say; the rest wait without an attempt.
   static constexpr size_t kMaxAloneRetries = 16;
+  static constexpr int64_t kAloneBudgetMs = 500;
 
  private:
   double Random();

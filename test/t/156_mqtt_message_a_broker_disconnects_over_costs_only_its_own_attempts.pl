@@ -6,6 +6,12 @@
 # counts against it. So no other event is charged an attempt, none ends
 # dead, all are published, each key in order; the culprit alone ends dead
 # after outbox.max_attempts, and its key's next event goes on then.
+# Then a sink with one connection, where a culprit is the first message of
+# every batch it is in (nothing goes through: without a retry alone the
+# sink would be judged down, charge nobody, and meet the culprits again on
+# every try, for good), and a burst of culprits from a role that may only
+# emit: the culprits end dead, the other keys' events are all published,
+# promptly, none charged.
 use strict;
 use warnings;
 use FindBin;
@@ -32,16 +38,28 @@ ok(defined wait_until(sub {
 $node->safe_psql('postgres', q{
 	SELECT outbox.emit('dc.t', jsonb_build_object('culprit', repeat('x', 8000)), 'kc');
 	SELECT outbox.emit('dc.t', '{"after": "culprit"}', 'kc');});
-# A steady stream on 30 other keys while the culprit is retried.
-my $rounds = 0;
-for my $round (1 .. 40) {
-	$node->safe_psql('postgres', qq{SELECT outbox.emit('dc.t',
-	  jsonb_build_object('r', $round, 'i', i), 'k' || i) FROM generate_series(1, 30) i});
-	$rounds++;
-	usleep(150_000);
-	last if $round >= 12 && $node->safe_psql('postgres',
-		q{SELECT status FROM outbox.events WHERE payload ? 'culprit'}) eq 'dead';
+# A steady stream of `keys` events per round (payload {field: round, i:
+# key number}) to `topic`, every 150 ms, for at least `min` rounds and until
+# no event with the `culprit` field is left undead, at most `max` rounds.
+# Returns the number of rounds.
+sub stream_until_culprits_dead {
+	my (%o) = @_;
+	my $rounds = 0;
+	for my $round (1 .. $o{max}) {
+		$node->safe_psql('postgres', qq{SELECT outbox.emit('$o{topic}',
+		  jsonb_build_object('$o{field}', $round, 'i', i), 'k' || i)
+		  FROM generate_series(1, $o{keys}) i});
+		$rounds++;
+		usleep(150_000);
+		last if $round >= $o{min} && $node->safe_psql('postgres', qq{SELECT count(*)
+		  FROM outbox.events WHERE payload ? '$o{culprit}' AND status <> 'dead'}) eq '0';
+	}
+	return $rounds;
 }
+
+# A steady stream on 30 other keys while the culprit is retried.
+my $rounds = stream_until_culprits_dead(topic => 'dc.t', field => 'r', keys => 30,
+	min => 12, max => 40, culprit => 'culprit');
 my $others = 30 * $rounds;
 
 ok(defined wait_until(sub {
@@ -77,5 +95,37 @@ for my $m ($mq->messages) {
 }
 is($out_of_order, 0, 'each key\'s events arrived in order');
 is(scalar(keys %last), 30, 'every key\'s events arrived');
+
+$node->safe_psql('postgres', $mq->sink_sql('one', protocol => '3.1.1', connections => 1));
+$node->safe_psql('postgres', q{SELECT outbox.add_route('d1.*', 'one')});
+$node->safe_psql('postgres', q{CREATE ROLE app LOGIN;
+	GRANT EXECUTE ON FUNCTION outbox.emit(text, jsonb, text, jsonb) TO app});
+my ($rc, $stdout, $stderr) = $node->psql('postgres', q{SELECT count(outbox.emit('d1.t',
+	jsonb_build_object('burst', repeat('x', 8000)), 'c' || j)) FROM generate_series(1, 12) j},
+	extra_params => [ '-U', 'app' ]);
+is($rc, 0, 'a role that may only emit sends 12 culprits at once') or diag($stderr);
+my $burst_rounds = stream_until_culprits_dead(topic => 'd1.t', field => 'b', keys => 20,
+	min => 10, max => 30, culprit => 'burst');
+ok(defined wait_until(sub {
+	$node->safe_psql('postgres', q{SELECT count(*) FROM outbox.events
+	  WHERE payload ? 'burst' AND status = 'dead' AND attempts = 4}) eq '12' }, 60),
+	'with one connection, every culprit ends dead after max_attempts')
+  or diag($node->safe_psql('postgres', q{SELECT status, attempts, count(*) FROM outbox.events
+	  WHERE payload ? 'burst' GROUP BY 1, 2}));
+my $burst_others = 20 * $burst_rounds;
+ok(defined wait_until(sub {
+	$node->safe_psql('postgres', q{SELECT count(*) FROM outbox.events
+	  WHERE payload ? 'b' AND status = 'published'}) eq "$burst_others" }, 60),
+	"and all $burst_others events of the other keys are published")
+  or diag($node->safe_psql('postgres', q{SELECT status, count(*), max(attempts)
+	  FROM outbox.events WHERE payload ? 'b' GROUP BY 1}));
+is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.events
+	WHERE payload ? 'b' AND attempts > 0}), '0', 'none of them charged an attempt');
+# Promptly: a batch with culprits costs a few retries alone, not a sink
+# down for its backoff (seconds, growing).
+cmp_ok($node->safe_psql('postgres', q{SELECT round(1000 * extract(epoch FROM
+	percentile_cont(0.5) WITHIN GROUP (ORDER BY published_at - created_at)))
+	FROM outbox.events WHERE payload ? 'b'}), '<', 1000,
+	'their median time to publish stays under a second');
 $node->stop;
 done_testing();

@@ -8,9 +8,11 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace outbox {
@@ -252,21 +254,60 @@ TEST_F(VerdictTest, EventsLostWithAConnectionAreTriedAloneAndOnlyTheCulpritIsCha
   EXPECT_TRUE(Is(batch_.out[0], Outcome::kPublished));
   EXPECT_TRUE(Is(batch_.out[1], Outcome::kPublished));  // alone, it went through
   EXPECT_EQ(batch_.out[1].attempts, 1);                 // and was not charged
-  EXPECT_TRUE(Is(batch_.out[2], Outcome::kRetry));      // alone, it failed: charged
+  EXPECT_TRUE(Is(batch_.out[2], Outcome::kRetry));      // lost alone: the cause, charged
   EXPECT_EQ(batch_.out[2].attempts, 1);
   EXPECT_TRUE(HeldBack(6, "c"));
-  // After a failure alone (the broker may be going away after all) the
-  // rest wait without an attempt, untried.
-  for (size_t k : {3u, 4u}) {
+  EXPECT_TRUE(Is(batch_.out[3], Outcome::kPublished));  // the others are still tried alone
+  EXPECT_TRUE(Is(batch_.out[4], Outcome::kPublished));
+  EXPECT_EQ(broker->AllIds(), (std::vector<std::string>{Id(2), Id(3), Id(4), Id(5)}));
+  EXPECT_FALSE(parts_.sinks["kafka"].down);
+}
+
+TEST_F(VerdictTest, ARetryAloneThatFindsNoBrokerChargesNobodyAndEndsTheRetriesAlone) {
+  batch_.Add(1, "orders.a", "a");
+  batch_.Add(2, "orders.a", "b");
+  batch_.Add(3, "orders.a", "c");
+  batch_.Add(4, "orders.a", "d");
+  std::shared_ptr<FakeBroker> broker = BrokerNamed("kafka");
+  broker->script = [](const OutMessage &m, int) {
+    return m.id == Id(3) ? Retriable("connection refused") : Delivered();  // a restart
+  };
+  Sink *sink = parts_.sinks.SinkFor("kafka", &parts_.sinks["kafka"]);
+  Judge({Delivered(), LostWithConnection(), LostWithConnection(), LostWithConnection()}, sink);
+  EXPECT_TRUE(Is(batch_.out[1], Outcome::kPublished));
+  for (size_t k : {2u, 3u}) {
     EXPECT_TRUE(Is(batch_.out[k], Outcome::kPark));
     EXPECT_EQ(batch_.out[k].attempts, 0);
     EXPECT_GE(batch_.out[k].next_attempt_us, kNow + 100 * 1000);
   }
-  EXPECT_TRUE(HeldBack(7, "d"));
-  ASSERT_EQ(broker->calls.size(), 2u);
-  EXPECT_EQ(broker->Ids(0), std::vector<std::string>{Id(2)});
-  EXPECT_EQ(broker->Ids(1), std::vector<std::string>{Id(3)});
-  EXPECT_FALSE(parts_.sinks["kafka"].down);
+  EXPECT_EQ(broker->AllIds(), (std::vector<std::string>{Id(2), Id(3)}));
+  EXPECT_TRUE(HeldBack(5, "c"));
+  EXPECT_TRUE(HeldBack(6, "d"));
+}
+
+TEST_F(VerdictTest, RetriesAloneStopWhenTheirBudgetIsSpent) {
+  settings_.ack_wait_ms = 50;
+  std::vector<Delivery> results{Delivered()};
+  batch_.Add(1, "orders.a", "k0");
+  for (int e = 2; e <= 11; ++e) {
+    batch_.Add(e, "orders.a", "k" + std::to_string(e));
+    results.push_back(LostWithConnection());
+  }
+  std::shared_ptr<FakeBroker> broker = BrokerNamed("kafka");
+  broker->script = [](const OutMessage &, int) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // a slow round trip
+    return Delivered();
+  };
+  Sink *sink = parts_.sinks.SinkFor("kafka", &parts_.sinks["kafka"]);
+  Judge(results, sink);
+  // The first starts the 50 ms budget, the second starts within it; none
+  // after. A slower machine only tries fewer.
+  EXPECT_GE(broker->calls.size(), 1u);
+  EXPECT_LE(broker->calls.size(), 2u);
+  for (size_t k = 1 + broker->calls.size(); k < batch_.out.size(); ++k) {
+    EXPECT_TRUE(Is(batch_.out[k], Outcome::kPark)) << k;
+    EXPECT_EQ(batch_.out[k].attempts, 0) << k;
+  }
 }
 
 TEST_F(VerdictTest, AtMostAFewEventsLostWithAConnectionAreTriedAlonePerGroup) {
@@ -317,15 +358,40 @@ TEST_F(VerdictTest, LateEventsLostWithAConnectionWaitWithoutAnAttemptAndTheSinkW
   EXPECT_TRUE(HeldBack(3, "k"));
 }
 
-TEST_F(VerdictTest, EveryEventLostWithAConnectionMakesTheSinkDownAndNoneIsTriedAlone) {
+TEST_F(VerdictTest, AGroupLostOnlyWithConnectionsIsDownWhenItsFirstEventAloneFindsNoBroker) {
   batch_.Add(1, "orders.a", "k");
   batch_.Add(2, "orders.b");
   std::shared_ptr<FakeBroker> broker = BrokerNamed("kafka");
+  broker->script = [](const OutMessage &, int) { return Retriable("connection refused"); };
   Sink *sink = parts_.sinks.SinkFor("kafka", &parts_.sinks["kafka"]);
   Judge({LostWithConnection(), LostWithConnection()}, sink);
   EXPECT_TRUE(parts_.sinks["kafka"].down);
-  EXPECT_TRUE(broker->calls.empty());
-  for (const RowOutcome &out : batch_.out) EXPECT_EQ(out.attempts, 0);
+  EXPECT_EQ(broker->AllIds(), std::vector<std::string>{Id(1)});  // one tried alone
+  for (const RowOutcome &out : batch_.out) {
+    EXPECT_TRUE(Is(out, Outcome::kPark));
+    EXPECT_EQ(out.attempts, 0);
+  }
+}
+
+TEST_F(VerdictTest, AGroupLostOnlyWithConnectionsOverItsFirstEventChargesThatEventAlone) {
+  // With one connection (or the culprit first on each), nothing went through:
+  // without a retry alone the sink would be down, charge nobody, and meet
+  // the culprit again on every try.
+  batch_.Add(1, "orders.a", "k");
+  batch_.Add(2, "orders.a", "j");
+  batch_.Add(3, "orders.b");
+  std::shared_ptr<FakeBroker> broker = BrokerNamed("kafka");
+  broker->script = [](const OutMessage &m, int) {
+    return m.id == Id(1) ? LostWithConnection() : Delivered();
+  };
+  Sink *sink = parts_.sinks.SinkFor("kafka", &parts_.sinks["kafka"]);
+  Judge({LostWithConnection(), LostWithConnection(), LostWithConnection()}, sink);
+  EXPECT_FALSE(parts_.sinks["kafka"].down);
+  EXPECT_TRUE(Is(batch_.out[0], Outcome::kRetry));
+  EXPECT_EQ(batch_.out[0].attempts, 1);
+  EXPECT_TRUE(Is(batch_.out[1], Outcome::kPublished));
+  EXPECT_TRUE(Is(batch_.out[2], Outcome::kPublished));
+  EXPECT_EQ(broker->AllIds(), (std::vector<std::string>{Id(1), Id(2), Id(3)}));
 }
 
 TEST_F(VerdictTest, AnInterruptedCallLeavesItsFailuresUntouchedAndRemembersTheirKeys) {
