@@ -470,6 +470,7 @@ void Dispatcher::SettleGroup(const Flight &flight, SinkGroup *group,
   j.out = flight.out;
   j.sink_name = &group->sink_name;
   j.solo_sink = group->sink;
+  j.alone_until_ms = window_deadline_ms_;
   verdicts_.Judge(j, interrupted);
 }
 

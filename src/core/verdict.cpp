@@ -16,7 +16,8 @@ namespace {
 // long one sink holds the cycle, and every other sink, with them; a retry
 // once begun runs to its end (the sink's own timeouts bound it).
 struct AloneTries {
-  int64_t until_ms = 0;  // the budget in ms until Start, then when it ends (SteadyMs)
+  int64_t until_ms = 0;   // the budget in ms until Start, then when it ends (SteadyMs)
+  int64_t window_ms = 0;  // Judging::alone_until_ms
   bool started = false;
   size_t tried = 0;
   bool trouble = false;  // one failed for want of the broker: the rest wait
@@ -25,7 +26,9 @@ struct AloneTries {
     started = true;
   }
   bool Open() const {
-    return !trouble && tried < Verdicts::kMaxAloneRetries && (!started || SteadyMs() < until_ms);
+    const int64_t now = SteadyMs();
+    return !trouble && tried < Verdicts::kMaxAloneRetries && (!started || now < until_ms) &&
+           (window_ms == 0 || now < window_ms);
   }
 };
 
@@ -174,6 +177,7 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
   // tells whether a group lost only with connections is a sink down.
   AloneTries alone;
   alone.until_ms = settings.ack_wait_ms > 0 ? settings.ack_wait_ms : kAloneBudgetMs;
+  alone.window_ms = j.alone_until_ms;
   size_t probed = members.size();  // the member tried alone before the sink was judged
   Delivery probe;
 
@@ -186,7 +190,7 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
   const bool looks_down = !j.partial && delivered == 0 && transient > 0 &&
                           transient + held_back + target_refused + target_down == results.size() &&
                           !interrupted_now;
-  if (looks_down && lost == transient && sink != nullptr) {
+  if (looks_down && lost == transient && sink != nullptr && alone.Open()) {
     // Every failure came with a lost connection, which the broker may have
     // closed over one message, the first on every connection (with one
     // connection, any message): the sink would be judged down, charge

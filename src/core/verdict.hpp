@@ -66,6 +66,10 @@ struct Judging {
   // Part of a group whose sink answered others (dispatch.hpp, "Slow sinks"):
   // transient failures are the events' trouble, not the sink's.
   bool partial = false;
+  // When the window's ack wait ends (SteadyMs; 0: none): nothing is tried
+  // alone after it, so that retries alone never push other sinks' answers
+  // past their wait.
+  int64_t alone_until_ms = 0;
   // A late group of a retired producer: judged without touching the
   // state of the sink now under its name.
   bool retired = false;

@@ -47,6 +47,7 @@ class VerdictTest : public ::testing::Test {
     j.solo_sink = solo_sink;
     j.partial = partial;
     j.retired = retired;
+    j.alone_until_ms = alone_until_ms_;
     parts_.verdicts.Judge(j, &Interrupted);
   }
   // Whether event n of key k on "orders.*" would be held back now.
@@ -61,6 +62,7 @@ class VerdictTest : public ::testing::Test {
   std::string sink_name_ = "kafka";
   std::vector<size_t> members_;
   std::vector<Delivery> results_;
+  int64_t alone_until_ms_ = 0;
 };
 
 TEST_F(VerdictTest, ADeliveredEventIsPublishedWithoutAnAttemptAndReleasesItsKey) {
@@ -356,6 +358,20 @@ TEST_F(VerdictTest, LateEventsLostWithAConnectionWaitWithoutAnAttemptAndTheSinkW
   EXPECT_EQ(batch_.out[0].attempts, 0);
   EXPECT_TRUE(parts_.sinks["kafka"].wait_in_full);
   EXPECT_TRUE(HeldBack(3, "k"));
+}
+
+TEST_F(VerdictTest, NothingIsTriedAlonePastTheWindowsAckWait) {
+  // Other sinks' answers are waited for until then: retries alone after it
+  // would push them to later cycles.
+  batch_.Add(1, "orders.a", "a");
+  batch_.Add(2, "orders.a", "b");
+  std::shared_ptr<FakeBroker> broker = BrokerNamed("kafka");
+  Sink *sink = parts_.sinks.SinkFor("kafka", &parts_.sinks["kafka"]);
+  alone_until_ms_ = SteadyMs() - 1;
+  Judge({Delivered(), LostWithConnection()}, sink);
+  EXPECT_TRUE(broker->calls.empty());
+  EXPECT_TRUE(Is(batch_.out[1], Outcome::kPark));
+  EXPECT_EQ(batch_.out[1].attempts, 0);
 }
 
 TEST_F(VerdictTest, AGroupLostOnlyWithConnectionsIsDownWhenItsFirstEventAloneFindsNoBroker) {
