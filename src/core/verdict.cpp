@@ -16,19 +16,18 @@ namespace {
 // long one sink holds the cycle, and every other sink, with them; a retry
 // once begun runs to its end (the sink's own timeouts bound it).
 struct AloneTries {
-  int64_t until_ms = 0;   // the budget in ms until Start, then when it ends (SteadyMs)
-  int64_t window_ms = 0;  // Judging::alone_until_ms
-  bool started = false;
+  int64_t budget_ms = 0;
+  int64_t window_ms = 0;   // Judging::alone_until_ms
+  int64_t started_ms = 0;  // SteadyMs of the first, 0 before it
   size_t tried = 0;
   bool trouble = false;  // one failed for want of the broker: the rest wait
   void Start() {
-    if (!started) until_ms += SteadyMs();
-    started = true;
+    if (started_ms == 0) started_ms = SteadyMs();
   }
   bool Open() const {
     const int64_t now = SteadyMs();
-    return !trouble && tried < Verdicts::kMaxAloneRetries && (!started || now < until_ms) &&
-           (window_ms == 0 || now < window_ms);
+    return !trouble && tried < Verdicts::kMaxAloneRetries &&
+           (started_ms == 0 || now - started_ms < budget_ms) && (window_ms == 0 || now < window_ms);
   }
 };
 
@@ -176,7 +175,7 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
   // Tried alone: events lost with a connection (below), and the one that
   // tells whether a group lost only with connections is a sink down.
   AloneTries alone;
-  alone.until_ms = settings.ack_wait_ms > 0 ? settings.ack_wait_ms : kAloneBudgetMs;
+  alone.budget_ms = settings.ack_wait_ms > 0 ? settings.ack_wait_ms : kAloneBudgetMs;
   alone.window_ms = j.alone_until_ms;
   size_t probed = members.size();  // the member tried alone before the sink was judged
   Delivery probe;
