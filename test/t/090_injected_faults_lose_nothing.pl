@@ -115,8 +115,20 @@ sub fetch_redis {
 	return \@out;
 }
 
-# Inject one scenario's rules for $SECS seconds (the Kafka broker refusing
-# some Produce requests meanwhile); returns what the suite records.
+# The faults a stretch of the server log shows: by action, C++ exceptions,
+# and their sum.
+sub count_injections {
+	my ($log) = @_;
+	my %by_action;
+	$by_action{$1}++ while $log =~ /outbox: fault injection: (\w+) at /g;
+	my $exceptions = () = $log =~ /injected C\+\+ exception|batch abandoned: std::bad_alloc/g;
+	my $injections = $exceptions;
+	$injections += $_ for values %by_action;
+	return (\%by_action, $exceptions, $injections);
+}
+
+# Inject one scenario's rules for at least $SECS seconds (the Kafka broker
+# refusing some Produce requests meanwhile); returns what the suite records.
 sub inject {
 	my ($suite, $rules, $refusals, $rtt) = @_;
 	$kafka->command_ok("rtt all $rtt") if $rtt;
@@ -127,30 +139,34 @@ sub inject {
 	set_faults($node, $rules);
 	my $t = time();
 	my $refused = 0;
-	while (time() - $t < $SECS) {
+	# At least $SECS, and on until a fault fired: a scenario whose cycles
+	# are slow (the broker answering late) hits its points a few dozen times
+	# in $SECS, so at 1 in 30 it fires none in about one run of ten.
+	my ($log, $by_action, $exceptions, $injections);
+	while (1) {
 		if ($refusals) {
 			$kafka->command_ok('produce_errors 2 INVALID_RECORD');
 			$refused += 2;
 		}
 		usleep(500_000);
+		next if time() - $t < $SECS;
+		$log = slurp_file($node->logfile, $offset);
+		($by_action, $exceptions, $injections) = count_injections($log);
+		last if $injections > 0 || time() - $t > 6 * $SECS;
 	}
 	set_faults($node, '');
 	$kafka->command_ok('clear_errors Produce') if $refusals;
 	$kafka->command_ok('rtt all 0') if $rtt;
 	my $end = time();
-	my $log = slurp_file($node->logfile, $offset);
-	my %by_action;
-	$by_action{$1}++ while $log =~ /outbox: fault injection: (\w+) at /g;
-	my $exceptions = () = $log =~ /injected C\+\+ exception|batch abandoned: std::bad_alloc/g;
-	my $injections = 0;
-	$injections += $_ for values %by_action;
-	$injections += $exceptions;
+	# What the faults left in the log after they stopped counts too.
+	$log = slurp_file($node->logfile, $offset);
+	($by_action, $exceptions, $injections) = count_injections($log);
 	my $restarts = () = $log =~ /outbox: (?:launcher started|publishing from database)/g;
 	# Faults must have fired, and the workers that died must have come back.
 	cmp_ok($injections, '>', 0, "$suite: faults were injected");
 	unlike($log, qr/terminated by signal|exited with exit code [^01]/,
 		"$suite: no server process crashed (no std::terminate, no signal)");
-	my $detail = join(', ', map { "$by_action{$_} $_" } sort keys %by_action);
+	my $detail = join(', ', map { "$by_action->{$_} $_" } sort keys %$by_action);
 	$detail .= ($detail ? ', ' : '') . "$exceptions C++ exceptions" if $exceptions;
 	$detail .= "; $refused Produce requests refused meanwhile" if $refusals;
 	$detail .= "; $restarts launcher or publisher starts" if $restarts;
