@@ -157,7 +157,8 @@ bool Dispatcher::NoteDead(const EventRow &event) noexcept {
 }
 
 void Dispatcher::Decide(Flight *flight, size_t i, std::set<std::string> *admitted,
-                        std::map<std::string, std::vector<size_t>> *groups) {
+                        std::map<std::string, std::vector<size_t>> *groups,
+                        std::vector<size_t> *alone) {
   const EventRow &row = flight->rows[i];
   const DispatchSettings &settings = flight->settings;
   RowOutcome *out = flight->out;
@@ -207,18 +208,51 @@ void Dispatcher::Decide(Flight *flight, size_t i, std::set<std::string> *admitte
   if (verdicts_.ParkBehindEarlier(row, route, admitted, settings.now_us, kWaitingForKey, &out[i])) {
     return;
   }
+  Suspects &suspects = verdicts_.suspects();
+  if (!suspects.empty() && suspects.SendsAlone(row.id, route.sink)) {
+    // Lost with others twice: sent alone, one such event per sink at a
+    // time, so that a connection lost under it was lost over it.
+    uint64_t turn = 0;
+    if (suspects.Out(route.sink, SteadyMs(), &turn)) {
+      // Another one is out alone: this one is due when that one's batch is
+      // finished (in this window: at once; a late answer: when it may be
+      // in). Its key's later events wait behind it.
+      const bool in_window = std::any_of(flights_.begin(), flights_.end(),
+                                         [turn](const Flight &f) { return f.ticket == turn; });
+      out[i].outcome = Outcome::kPark;
+      out[i].next_attempt_us = settings.now_us + (in_window ? 0 : kLateRecheckUs);
+      SetError(&out[i], "lost with its connection twice: waiting for its turn to be sent alone");
+      if (row.has_key) guard_.Block(route.pattern, row.key, row.id, out[i].next_attempt_us);
+      return;
+    }
+    // Not admitted: its group goes after the batch's others, so its key's
+    // later events in this batch wait behind it (its retry holds the key
+    // in the order guard) instead of going ahead in those.
+    suspects.SentAlone(route.sink, row.id, flight->ticket, SteadyMs());
+    alone->push_back(i);
+    return;
+  }
   admitted->emplace(row.id);
   (*groups)[route.sink].push_back(i);
 }
 
 void Dispatcher::SendGroups(Flight *flight, std::map<std::string, std::vector<size_t>> *groups,
-                            Sink::InterruptCheck interrupted) {
-  flight->groups.reserve(flight->groups.size() + groups->size());  // no SinkGroup moves once sent
+                            const std::vector<size_t> &alone, Sink::InterruptCheck interrupted) {
+  // No SinkGroup moves once sent.
+  flight->groups.reserve(flight->groups.size() + groups->size() + alone.size());
   for (auto &[name, members] : *groups) {
     flight->groups.emplace_back();
     SinkGroup &group = flight->groups.back();
     group.sink_name = name;
     group.members = std::move(members);
+    SendGroup(*flight, &group, interrupted);
+  }
+  for (size_t i : alone) {
+    flight->groups.emplace_back();
+    SinkGroup &group = flight->groups.back();
+    group.sink_name = routes_[flight->route_of[i]].sink;
+    group.members.push_back(i);
+    group.alone = true;
     SendGroup(*flight, &group, interrupted);
   }
 }
@@ -247,6 +281,7 @@ Dispatcher::Ticket Dispatcher::Begin(const EventRow *rows, size_t n,
     flight->out = out;
     flight->route_of.assign(n, -1);
     std::map<std::string, std::vector<size_t>> groups;  // sink name -> rows, in id order
+    std::vector<size_t> alone;                          // rows sent each on its own
     std::set<std::string> admitted;
     for (size_t i = 0; i < n; ++i) {
       const EventRow &row = rows[i];
@@ -263,9 +298,9 @@ Dispatcher::Ticket Dispatcher::Begin(const EventRow *rows, size_t n,
           continue;
         }
       }
-      Decide(flight, i, &admitted, &groups);
+      Decide(flight, i, &admitted, &groups, &alone);
     }
-    SendGroups(flight, &groups, interrupted);
+    SendGroups(flight, &groups, alone, interrupted);
   } catch (const std::exception &e) {
     // Out of memory half-way: what this batch and the ones before it
     // decided is incomplete (a key's later events may have been sent while
@@ -338,6 +373,7 @@ void Dispatcher::FinishFront(Sink::InterruptCheck interrupted) {
     } else {
       const size_t settled = flight.groups.size();
       std::map<std::string, std::vector<size_t>> groups;
+      std::vector<size_t> alone;
       std::set<std::string> admitted;
       for (size_t i : flight.deferred) {
         // An earlier event of its key left as it was (pending, never
@@ -347,9 +383,9 @@ void Dispatcher::FinishFront(Sink::InterruptCheck interrupted) {
         if (verdicts_.untouched().count(RouteKey(routes_[r].pattern, std::string(row.key))) != 0) {
           continue;
         }
-        Decide(&flight, i, &admitted, &groups);
+        Decide(&flight, i, &admitted, &groups, &alone);
       }
-      SendGroups(&flight, &groups, interrupted);
+      SendGroups(&flight, &groups, alone, interrupted);
       for (size_t g = settled; g < flight.groups.size(); ++g) {
         FinishGroup(flight, &flight.groups[g], deadline, interrupted);
       }
@@ -419,6 +455,7 @@ void Dispatcher::AbandonAll() noexcept {
   late_.Drop();
   keys_in_flight_.clear();
   verdicts_.ClearUntouched();
+  verdicts_.suspects().ClearTurns();  // nothing sent alone will be judged
 }
 
 void Dispatcher::SendGroup(const Flight &flight, SinkGroup *group,
@@ -470,7 +507,10 @@ void Dispatcher::SettleGroup(const Flight &flight, SinkGroup *group,
   j.out = flight.out;
   j.sink_name = &group->sink_name;
   j.solo_sink = group->sink;
-  j.alone_until_ms = window_deadline_ms_;
+  j.alone = group->alone;
+  // Never sent (no producer): its failure is the sink's.
+  j.answered_others =
+      group->sink != nullptr && state.AnsweredRecently(group->sent_ms, flight.settings.ack_wait_ms);
   verdicts_.Judge(j, interrupted);
 }
 

@@ -24,6 +24,12 @@
 //   with a backoff per target, and never makes the sink down, so the sink's
 //   other targets go on. A broker's Retry-After (Delivery::retry_after_ms)
 //   delays a retry or a park up to backoff_max.
+// - An event lost with its connection (Delivery::connection_lost) counts
+//   no attempt and says nothing of the sink: sent with others once more,
+//   then alone, in a group of its own, one per sink at a time (the others
+//   park, due when that group's batch is finished), and charged only for
+//   failing alone while the sink answers others (suspects.hpp). Such a
+//   group is sent and settled after the sink's other groups of its batch.
 // - After outbox.max_attempts failed attempts an event is dead, and stops
 //   holding back its key.
 //
@@ -276,13 +282,16 @@ class Dispatcher {
   void FailWindow(const char *why) noexcept;
   void ForgetKeysOf(Ticket ticket) noexcept;
   // Decide row i of the flight: an outcome now (no route, paused, sink down,
-  // behind an earlier event of its key) or a place in `groups` (sink name ->
-  // rows to send, in id order). `admitted` holds the ids already sent in
-  // this batch ahead of it.
+  // behind an earlier event of its key, a suspect waiting for its sink's
+  // turn alone) or a place in `groups` (sink name -> rows to send, in id
+  // order) or in `alone` (suspects sent each in a group of its own).
+  // `admitted` holds the ids already sent in this batch ahead of it.
   void Decide(Flight *flight, size_t i, std::set<std::string> *admitted,
-              std::map<std::string, std::vector<size_t>> *groups);
+              std::map<std::string, std::vector<size_t>> *groups, std::vector<size_t> *alone);
+  // Send `groups`, then each of `alone` in a group of its own: those are
+  // settled after the others, whose answers tell whether the sink answers.
   void SendGroups(Flight *flight, std::map<std::string, std::vector<size_t>> *groups,
-                  Sink::InterruptCheck interrupted);
+                  const std::vector<size_t> &alone, Sink::InterruptCheck interrupted);
   void SendGroup(const Flight &flight, SinkGroup *group, Sink::InterruptCheck interrupted);
   void SettleGroup(const Flight &flight, SinkGroup *group, Sink::InterruptCheck interrupted);
   void FinishGroup(const Flight &flight, SinkGroup *group, int64_t deadline_ms,

@@ -69,6 +69,7 @@ void LateAnswers::Take(SinkGroup *group, const EventRow *rows, const int *route_
   late.sink_name = group->sink_name;
   late.sink = group->sink;
   late.whole = !answers_others;
+  late.alone = group->alone;
   late.sent_unix_us = group->sent_unix_us;
   // From now, not from the cycle's start: it was sent at the latest now.
   const int64_t now_us = settings.clock_us != nullptr
@@ -273,7 +274,13 @@ void LateAnswers::Settle(const DispatchSettings &settings) {
     j.sink_name = &late.sink_name;
     j.partial = !late.whole || late.retired;
     j.retired = late.retired;
+    j.alone = late.alone;
+    j.answered_others = !late.whole;
     verdicts_->Judge(j, nullptr);
+    if (late.alone) {
+      // Judged or not (its route went), its sink's turn alone is over.
+      for (const LateRow &r : late.rows) verdicts_->suspects().Judged(late.sink_name, r.id);
+    }
     for (size_t k = 0; k < n; ++k) {
       // Rows handed out early were judged with the group (its verdict
       // reads every answer) but are not handed out twice.

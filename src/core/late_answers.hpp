@@ -143,6 +143,7 @@ class LateAnswers {
     // nothing of the sink now under that name (not held, not slow, not
     // down; see Retire).
     bool retired = false;
+    bool alone = false;        // SinkGroup::alone
     int64_t sent_unix_us = 0;  // SinkGroup::sent_unix_us
     std::vector<LateRow> rows;
     std::vector<char> handed;       // per row: handed out already (delivered early)

@@ -87,6 +87,7 @@ struct SinkGroup {
   uint64_t sink_ticket = 0;       // the sink's Send ticket (0: nothing to collect)
   int64_t sent_ms = 0;            // SteadyMs when it was sent
   int64_t sent_unix_us = 0;       // UnixNowUs then (answers' latency)
+  bool alone = false;             // a suspect sent alone (suspects.hpp): one member
 };
 
 class SinkRegistry {

@@ -11,33 +11,6 @@ namespace outbox {
 
 namespace {
 
-// The retries alone of one group's events lost with a connection: how many,
-// and until when. The budget (outbox.ack_wait, or kAloneBudgetMs) bounds how
-// long one sink holds the cycle, and every other sink, with them; a retry
-// once begun runs to its end (the sink's own timeouts bound it).
-struct AloneTries {
-  int64_t budget_ms = 0;
-  int64_t window_ms = 0;   // Judging::alone_until_ms
-  int64_t started_ms = 0;  // SteadyMs of the first, 0 before it
-  size_t tried = 0;
-  bool trouble = false;  // one failed for want of the broker: the rest wait
-  void Start() {
-    if (started_ms == 0) started_ms = SteadyMs();
-  }
-  bool Open() const {
-    const int64_t now = SteadyMs();
-    return !trouble && tried < Verdicts::kMaxAloneRetries &&
-           (started_ms == 0 || now - started_ms < budget_ms) && (window_ms == 0 || now < window_ms);
-  }
-};
-
-// A retry alone that failed for want of the broker (no connection, no
-// answer in time), not over its message: a lost connection marked
-// connection_lost is the message's doing once it was alone on it.
-bool BrokerTrouble(const Delivery &solo) {
-  return solo.status == DeliveryStatus::kRetriable && !solo.connection_lost;
-}
-
 std::string Seconds(int64_t us) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(us) / 1e6);
@@ -172,53 +145,29 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
   const bool interrupted_now = interrupted != nullptr && interrupted();
   std::set<std::string> down_counted;  // targets whose backoff this group grew
 
-  // Tried alone: events lost with a connection (below), and the one that
-  // tells whether a group lost only with connections is a sink down.
-  AloneTries alone;
-  alone.budget_ms = settings.ack_wait_ms > 0 ? settings.ack_wait_ms : kAloneBudgetMs;
-  alone.window_ms = j.alone_until_ms;
-  size_t probed = members.size();  // the member tried alone before the sink was judged
-  Delivery probe;
+  // The event out alone on its sink (suspects.hpp) is judged: the sink's
+  // turn passes to its next suspect.
+  if (j.alone) {
+    for (size_t i : members) suspects_.Judged(sink_name, rows[i].id);
+  }
 
   // Nothing delivered and nothing refused, only transient failures (beside
   // targets a broker refused, which say nothing of the others: a refused
   // topic next to a partition without a leader must not make that
   // partition's events count attempts): the sink is down. Park those events
   // until the sink's backoff expires, without counting attempts; the
-  // refused targets' events count theirs.
+  // refused targets' events count theirs. Not when every failure came with
+  // a lost connection, which the broker may have closed over one message
+  // (the first on every connection; with one connection, any): those
+  // events become suspects (below), and the sink is judged by what they do
+  // alone. A suspect failing alone is the sink's trouble only when the sink
+  // answered nothing else meanwhile.
   const bool looks_down = !j.partial && delivered == 0 && transient > 0 &&
                           transient + held_back + target_refused + target_down == results.size() &&
                           !interrupted_now;
-  if (looks_down && lost == transient && sink != nullptr && alone.Open()) {
-    // Every failure came with a lost connection, which the broker may have
-    // closed over one message, the first on every connection (with one
-    // connection, any message): the sink would be judged down, charge
-    // nobody, and meet that message again on its next try, for good. So
-    // the first such event that may go is tried alone: through, or lost
-    // alone (that message is the cause: an attempt), the sink is up and
-    // the others are tried alone below; anything else (no connection,
-    // no answer) and the sink is down after all.
-    for (size_t k = 0; k < members.size(); ++k) {
-      const size_t i = members[k];
-      if (results[k].status != DeliveryStatus::kRetriable) continue;
-      const DispatchRoute &route = (*routes_)[route_of[i]];
-      int64_t until = 0;
-      if (rows[i].has_key &&
-          !guard_->MayDeliver(route.pattern, rows[i].key, rows[i].id, nullptr, &until)) {
-        continue;
-      }
-      if (interrupted != nullptr && interrupted()) break;
-      alone.Start();
-      probe = Alone(rows[i], route, route_of[i], settings, sink, interrupted);
-      ++alone.tried;
-      if (!BrokerTrouble(probe) && probe.status != DeliveryStatus::kNotSent &&
-          probe.status != DeliveryStatus::kTargetDown) {
-        probed = k;
-      }
-      break;
-    }
-  }
-  if (looks_down && probed == members.size()) {
+  const bool lost_only = lost == transient;
+  const bool down = looks_down && (j.alone ? !j.answered_others : !lost_only);
+  if (down) {
     state->failures++;
     const int64_t wait_ms =
         BackoffMs(state->failures, settings.backoff_min_ms, settings.backoff_max_ms, Random());
@@ -252,7 +201,10 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
     return;
   }
 
-  if (delivered > 0 || !interrupted_now) {
+  // Lost connections, or a suspect's failure alone, say nothing of whether
+  // the sink is back.
+  const bool says_nothing = delivered == 0 && transient > 0 && (j.alone || lost_only);
+  if (delivered > 0 || (!interrupted_now && !says_nothing)) {
     if (state->down) {
       Log(LogLevel::kInfo, "sink \"" + sink_name + "\" is available again");
       sinks_->ForgetBehindDown(sink_name);
@@ -267,10 +219,6 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
     const size_t i = members[k];
     const DispatchRoute &route = (*routes_)[route_of[i]];
     const Delivery &result = results[k];
-    if (k == probed) {
-      JudgeAlone(rows[i], route, probe, settings, state, &down_counted, stopping(), &out[i]);
-      continue;
-    }
     if (result.status == DeliveryStatus::kDelivered && !state->down_targets.empty()) {
       const std::string_view target = route.has_target ? route.target : rows[i].topic;
       auto it = state->down_targets.find(target);
@@ -294,41 +242,32 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
       out[i].outcome = Outcome::kUntouched;
       continue;
     }
-    if (result.status == DeliveryStatus::kRetriable && result.connection_lost && !j.partial) {
-      // Lost with its connection, which the broker may have closed over
-      // another message on it (one too large for it, say): the sink is not
-      // down (the group's other answers say so), and the event is not
-      // charged an attempt for that. Tried alone, in id order, it goes
-      // through or fails on its own account (lost alone: it is the cause).
-      // Once one fails for want of the broker (it may be going down after
-      // all: not the event's doing, no attempt), or kMaxAloneRetries were
-      // tried, or the budget is spent, the group's other such events wait
-      // without an attempt: each retry alone is a round trip the publisher
-      // waits for.
-      if (sink != nullptr && alone.Open()) {
-        if (stopping()) {
-          out[i].outcome = Outcome::kUntouched;
-          NoteUntouched(route, rows[i]);
-          continue;
-        }
-        if (ParkBehindEarlier(rows[i], route, nullptr, settings.now_us, kWaitingForKey, &out[i])) {
-          continue;
-        }
-        alone.Start();
-        const Delivery solo = Alone(rows[i], route, route_of[i], settings, sink, interrupted);
-        ++alone.tried;
-        if (BrokerTrouble(solo) && !stopping()) {
-          alone.trouble = true;
-          ParkWithoutAttempt(rows[i], route, solo.error, settings, &out[i]);
-          continue;
-        }
-        JudgeAlone(rows[i], route, solo, settings, state, &down_counted, stopping(), &out[i]);
-        continue;
+    if (result.status == DeliveryStatus::kRetriable && j.alone) {
+      // A suspect alone failed while its sink answered others (else the
+      // sink is down, above): it is the cause. Forgiven kForgivenAlone
+      // times in a row (a connection that drops now and then loses an
+      // event alone too), then each such failure counts an attempt.
+      if (suspects_.FailedAlone(rows[i].id) > kForgivenAlone) {
+        Delivery charged = result;
+        charged.error += " (sent alone)";
+        Attempted(rows[i], route, charged, settings, &out[i]);
+      } else {
+        ParkWithoutAttempt(rows[i], route, result.error + " (sent alone: not counted yet)",
+                           settings, &out[i]);
       }
-      // A late answer has no payload left to try alone with: the sink's
-      // next group is waited for in full, where it would be.
-      if (sink == nullptr) state->wait_in_full = true;
-      ParkWithoutAttempt(rows[i], route, result.error, settings, &out[i]);
+      continue;
+    }
+    if (result.status == DeliveryStatus::kRetriable && result.connection_lost) {
+      // Lost with its connection, which the broker may have closed over
+      // another message on it (one too large for it, say): not charged.
+      // Sent with others once more; lost so again, it is sent alone from
+      // then on (suspects.hpp), where it goes through or shows it is the
+      // cause, without holding anything but its key meanwhile.
+      const bool alone_next = suspects_.LostWithOthers(rows[i].id, sink_name);
+      ParkWithoutAttempt(rows[i], route,
+                         result.error + (alone_next ? " (lost with others twice: sent alone next)"
+                                                    : " (lost with others)"),
+                         settings, &out[i]);
       continue;
     }
     if (result.status == DeliveryStatus::kRetriable && j.partial) {
@@ -503,6 +442,7 @@ void Verdicts::Attempted(const EventRow &row, const DispatchRoute &route, const 
   if (delivery.status == DeliveryStatus::kDelivered) {
     out->outcome = Outcome::kPublished;
     if (row.has_key) guard_->Release(route.pattern, row.key, row.id);
+    if (!suspects_.empty()) suspects_.Forget(row.id);
     return;
   }
   out->attempts = row.attempts + 1;
@@ -510,6 +450,7 @@ void Verdicts::Attempted(const EventRow &row, const DispatchRoute &route, const 
   if (out->attempts >= settings.max_attempts) {
     out->outcome = Outcome::kDead;
     if (row.has_key) guard_->Release(route.pattern, row.key, row.id);
+    if (!suspects_.empty()) suspects_.Forget(row.id);
     Log(LogLevel::kWarning, "event " + std::string(row.id) + " (topic \"" + std::string(row.topic) +
                                 "\") is dead after " + std::to_string(out->attempts) +
                                 " attempts: " + delivery.error);

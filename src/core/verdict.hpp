@@ -25,6 +25,7 @@
 #include "core/order_guard.hpp"
 #include "core/sink.hpp"
 #include "core/sink_registry.hpp"
+#include "core/suspects.hpp"
 
 namespace outbox {
 
@@ -66,10 +67,11 @@ struct Judging {
   // Part of a group whose sink answered others (dispatch.hpp, "Slow sinks"):
   // transient failures are the events' trouble, not the sink's.
   bool partial = false;
-  // When the window's ack wait ends (SteadyMs; 0: none): nothing is tried
-  // alone after it, so that retries alone never push other sinks' answers
-  // past their wait.
-  int64_t alone_until_ms = 0;
+  // A suspect sent alone (suspects.hpp): one member. `answered_others`:
+  // its sink answered other events within an ack wait of it, so a transient
+  // failure alone is the event's, not the sink's.
+  bool alone = false;
+  bool answered_others = false;
   // A late group of a retired producer: judged without touching the
   // state of the sink now under its name.
   bool retired = false;
@@ -129,11 +131,14 @@ class Verdicts {
   static constexpr size_t kMaxOvertakenNamed = 20;
   // Most targets a sink remembers as down (targets may be events' topics).
   static constexpr size_t kMaxDownTargets = 4096;
-  // Most events of one group lost with a connection (Delivery::
-  // connection_lost) that are tried alone, and for how long when
-  // outbox.ack_wait does not say; the rest wait without an attempt.
-  static constexpr size_t kMaxAloneRetries = 16;
-  static constexpr int64_t kAloneBudgetMs = 500;
+  // How many failures alone in a row (while the sink answers others) an
+  // event lost with its connection is forgiven before each counts an
+  // attempt (suspects.hpp).
+  static constexpr int kForgivenAlone = 1;
+
+  // Events lost with a connection, and which of them go alone (suspects.hpp).
+  Suspects &suspects() noexcept { return suspects_; }
+  const Suspects &suspects() const noexcept { return suspects_; }
 
  private:
   double Random();
@@ -160,6 +165,7 @@ class Verdicts {
   LogBuffer *logs_;
   std::mt19937_64 *rng_;
   std::set<RouteKey> untouched_keys_;
+  Suspects suspects_;
 };
 
 }  // namespace outbox

@@ -2,16 +2,20 @@
 # makes mosquitto close the connection, and every message in flight on the
 # sink's connections is lost with it. Under a steady stream on other keys,
 # that event (retried with its backoff) keeps taking its neighbours down
-# with it; they must not pay for it: each is tried alone before an attempt
-# counts against it. So no other event is charged an attempt, none ends
-# dead, all are published, each key in order; the culprit alone ends dead
-# after outbox.max_attempts, and its key's next event goes on then.
+# with it; they must not pay for it: an event lost with a connection counts
+# no attempt, and only one lost alone (sent in a batch of its own once it
+# was lost with others twice) does. So no other event is charged an
+# attempt, none ends dead, all are published, each key in order; the
+# culprit alone ends dead after outbox.max_attempts, and its key's next
+# event goes on then.
 # Then a sink with one connection, where a culprit is the first message of
-# every batch it is in (nothing goes through: without a retry alone the
-# sink would be judged down, charge nobody, and meet the culprits again on
-# every try, for good), and a burst of culprits from a role that may only
-# emit: the culprits end dead, the other keys' events are all published,
-# promptly, none charged.
+# every batch it is in (nothing goes through: were that the sink down, it
+# would charge nobody and meet the culprits again on every try, for good),
+# and a burst of culprits from a role that may only emit: the culprits end
+# dead, the other keys' events are all published, promptly, none charged.
+# Last, the broker 20 ms away (a relay on loopback) and a culprit a second:
+# finding the culprits never delays another sink's events (retries alone
+# that the cycle waited for did, by seconds).
 use strict;
 use warnings;
 use FindBin;
@@ -19,7 +23,7 @@ use lib "$FindBin::RealBin/../lib";
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(usleep);
+use Time::HiRes qw(time usleep);
 use OutboxMosquitto;
 use OutboxNode qw(outbox_node wait_until);
 
@@ -121,11 +125,75 @@ ok(defined wait_until(sub {
 	  FROM outbox.events WHERE payload ? 'b' GROUP BY 1}));
 is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.events
 	WHERE payload ? 'b' AND attempts > 0}), '0', 'none of them charged an attempt');
-# Promptly: a batch with culprits costs a few retries alone, not a sink
-# down for its backoff (seconds, growing).
+# Promptly: a batch with culprits costs its keys a few batches alone, not
+# a sink down for its backoff (seconds, growing).
 cmp_ok($node->safe_psql('postgres', q{SELECT round(1000 * extract(epoch FROM
 	percentile_cont(0.5) WITHIN GROUP (ORDER BY published_at - created_at)))
 	FROM outbox.events WHERE payload ? 'b'}), '<', 1000,
 	'their median time to publish stays under a second');
+
+# The broker 20 ms away: sink "far" reaches it through a relay that delays
+# every chunk, sink "near" directly. Ten events a round on each, a round
+# every 100 ms; in phase B, a culprit on "far" every tenth round.
+my $relay_port = PostgreSQL::Test::Cluster::get_free_port();
+my $ready = PostgreSQL::Test::Utils::tempdir() . '/relay.ready';
+my $relay = fork() // die "fork: $!";
+if ($relay == 0) {
+	exec('/usr/bin/python3', "$FindBin::RealBin/../lib/delay_proxy.py", $relay_port, $mq->port, 20, $ready)
+	  or die "exec: $!";
+}
+END {
+	if ($relay) { local $?; kill 'KILL', $relay; waitpid($relay, 0); }
+}
+ok(defined wait_until(sub { -e $ready }), 'the relay listens');
+$node->safe_psql('postgres', $mq->sink_sql('far', protocol => '3.1.1', port => $relay_port));
+$node->safe_psql('postgres', $mq->sink_sql('near', protocol => '3.1.1'));
+$node->safe_psql('postgres', q{SELECT outbox.add_route('fa.*', 'far')});
+$node->safe_psql('postgres', q{SELECT outbox.add_route('nr.*', 'near')});
+
+# One phase of `secs` seconds; returns the slowest time to publish (ms) of
+# "near"'s events once every innocent event of the phase is published.
+sub far_and_near {
+	my ($phase, $culprits, $secs) = @_;
+	my $start = time();
+	my $round = 0;
+	while (time() - $start < $secs) {
+		$round++;
+		my $culprit = $culprits && $round % 10 == 0
+		  ? qq{, outbox.emit('fa.t', jsonb_build_object('far_culprit', repeat('x', 8000)), 'c$phase$round')}
+		  : '';
+		$node->safe_psql('postgres', qq{SELECT count(outbox.emit('fa.t',
+		    jsonb_build_object('ph', '$phase', 'r', $round, 'i', i), 'k' || i)),
+		  count(outbox.emit('nr.t', jsonb_build_object('ph', '$phase', 'r', $round, 'i', i), 'k' || i))
+		  $culprit FROM generate_series(1, 10) i});
+		usleep(100_000);
+	}
+	my $n = 20 * $round;
+	ok(defined wait_until(sub { $node->safe_psql('postgres', qq{SELECT count(*) FROM outbox.events
+	  WHERE payload->>'ph' = '$phase' AND status = 'published'}) eq "$n" }, 90),
+		"phase $phase: all $n events of both sinks are published")
+	  or diag($node->safe_psql('postgres', qq{SELECT topic, status, count(*), max(attempts)
+	    FROM outbox.events WHERE payload->>'ph' = '$phase' GROUP BY 1, 2}));
+	my $lag = $node->safe_psql('postgres', qq{SELECT round(1000 * extract(epoch FROM
+	  max(published_at - created_at))) FROM outbox.events
+	  WHERE topic = 'nr.t' AND payload->>'ph' = '$phase'});
+	note("phase $phase: slowest near event ${lag} ms");
+	return $lag;
+}
+my $quiet = far_and_near('A', 0, 6);
+my $with_culprits = far_and_near('B', 1, 8);
+my $bound = $quiet * 3 + 300 > 1500 ? $quiet * 3 + 300 : 1500;
+cmp_ok($with_culprits, '<=', $bound,
+	"culprits on the far sink never delay the near sink's events (slowest $with_culprits ms, "
+	  . "$quiet without culprits)");
+is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.events
+	WHERE payload ? 'ph' AND (attempts > 0 OR status <> 'published')}), '0',
+	'no innocent event of either sink was charged an attempt');
+ok(defined wait_until(sub {
+	$node->safe_psql('postgres', q{SELECT count(*) FROM outbox.events
+	  WHERE payload ? 'far_culprit' AND NOT (status = 'dead' AND attempts = 4)}) eq '0' }, 90),
+	'the far culprits end dead after max_attempts')
+  or diag($node->safe_psql('postgres', q{SELECT status, attempts, count(*) FROM outbox.events
+	  WHERE payload ? 'far_culprit' GROUP BY 1, 2}));
 $node->stop;
 done_testing();

@@ -724,6 +724,124 @@ TEST_F(DispatcherTest, WholeBatchRejectedIsRetriedOneByOneInIdOrder) {
   EXPECT_FALSE(Contains(SinkStates(), "down"));
 }
 
+// ------------------------------------------------------------ lost connections
+
+// A broker that closes the connection over `culprit`: in each call, the
+// culprit and every message after it are lost with the connection.
+Script ClosesTheConnectionOver(std::string culprit) {
+  auto closed_in = std::make_shared<std::set<int>>();
+  return [culprit, closed_in](const OutMessage &m, int call) {
+    if (m.id == culprit) closed_in->insert(call);
+    return closed_in->count(call) != 0 ? LostWithConnection() : Delivered();
+  };
+}
+
+TEST_F(DispatcherTest, ACulpritThatClosesTheConnectionIsFoundAloneAndOnlyItIsCharged) {
+  ConfigureOneSink();
+  Broker("kafka").script = ClosesTheConnectionOver(Id(3));
+  Broker("kafka").pipelined = true;  // answers carry their time, as a real sink's do
+  auto out = Dispatch({Ev(1, "orders.a", "a"), Ev(2, "orders.a", "b"), Ev(3, "orders.a", "c"),
+                       Ev(4, "orders.a", "d")});
+  EXPECT_TRUE(Is(out[0], Outcome::kPublished));
+  EXPECT_TRUE(Is(out[1], Outcome::kPublished));
+  EXPECT_TRUE(Is(out[2], Outcome::kPark));
+  EXPECT_TRUE(Is(out[3], Outcome::kPark));
+  // Sent with others once more: lost again, with the new event 5 after it.
+  const int64_t t2 = kNow + 2 * kMaxUs;
+  out = Dispatch({Ev(3, "orders.a", "c"), Ev(4, "orders.a", "d"), Ev(5, "orders.a", "e")}, t2);
+  for (const RowOutcome &o : out) {
+    EXPECT_TRUE(Is(o, Outcome::kPark));
+    EXPECT_EQ(o.attempts, 0);
+  }
+  // 3 and 4 were lost with others twice: alone now, one at a time, after
+  // the sink's other events (6, and 5, lost once so far).
+  const int64_t t3 = kNow + 4 * kMaxUs;
+  out = Dispatch({Ev(3, "orders.a", "c"), Ev(4, "orders.a", "d"), Ev(5, "orders.a", "e"),
+                  Ev(6, "orders.a", "f"), Ev(8, "orders.a", "c")},
+                 t3);
+  EXPECT_TRUE(Is(out[4], Outcome::kPark)) << "never ahead of 3, its key's earlier event";
+  ASSERT_EQ(Broker("kafka").calls.size(), 4u);
+  EXPECT_EQ(Broker("kafka").Ids(2), (std::vector<std::string>{Id(5), Id(6)}));
+  EXPECT_EQ(Broker("kafka").Ids(3), std::vector<std::string>{Id(3)});
+  EXPECT_TRUE(Is(out[2], Outcome::kPublished));
+  EXPECT_TRUE(Is(out[3], Outcome::kPublished));
+  EXPECT_TRUE(Is(out[0], Outcome::kPark)) << "lost alone once: not counted yet";
+  EXPECT_EQ(out[0].attempts, 0);
+  EXPECT_TRUE(Is(out[1], Outcome::kPark)) << "waits for its turn alone";
+  EXPECT_EQ(out[1].attempts, 0);
+  EXPECT_EQ(out[1].next_attempt_us, t3) << "due once the batch that had the turn is done";
+  EXPECT_NE(std::string(out[1].error).find("turn"), std::string::npos) << out[1].error;
+  // 4 alone goes through; 3 alone is lost again, while 7 goes through: charged.
+  const int64_t t4 = kNow + 6 * kMaxUs;
+  out = Dispatch({Ev(4, "orders.a", "d")}, t4);
+  EXPECT_TRUE(Is(out[0], Outcome::kPublished));
+  EXPECT_EQ(Broker("kafka").Ids(4), std::vector<std::string>{Id(4)});
+  out = Dispatch({Ev(3, "orders.a", "c"), Ev(7, "orders.a", "g")}, kNow + 8 * kMaxUs);
+  EXPECT_TRUE(Is(out[1], Outcome::kPublished));
+  EXPECT_TRUE(Is(out[0], Outcome::kRetry));
+  EXPECT_EQ(out[0].attempts, 1);
+  EXPECT_EQ(Broker("kafka").Ids(6), std::vector<std::string>{Id(3)});
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, "unavailable"), 0) << AllLogs();
+}
+
+TEST_F(DispatcherTest, AWindowLostWithItsConnectionGoesThroughTogetherAfterARestart) {
+  ConfigureOneSink();
+  Broker("kafka").script = [](const OutMessage &, int call) {
+    return call == 0 ? LostWithConnection() : Delivered();
+  };
+  auto out = Dispatch({Ev(1, "orders.a", "a"), Ev(2, "orders.a", "b"), Ev(3, "orders.b")});
+  for (const RowOutcome &o : out) {
+    EXPECT_TRUE(Is(o, Outcome::kPark));
+    EXPECT_EQ(o.attempts, 0);
+  }
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, "unavailable"), 0);
+  out = Dispatch({Ev(1, "orders.a", "a"), Ev(2, "orders.a", "b"), Ev(3, "orders.b")},
+                 kNow + 2 * kMaxUs);
+  for (const RowOutcome &o : out) EXPECT_TRUE(Is(o, Outcome::kPublished));
+  EXPECT_EQ(Broker("kafka").calls.size(), 2u) << "together, not one by one";
+}
+
+TEST_F(DispatcherTest, ASuspectAloneThatFindsNoBrokerMakesTheSinkDownWithoutAnAttempt) {
+  ConfigureOneSink();
+  Broker("kafka").script = [](const OutMessage &, int) { return LostWithConnection(); };
+  (void)Dispatch({Ev(1, "orders.a", "a")});
+  (void)Dispatch({Ev(1, "orders.a", "a")}, kNow + 2 * kMaxUs);
+  Broker("kafka").script = [](const OutMessage &, int) { return Retriable("connection refused"); };
+  const auto out = Dispatch({Ev(1, "orders.a", "a")}, kNow + 4 * kMaxUs);
+  EXPECT_EQ(Broker("kafka").Ids(2), std::vector<std::string>{Id(1)});
+  EXPECT_TRUE(Is(out[0], Outcome::kPark));
+  EXPECT_EQ(out[0].attempts, 0);
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, "sink \"kafka\" is unavailable"), 1) << AllLogs();
+}
+
+TEST_F(DispatcherTest, ASuspectAloneInAPipelinedWindowHoldsItsSinksTurnForTheWholeWindow) {
+  ConfigureOneSink();
+  Broker("kafka").script = [](const OutMessage &m, int) {
+    return m.id == Id(1) || m.id == Id(2) ? LostWithConnection() : Delivered();
+  };
+  (void)Dispatch({Ev(1, "orders.a", "a"), Ev(2, "orders.a", "b")});
+  (void)Dispatch({Ev(1, "orders.a", "a"), Ev(2, "orders.a", "b")}, kNow + 2 * kMaxUs);
+  Broker("kafka").script = [](const OutMessage &, int) { return Delivered(); };
+  Broker("kafka").pipelined = true;
+  // Two batches in flight: 1 goes alone in the first; 2, in the second,
+  // waits for its turn (due at once), and so does its key's next event.
+  auto first = Begin({Ev(1, "orders.a", "a"), Ev(3, "orders.a", "c")});
+  auto second = Begin({Ev(2, "orders.a", "b"), Ev(4, "orders.a", "b")});
+  ASSERT_TRUE(Finish(second.get()));
+  EXPECT_TRUE(Is(first->out[0], Outcome::kPublished));
+  EXPECT_TRUE(Is(first->out[1], Outcome::kPublished));
+  EXPECT_TRUE(Is(second->out[0], Outcome::kPark));
+  EXPECT_EQ(second->out[0].next_attempt_us, kNow);
+  EXPECT_TRUE(Is(second->out[1], Outcome::kPark)) << "behind 2 of its key";
+  // The window done, 2 has its turn; its key's next event waits behind it
+  // (a group alone goes after the batch's others), and goes next.
+  auto out = Dispatch({Ev(2, "orders.a", "b"), Ev(4, "orders.a", "b")}, kNow + 4 * kMaxUs);
+  EXPECT_TRUE(Is(out[0], Outcome::kPublished));
+  EXPECT_TRUE(Is(out[1], Outcome::kPark));
+  out = Dispatch({Ev(4, "orders.a", "b")}, kNow + 6 * kMaxUs);
+  EXPECT_TRUE(Is(out[0], Outcome::kPublished));
+}
+
 // ------------------------------------------------------------ per-key order
 
 TEST_F(DispatcherTest, LaterEventOfAKeyWaitsBehindAnEarlierEventThatFailed) {

@@ -43,6 +43,13 @@ inline Delivery Retriable(std::string error = "Local: Broker transport failure")
 inline Delivery Rejected(std::string error = "Broker: Message size too large") {
   return Delivery{DeliveryStatus::kRejected, std::move(error)};
 }
+// A message lost with its connection, which the broker may have closed over
+// another message in flight on it (MQTT 3.1.1 past its packet size).
+inline Delivery LostWithConnection() {
+  Delivery d = Retriable("the connection to broker was lost");
+  d.connection_lost = true;
+  return d;
+}
 
 // Everything about one sink name: how it answers, what it was sent, how often
 // it was built. Outlives the sinks built from it (they hold a shared_ptr).

@@ -47,7 +47,8 @@ class VerdictTest : public ::testing::Test {
     j.solo_sink = solo_sink;
     j.partial = partial;
     j.retired = retired;
-    j.alone_until_ms = alone_until_ms_;
+    j.alone = alone_;
+    j.answered_others = answered_others_;
     parts_.verdicts.Judge(j, &Interrupted);
   }
   // Whether event n of key k on "orders.*" would be held back now.
@@ -62,7 +63,8 @@ class VerdictTest : public ::testing::Test {
   std::string sink_name_ = "kafka";
   std::vector<size_t> members_;
   std::vector<Delivery> results_;
-  int64_t alone_until_ms_ = 0;
+  bool alone_ = false;            // Judging::alone
+  bool answered_others_ = false;  // Judging::answered_others
 };
 
 TEST_F(VerdictTest, ADeliveredEventIsPublishedWithoutAnAttemptAndReleasesItsKey) {
@@ -231,106 +233,129 @@ TEST_F(VerdictTest, ARefusalAmongOthersIsRetriedAloneOnTheSinkThatRefusedIt) {
   EXPECT_EQ(BrokerNamed("kafka")->calls[0][0].payload, "{\"n\":1}");
 }
 
-// A message the broker closes the connection over (MQTT 3.1.1 past its
-// packet size) fails every message in flight with it.
-Delivery LostWithConnection() {
-  Delivery d = Retriable("the connection to broker was lost");
-  d.connection_lost = true;
-  return d;
-}
-
-TEST_F(VerdictTest, EventsLostWithAConnectionAreTriedAloneAndOnlyTheCulpritIsCharged) {
+TEST_F(VerdictTest, EventsLostWithOthersAreNotChargedAndGoAloneOnceLostSoTwice) {
   batch_.Add(1, "orders.a", "a");
   batch_.Add(2, "orders.a", "b", 1);
-  batch_.Add(3, "orders.a", "c");  // the one the broker closes the connection over
-  batch_.Add(4, "orders.a", "d");
-  batch_.Add(5, "orders.a", "e");
-  std::shared_ptr<FakeBroker> broker = BrokerNamed("kafka");
-  broker->script = [](const OutMessage &m, int) {
-    return m.id == Id(3) ? LostWithConnection() : Delivered();
-  };
+  batch_.Add(3, "orders.a", "c");
   Sink *sink = parts_.sinks.SinkFor("kafka", &parts_.sinks["kafka"]);
-  Judge({Delivered(), LostWithConnection(), LostWithConnection(), LostWithConnection(),
-         LostWithConnection()},
-        sink);
+  Judge({Delivered(), LostWithConnection(), LostWithConnection()}, sink);
   EXPECT_TRUE(Is(batch_.out[0], Outcome::kPublished));
-  EXPECT_TRUE(Is(batch_.out[1], Outcome::kPublished));  // alone, it went through
-  EXPECT_EQ(batch_.out[1].attempts, 1);                 // and was not charged
-  EXPECT_TRUE(Is(batch_.out[2], Outcome::kRetry));      // lost alone: the cause, charged
-  EXPECT_EQ(batch_.out[2].attempts, 1);
-  EXPECT_TRUE(HeldBack(6, "c"));
-  EXPECT_TRUE(Is(batch_.out[3], Outcome::kPublished));  // the others are still tried alone
-  EXPECT_TRUE(Is(batch_.out[4], Outcome::kPublished));
-  EXPECT_EQ(broker->AllIds(), (std::vector<std::string>{Id(2), Id(3), Id(4), Id(5)}));
+  for (size_t k : {1u, 2u}) {
+    EXPECT_TRUE(Is(batch_.out[k], Outcome::kPark)) << k;
+    EXPECT_EQ(batch_.out[k].attempts, batch_.rows[k].attempts) << k;  // not charged
+    EXPECT_GE(batch_.out[k].next_attempt_us, kNow + 100 * 1000) << k;
+    EXPECT_FALSE(parts_.verdicts.suspects().SendsAlone(Id(k + 1), "kafka")) << k;
+  }
+  EXPECT_TRUE(HeldBack(4, "b"));
+  EXPECT_TRUE(BrokerNamed("kafka")->calls.empty()) << "nothing is sent while judging";
+  // Sent with others once more and lost so again: alone from now on.
+  Judge({Delivered(), LostWithConnection(), Delivered()}, sink);
+  EXPECT_TRUE(parts_.verdicts.suspects().SendsAlone(Id(2), "kafka"));
+  EXPECT_FALSE(parts_.verdicts.suspects().SendsAlone(Id(3), "kafka"));  // went through
+  EXPECT_EQ(parts_.verdicts.suspects().size(), 1u);
+  EXPECT_TRUE(Contains(batch_.out[1].error, "sent alone next"));
   EXPECT_FALSE(parts_.sinks["kafka"].down);
 }
 
-TEST_F(VerdictTest, ARetryAloneThatFindsNoBrokerChargesNobodyAndEndsTheRetriesAlone) {
-  batch_.Add(1, "orders.a", "a");
-  batch_.Add(2, "orders.a", "b");
-  batch_.Add(3, "orders.a", "c");
-  batch_.Add(4, "orders.a", "d");
-  std::shared_ptr<FakeBroker> broker = BrokerNamed("kafka");
-  broker->script = [](const OutMessage &m, int) {
-    return m.id == Id(3) ? Retriable("connection refused") : Delivered();  // a restart
-  };
-  Sink *sink = parts_.sinks.SinkFor("kafka", &parts_.sinks["kafka"]);
-  Judge({Delivered(), LostWithConnection(), LostWithConnection(), LostWithConnection()}, sink);
-  EXPECT_TRUE(Is(batch_.out[1], Outcome::kPublished));
-  for (size_t k : {2u, 3u}) {
-    EXPECT_TRUE(Is(batch_.out[k], Outcome::kPark));
-    EXPECT_EQ(batch_.out[k].attempts, 0);
-    EXPECT_GE(batch_.out[k].next_attempt_us, kNow + 100 * 1000);
-  }
-  EXPECT_EQ(broker->AllIds(), (std::vector<std::string>{Id(2), Id(3)}));
-  EXPECT_TRUE(HeldBack(5, "c"));
-  EXPECT_TRUE(HeldBack(6, "d"));
-}
-
-TEST_F(VerdictTest, RetriesAloneStopWhenTheirBudgetIsSpent) {
-  settings_.ack_wait_ms = 50;
-  std::vector<Delivery> results{Delivered()};
-  batch_.Add(1, "orders.a", "k0");
-  for (int e = 2; e <= 11; ++e) {
-    batch_.Add(e, "orders.a", "k" + std::to_string(e));
-    results.push_back(LostWithConnection());
-  }
-  std::shared_ptr<FakeBroker> broker = BrokerNamed("kafka");
-  broker->script = [](const OutMessage &, int) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // a slow round trip
-    return Delivered();
-  };
-  Sink *sink = parts_.sinks.SinkFor("kafka", &parts_.sinks["kafka"]);
-  Judge(results, sink);
-  // The first starts the 50 ms budget, the second starts within it; none
-  // after. A slower machine only tries fewer.
-  EXPECT_GE(broker->calls.size(), 1u);
-  EXPECT_LE(broker->calls.size(), 2u);
-  for (size_t k = 1 + broker->calls.size(); k < batch_.out.size(); ++k) {
-    EXPECT_TRUE(Is(batch_.out[k], Outcome::kPark)) << k;
-    EXPECT_EQ(batch_.out[k].attempts, 0) << k;
-  }
-}
-
-TEST_F(VerdictTest, AtMostAFewEventsLostWithAConnectionAreTriedAlonePerGroup) {
-  const int n = static_cast<int>(Verdicts::kMaxAloneRetries) + 3;
-  std::vector<Delivery> results{Delivered()};
-  batch_.Add(1, "orders.a", "k0");
-  for (int e = 2; e <= n + 1; ++e) {
-    batch_.Add(e, "orders.a", "k" + std::to_string(e));
-    results.push_back(LostWithConnection());
-  }
-  std::shared_ptr<FakeBroker> broker = BrokerNamed("kafka");
-  Sink *sink = parts_.sinks.SinkFor("kafka", &parts_.sinks["kafka"]);
-  Judge(results, sink);
-  EXPECT_EQ(broker->calls.size(), Verdicts::kMaxAloneRetries);
-  size_t published = 0, parked = 0;
+TEST_F(VerdictTest, AGroupLostOnlyWithConnectionsLeavesTheSinkAsItWas) {
+  batch_.Add(1, "orders.a", "k");
+  batch_.Add(2, "orders.b");
+  Judge({LostWithConnection(), LostWithConnection()});
+  EXPECT_FALSE(parts_.sinks["kafka"].down) << "a broker may close its connections over one message";
   for (const RowOutcome &out : batch_.out) {
-    published += Is(out, Outcome::kPublished) ? 1 : 0;
-    parked += Is(out, Outcome::kPark) && out.attempts == 0 ? 1 : 0;
+    EXPECT_TRUE(Is(out, Outcome::kPark));
+    EXPECT_EQ(out.attempts, 0);
   }
-  EXPECT_EQ(published, Verdicts::kMaxAloneRetries + 1);
-  EXPECT_EQ(parked, 3u);
+  // Nor does it say the sink is back after an outage.
+  parts_.sinks["kafka"].down = true;
+  parts_.sinks["kafka"].failures = 3;
+  Judge({LostWithConnection(), LostWithConnection()});
+  EXPECT_TRUE(parts_.sinks["kafka"].down);
+  EXPECT_EQ(parts_.sinks["kafka"].failures, 3);
+  EXPECT_FALSE(Contains(parts_.TakeLogs(), "available again"));
+}
+
+TEST_F(VerdictTest, LateEventsLostWithAConnectionWaitWithoutAnAttempt) {
+  batch_.Add(1, "orders.a", "k");
+  batch_.Add(2, "orders.b");
+  Judge({LostWithConnection(), Delivered()}, nullptr, true);  // a late group's answered part
+  EXPECT_TRUE(Is(batch_.out[0], Outcome::kPark));
+  EXPECT_EQ(batch_.out[0].attempts, 0);
+  EXPECT_FALSE(parts_.sinks["kafka"].wait_in_full) << "no payload is needed to send it alone later";
+  EXPECT_TRUE(HeldBack(3, "k"));
+}
+
+// Event 1 made a suspect sent alone: lost with others twice.
+void MakeAloneSuspect(Verdicts *verdicts) {
+  verdicts->suspects().LostWithOthers(Id(1), "kafka");
+  verdicts->suspects().LostWithOthers(Id(1), "kafka");
+}
+
+TEST_F(VerdictTest, ASuspectLostAloneWhileTheSinkAnswersOthersIsForgivenOnceThenCharged) {
+  batch_.Add(1, "orders.a", "k");
+  MakeAloneSuspect(&parts_.verdicts);
+  alone_ = true;
+  answered_others_ = true;
+  Judge({LostWithConnection()});
+  EXPECT_TRUE(Is(batch_.out[0], Outcome::kPark));
+  EXPECT_EQ(batch_.out[0].attempts, 0);
+  EXPECT_TRUE(Contains(batch_.out[0].error, "sent alone: not counted yet"));
+  EXPECT_TRUE(HeldBack(2, "k"));
+  Judge({LostWithConnection()});
+  EXPECT_TRUE(Is(batch_.out[0], Outcome::kRetry));
+  EXPECT_EQ(batch_.out[0].attempts, 1);
+  EXPECT_TRUE(Contains(batch_.out[0].error, "(sent alone)"));
+  EXPECT_FALSE(parts_.sinks["kafka"].down);
+  EXPECT_TRUE(parts_.verdicts.suspects().SendsAlone(Id(1), "kafka")) << "still sent alone";
+  // At its last attempt it is dead, and forgotten.
+  batch_.rows[0].attempts = 2;
+  Judge({LostWithConnection()});
+  EXPECT_TRUE(Is(batch_.out[0], Outcome::kDead));
+  EXPECT_TRUE(parts_.verdicts.suspects().empty());
+}
+
+TEST_F(VerdictTest, ASuspectFailingAloneWhileTheSinkAnswersNothingElseMakesTheSinkDown) {
+  batch_.Add(1, "orders.a", "k");
+  MakeAloneSuspect(&parts_.verdicts);
+  alone_ = true;
+  answered_others_ = false;
+  Judge({LostWithConnection()});  // a broker that closes every connection
+  EXPECT_TRUE(parts_.sinks["kafka"].down);
+  EXPECT_TRUE(Is(batch_.out[0], Outcome::kPark));
+  EXPECT_EQ(batch_.out[0].attempts, 0);
+  parts_.sinks["kafka"].down = false;
+  Judge({Retriable("connection refused")});
+  EXPECT_TRUE(parts_.sinks["kafka"].down);
+  EXPECT_EQ(batch_.out[0].attempts, 0);
+  // Neither counted as a failure alone: the next one is still forgiven.
+  answered_others_ = true;
+  Judge({LostWithConnection()});
+  EXPECT_EQ(batch_.out[0].attempts, 0);
+}
+
+TEST_F(VerdictTest, ASuspectThroughAloneIsPublishedAndForgotten) {
+  batch_.Add(1, "orders.a", "k");
+  MakeAloneSuspect(&parts_.verdicts);
+  alone_ = true;
+  Judge({Delivered()});
+  EXPECT_TRUE(Is(batch_.out[0], Outcome::kPublished));
+  EXPECT_TRUE(parts_.verdicts.suspects().empty());
+  EXPECT_FALSE(HeldBack(2, "k"));
+}
+
+TEST_F(VerdictTest, JudgingASuspectSentAloneEndsItsSinksTurn) {
+  batch_.Add(1, "orders.a", "k");
+  MakeAloneSuspect(&parts_.verdicts);
+  parts_.verdicts.suspects().SentAlone("kafka", Id(1), 7, SteadyMs());
+  uint64_t ticket = 0;
+  ASSERT_TRUE(parts_.verdicts.suspects().Out("kafka", SteadyMs(), &ticket));
+  EXPECT_EQ(ticket, 7u);
+  alone_ = true;
+  answered_others_ = true;
+  g_interrupted = true;  // even with no verdict (shutting down)
+  Judge({Retriable("interrupted")});
+  EXPECT_TRUE(Is(batch_.out[0], Outcome::kUntouched));
+  EXPECT_FALSE(parts_.verdicts.suspects().Out("kafka", SteadyMs(), &ticket));
 }
 
 TEST_F(VerdictTest, AnEventLostWithAConnectionWaitsBehindAnEarlierFailureOfItsKey) {
@@ -347,67 +372,8 @@ TEST_F(VerdictTest, AnEventLostWithAConnectionWaitsBehindAnEarlierFailureOfItsKe
   EXPECT_TRUE(Is(batch_.out[0], Outcome::kRetry));
   EXPECT_TRUE(Is(batch_.out[1], Outcome::kPark));  // never sent ahead of it
   EXPECT_EQ(batch_.out[1].attempts, 0);
+  EXPECT_GE(batch_.out[1].next_attempt_us, batch_.out[0].next_attempt_us);
   EXPECT_EQ(broker->AllIds(), std::vector<std::string>{Id(1)});
-}
-
-TEST_F(VerdictTest, LateEventsLostWithAConnectionWaitWithoutAnAttemptAndTheSinkWaitsInFull) {
-  batch_.Add(1, "orders.a", "k");
-  batch_.Add(2, "orders.b");
-  Judge({LostWithConnection(), Delivered()});  // no payload left to try alone with
-  EXPECT_TRUE(Is(batch_.out[0], Outcome::kPark));
-  EXPECT_EQ(batch_.out[0].attempts, 0);
-  EXPECT_TRUE(parts_.sinks["kafka"].wait_in_full);
-  EXPECT_TRUE(HeldBack(3, "k"));
-}
-
-TEST_F(VerdictTest, NothingIsTriedAlonePastTheWindowsAckWait) {
-  // Other sinks' answers are waited for until then: retries alone after it
-  // would push them to later cycles.
-  batch_.Add(1, "orders.a", "a");
-  batch_.Add(2, "orders.a", "b");
-  std::shared_ptr<FakeBroker> broker = BrokerNamed("kafka");
-  Sink *sink = parts_.sinks.SinkFor("kafka", &parts_.sinks["kafka"]);
-  alone_until_ms_ = SteadyMs() - 1;
-  Judge({Delivered(), LostWithConnection()}, sink);
-  EXPECT_TRUE(broker->calls.empty());
-  EXPECT_TRUE(Is(batch_.out[1], Outcome::kPark));
-  EXPECT_EQ(batch_.out[1].attempts, 0);
-}
-
-TEST_F(VerdictTest, AGroupLostOnlyWithConnectionsIsDownWhenItsFirstEventAloneFindsNoBroker) {
-  batch_.Add(1, "orders.a", "k");
-  batch_.Add(2, "orders.b");
-  std::shared_ptr<FakeBroker> broker = BrokerNamed("kafka");
-  broker->script = [](const OutMessage &, int) { return Retriable("connection refused"); };
-  Sink *sink = parts_.sinks.SinkFor("kafka", &parts_.sinks["kafka"]);
-  Judge({LostWithConnection(), LostWithConnection()}, sink);
-  EXPECT_TRUE(parts_.sinks["kafka"].down);
-  EXPECT_EQ(broker->AllIds(), std::vector<std::string>{Id(1)});  // one tried alone
-  for (const RowOutcome &out : batch_.out) {
-    EXPECT_TRUE(Is(out, Outcome::kPark));
-    EXPECT_EQ(out.attempts, 0);
-  }
-}
-
-TEST_F(VerdictTest, AGroupLostOnlyWithConnectionsOverItsFirstEventChargesThatEventAlone) {
-  // With one connection (or the culprit first on each), nothing went through:
-  // without a retry alone the sink would be down, charge nobody, and meet
-  // the culprit again on every try.
-  batch_.Add(1, "orders.a", "k");
-  batch_.Add(2, "orders.a", "j");
-  batch_.Add(3, "orders.b");
-  std::shared_ptr<FakeBroker> broker = BrokerNamed("kafka");
-  broker->script = [](const OutMessage &m, int) {
-    return m.id == Id(1) ? LostWithConnection() : Delivered();
-  };
-  Sink *sink = parts_.sinks.SinkFor("kafka", &parts_.sinks["kafka"]);
-  Judge({LostWithConnection(), LostWithConnection(), LostWithConnection()}, sink);
-  EXPECT_FALSE(parts_.sinks["kafka"].down);
-  EXPECT_TRUE(Is(batch_.out[0], Outcome::kRetry));
-  EXPECT_EQ(batch_.out[0].attempts, 1);
-  EXPECT_TRUE(Is(batch_.out[1], Outcome::kPublished));
-  EXPECT_TRUE(Is(batch_.out[2], Outcome::kPublished));
-  EXPECT_EQ(broker->AllIds(), (std::vector<std::string>{Id(1), Id(2), Id(3)}));
 }
 
 TEST_F(VerdictTest, AnInterruptedCallLeavesItsFailuresUntouchedAndRemembersTheirKeys) {

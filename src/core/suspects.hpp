@@ -1,0 +1,83 @@
+// Suspects: events lost with a connection (Delivery::connection_lost). A
+// broker may close a connection over one message (MQTT 3.1.1 past its packet
+// size, NATS past max_payload, a RabbitMQ channel error): every message in
+// flight on it is lost, and nothing says which one was the cause. Charging
+// them all would kill innocent events; charging none would let the cause
+// come back for good, taking its neighbours down with it each time.
+//
+// So an event lost with others is sent with others once more (a broker
+// restart loses a whole window, which then goes through together); lost so
+// twice, it is sent alone from then on, one such event per sink at a time,
+// in a group of its own through the pipeline (never waited for outside the
+// window, so it holds nothing but its own key). Lost alone while the sink
+// answers other events, it is the cause: the second such loss in a row, and
+// every one after it, counts an attempt (the first is forgiven: a network
+// that drops connections now and then loses an event alone too, now and
+// then). Through alone, or dead, it is forgotten.
+//
+// This is memory, not state: a publisher that restarts, or a key slot that
+// moves, starts the events afresh (sent with others), which costs at most
+// more tries, never an event. At most kMaxSuspects are kept; past that the
+// oldest ids (UUIDv7: the earliest events) are forgotten first.
+//
+// Threading: the publisher's main thread only (the Dispatcher's). Methods
+// that add may throw bad_alloc before they change anything; the rest do not
+// throw.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+
+namespace outbox {
+
+class Suspects {
+ public:
+  static constexpr size_t kMaxSuspects = 4096;
+  // How long an event sent alone keeps its sink's turn at most when its
+  // answer is never judged (its batch or late group was given up without
+  // a verdict; those paths clear the turn themselves).
+  static constexpr int64_t kTurnMs = 300000;
+
+  bool empty() const noexcept { return by_id_.empty(); }
+  size_t size() const noexcept { return by_id_.size(); }
+
+  // Event `id` of sink `sink` was lost with its connection, sent with
+  // others. Returns whether it is to be sent alone from now on.
+  bool LostWithOthers(std::string_view id, std::string_view sink);
+  // Whether event `id` is to be sent alone on `sink`.
+  bool SendsAlone(std::string_view id, std::string_view sink) const noexcept;
+  // Event `id`, sent alone, failed while its sink answered others. Returns
+  // how many times in a row that happened (1 when it was not known).
+  int FailedAlone(std::string_view id);
+  // It went through, or is dead: nothing more to suspect.
+  void Forget(std::string_view id) noexcept;
+
+  // Whose turn it is to be sent alone on `sink`: true, with the ticket of
+  // the batch that sent it, while an event of that sink is out alone and
+  // not yet judged (at most kTurnMs after it was sent, now_ms on SteadyMs).
+  bool Out(std::string_view sink, int64_t now_ms, uint64_t *ticket) const noexcept;
+  void SentAlone(std::string_view sink, std::string_view id, uint64_t ticket, int64_t now_ms);
+  // The event out alone on `sink` was judged (or `id` is not it: nothing).
+  void Judged(std::string_view sink, std::string_view id) noexcept;
+  // Every batch and late group was given up: nobody is out alone.
+  void ClearTurns() noexcept { out_.clear(); }
+
+ private:
+  struct Suspect {
+    std::string sink;
+    bool alone = false;    // lost with others twice: sent alone
+    int failed_alone = 0;  // failures alone in a row
+  };
+  struct Turn {
+    std::string id;
+    uint64_t ticket = 0;
+    int64_t until_ms = 0;
+  };
+  std::map<std::string, Suspect, std::less<>> by_id_;
+  std::map<std::string, Turn, std::less<>> out_;  // by sink
+};
+
+}  // namespace outbox

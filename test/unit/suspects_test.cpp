@@ -1,0 +1,82 @@
+// Suspects on their own: which events lost with a connection are sent alone,
+// how their failures alone are counted, whose turn it is on a sink, and the
+// bound on what is remembered.
+#include "core/suspects.hpp"
+#include "dispatch_support.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+namespace outbox {
+namespace {
+
+using test_support::Id;
+
+TEST(SuspectsTest, AnEventLostWithOthersTwiceOnTheSameSinkIsSentAlone) {
+  Suspects s;
+  EXPECT_FALSE(s.LostWithOthers(Id(1), "mq"));
+  EXPECT_FALSE(s.SendsAlone(Id(1), "mq"));
+  EXPECT_TRUE(s.LostWithOthers(Id(1), "mq"));
+  EXPECT_TRUE(s.SendsAlone(Id(1), "mq"));
+  EXPECT_FALSE(s.SendsAlone(Id(1), "other")) << "another sink knows nothing of it";
+  EXPECT_FALSE(s.SendsAlone(Id(2), "mq"));
+}
+
+TEST(SuspectsTest, ARouteToAnotherSinkStartsTheEventAfresh) {
+  Suspects s;
+  s.LostWithOthers(Id(1), "mq");
+  s.LostWithOthers(Id(1), "mq");
+  EXPECT_FALSE(s.LostWithOthers(Id(1), "nats"));
+  EXPECT_FALSE(s.SendsAlone(Id(1), "nats"));
+  EXPECT_FALSE(s.SendsAlone(Id(1), "mq"));
+  EXPECT_TRUE(s.LostWithOthers(Id(1), "nats"));
+}
+
+TEST(SuspectsTest, FailuresAloneAreCountedInARowUntilForgotten) {
+  Suspects s;
+  s.LostWithOthers(Id(1), "mq");
+  s.LostWithOthers(Id(1), "mq");
+  EXPECT_EQ(s.FailedAlone(Id(1)), 1);
+  EXPECT_EQ(s.FailedAlone(Id(1)), 2);
+  s.Forget(Id(1));
+  EXPECT_TRUE(s.empty());
+  EXPECT_EQ(s.FailedAlone(Id(1)), 1) << "unknown: as if for the first time";
+  s.Forget(Id(9));  // unknown: nothing
+}
+
+TEST(SuspectsTest, OneEventPerSinkIsOutAloneUntilItIsJudgedOrItsTurnRunsOut) {
+  Suspects s;
+  const int64_t now = 1000;
+  uint64_t ticket = 0;
+  EXPECT_FALSE(s.Out("mq", now, &ticket));
+  s.SentAlone("mq", Id(1), 42, now);
+  ASSERT_TRUE(s.Out("mq", now, &ticket));
+  EXPECT_EQ(ticket, 42u);
+  EXPECT_FALSE(s.Out("nats", now, &ticket)) << "other sinks have their own turn";
+  s.Judged("mq", Id(2));  // not the one out: nothing
+  EXPECT_TRUE(s.Out("mq", now, &ticket));
+  EXPECT_FALSE(s.Out("mq", now + Suspects::kTurnMs, &ticket)) << "never judged: the turn ends";
+  s.Judged("mq", Id(1));
+  EXPECT_FALSE(s.Out("mq", now, &ticket));
+  s.SentAlone("mq", Id(3), 43, now);
+  s.ClearTurns();
+  EXPECT_FALSE(s.Out("mq", now, &ticket));
+}
+
+TEST(SuspectsTest, PastItsBoundTheOldestEventsAreForgottenFirst) {
+  Suspects s;
+  for (size_t n = 1; n <= Suspects::kMaxSuspects + 2; ++n) {
+    s.LostWithOthers(Id(static_cast<int>(n)), "mq");
+    s.LostWithOthers(Id(static_cast<int>(n)), "mq");
+  }
+  EXPECT_EQ(s.size(), Suspects::kMaxSuspects);
+  EXPECT_FALSE(s.SendsAlone(Id(1), "mq"));
+  EXPECT_FALSE(s.SendsAlone(Id(2), "mq"));
+  EXPECT_TRUE(s.SendsAlone(Id(3), "mq"));
+  EXPECT_TRUE(s.SendsAlone(Id(static_cast<int>(Suspects::kMaxSuspects) + 2), "mq"));
+}
+
+}  // namespace
+}  // namespace outbox
