@@ -89,6 +89,8 @@ source "$REPO/test/lib/processes.sh"
 SUITE_LOGS=$REPO/test/results/logs
 
 banner() { printf '\n===== %s =====\n' "$*"; }
+# Whether an exit status is timeout(1)'s (124) or its -k KILL's (137).
+timed_out() { (($1 == 124 || $1 == 137)); }
 
 # record SUITE pass|fail [note] [ended]: ended, the second of the run at
 # which a background suite ended, when that was before its result is taken.
@@ -805,6 +807,9 @@ if [[ -n $TIDY_PID ]]; then
   cat "$SUITE_LOGS/tidy.log"
   if wait "$TIDY_PID"; then
     record tidy pass "" "$(ended_at "$SUITE_LOGS/tidy.log")"
+  elif timed_out $?; then
+    record tidy fail "stopped at its time budget before it checked every file" \
+      "$(ended_at "$SUITE_LOGS/tidy.log")"
   else
     # test/tidy.sh prints "----- FILE -----" before each file's reports.
     while read -r f; do
@@ -823,6 +828,11 @@ if [[ -n $FUZZ_PID ]]; then
   if wait "$FUZZ_PID"; then
     record fuzz pass "" "$(ended_at "$SUITE_LOGS/fuzz.log")"
     rm -rf "$FUZZ_DIR"
+  elif timed_out $?; then
+    # timeout(1) stopped it: no crash, the machine was too slow for its
+    # budget (the log says how far it got).
+    record fuzz fail "stopped at its time budget, not a crash (see how far it got)" \
+      "$(ended_at "$SUITE_LOGS/fuzz.log")"
   else
     record fuzz fail "crash inputs named above" "$(ended_at "$SUITE_LOGS/fuzz.log")"
   fi

@@ -34,6 +34,23 @@ void Suspects::Forget(std::string_view id) noexcept {
   if (it != by_id_.end()) by_id_.erase(it);
 }
 
+bool Suspects::LostAloneUnanswered(std::string_view sink, std::string_view id) {
+  auto it = unanswered_.find(sink);
+  if (it == unanswered_.end()) {
+    unanswered_.emplace(std::string(sink), std::string(id));
+    return false;
+  }
+  const bool another = it->second != id;
+  it->second = std::string(id);
+  return another;
+}
+
+void Suspects::SinkAnswered(std::string_view sink) noexcept {
+  if (unanswered_.empty()) return;
+  auto it = unanswered_.find(sink);
+  if (it != unanswered_.end()) unanswered_.erase(it);
+}
+
 bool Suspects::Out(std::string_view sink, int64_t now_ms, uint64_t *ticket) const noexcept {
   auto it = out_.find(sink);
   if (it == out_.end() || now_ms >= it->second.until_ms) return false;

@@ -55,6 +55,15 @@ class Suspects {
   // It went through, or is dead: nothing more to suspect.
   void Forget(std::string_view id) noexcept;
 
+  // Event `id`, sent alone on `sink`, was lost with its connection while the
+  // sink answered nothing else. Returns whether the last such loss on the
+  // sink was another event's: then the broker closes every connection, not
+  // one over a message (the sink is down, nobody is charged); the same event
+  // again is the message's doing. SinkAnswered (the sink delivered
+  // something) ends the series.
+  bool LostAloneUnanswered(std::string_view sink, std::string_view id);
+  void SinkAnswered(std::string_view sink) noexcept;
+
   // Whose turn it is to be sent alone on `sink`: true, with the ticket of
   // the batch that sent it, while an event of that sink is out alone and
   // not yet judged (at most kTurnMs after it was sent, now_ms on SteadyMs).
@@ -78,6 +87,8 @@ class Suspects {
   };
   std::map<std::string, Suspect, std::less<>> by_id_;
   std::map<std::string, Turn, std::less<>> out_;  // by sink
+  // By sink: the last event lost alone while the sink answered nothing else.
+  std::map<std::string, std::string, std::less<>> unanswered_;
 };
 
 }  // namespace outbox

@@ -150,6 +150,7 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
   if (j.alone) {
     for (size_t i : members) suspects_.Judged(sink_name, rows[i].id);
   }
+  if (delivered > 0 && !j.retired) suspects_.SinkAnswered(sink_name);
 
   // Nothing delivered and nothing refused, only transient failures (beside
   // targets a broker refused, which say nothing of the others: a refused
@@ -160,13 +161,20 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
   // a lost connection, which the broker may have closed over one message
   // (the first on every connection; with one connection, any): those
   // events become suspects (below), and the sink is judged by what they do
-  // alone. A suspect failing alone is the sink's trouble only when the sink
-  // answered nothing else meanwhile.
+  // alone. A suspect failing alone while the sink answered nothing else is
+  // the sink's trouble when it could not connect or got no answer, or when
+  // the last suspect lost alone so was another event (a broker that closes
+  // every connection); lost alone so again after its own last such loss, it
+  // is the message's doing (a quiet sink, or a culprit first in every
+  // batch, would otherwise keep the sink down for good, charging nobody).
   const bool looks_down = !j.partial && delivered == 0 && transient > 0 &&
                           transient + held_back + target_refused + target_down == results.size() &&
                           !interrupted_now;
   const bool lost_only = lost == transient;
-  const bool down = looks_down && (j.alone ? !j.answered_others : !lost_only);
+  bool down = looks_down && (j.alone ? !j.answered_others : !lost_only);
+  if (down && j.alone && lost_only && !j.retired) {
+    down = suspects_.LostAloneUnanswered(sink_name, rows[members.front()].id);
+  }
   if (down) {
     state->failures++;
     const int64_t wait_ms =
@@ -243,8 +251,9 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
       continue;
     }
     if (result.status == DeliveryStatus::kRetriable && j.alone) {
-      // A suspect alone failed while its sink answered others (else the
-      // sink is down, above): it is the cause. Forgiven kForgivenAlone
+      // A suspect alone failed while its sink answered others, or was lost
+      // alone with its connection (else the sink is down, above): it is the
+      // cause. Forgiven kForgivenAlone
       // times in a row (a connection that drops now and then loses an
       // event alone too), then each such failure counts an attempt.
       if (suspects_.FailedAlone(rows[i].id) > kForgivenAlone) {

@@ -142,9 +142,10 @@ my $baseline = $p99_alone0 > $p99_alone ? $p99_alone0 : $p99_alone;
 # a stall lasts the publisher's own limit for an unanswered batch (seconds,
 # up to 30 s). Its healthy events also share their cycles with those late
 # batches, so on a loaded machine their p99 runs to a few times phase A's
-# (a CI run at load 10: 363 ms against 87): the bound is five times the
-# baseline and at least half a second, far below any stall.
-my $bound0 = $baseline * 5 + 100 > 500 ? $baseline * 5 + 100 : 500;
+# (a CI run at load 10: 363 ms against 87; a run beside another full run:
+# 922 against 134): the bound is five times the baseline and at least a
+# second and a half, far below any stall.
+my $bound0 = $baseline * 5 + 100 > 1500 ? $baseline * 5 + 100 : 1500;
 my $p99_unlimited = phase('D, with a topic the cluster lacks, on a sink with message.timeout.ms=0',
 	'missing0.e', 'good0.e');
 cmp_ok($p99_unlimited, '<', $bound0,

@@ -13,6 +13,9 @@
 # would charge nobody and meet the culprits again on every try, for good),
 # and a burst of culprits from a role that may only emit: the culprits end
 # dead, the other keys' events are all published, promptly, none charged.
+# A quiet sink with one connection: the culprit and its key's next event,
+# nothing else, so nothing but the culprit alone tells the broker's fault
+# from the message's (were that the sink down, it would be for good).
 # Last, the broker 20 ms away (a relay on loopback) and a culprit a second:
 # finding the culprits never delays another sink's events (retries alone
 # that the cycle waited for did, by seconds).
@@ -131,6 +134,22 @@ cmp_ok($node->safe_psql('postgres', q{SELECT round(1000 * extract(epoch FROM
 	percentile_cont(0.5) WITHIN GROUP (ORDER BY published_at - created_at)))
 	FROM outbox.events WHERE payload ? 'b'}), '<', 1000,
 	'their median time to publish stays under a second');
+
+# The quiet sink.
+my $log_offset = -s $node->logfile;
+$node->safe_psql('postgres', $mq->sink_sql('quiet', protocol => '3.1.1', connections => 1));
+$node->safe_psql('postgres', q{SELECT outbox.add_route('dq.*', 'quiet')});
+$node->safe_psql('postgres', q{
+	SELECT outbox.emit('dq.t', jsonb_build_object('quiet_culprit', repeat('x', 8000)), 'kq');
+	SELECT outbox.emit('dq.t', '{"quiet": "after"}', 'kq');});
+ok(defined wait_until(sub {
+	$node->safe_psql('postgres', q{SELECT string_agg(status || ':' || attempts, ',' ORDER BY id)
+	  FROM outbox.events WHERE topic = 'dq.t'}) eq 'dead:4,published:0' }, 60),
+	'on a quiet sink the culprit ends dead after max_attempts, and its key goes on')
+  or diag($node->safe_psql('postgres', q{SELECT status, attempts, last_error FROM outbox.events
+	  WHERE topic = 'dq.t' ORDER BY id}));
+unlike(slurp_file($node->logfile, $log_offset), qr/sink "quiet" is unavailable/,
+	'and the sink is never judged down for it');
 
 # The broker 20 ms away: sink "far" reaches it through a relay that delays
 # every chunk, sink "near" directly. Ten events a round on each, a round

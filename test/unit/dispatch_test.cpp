@@ -814,6 +814,51 @@ TEST_F(DispatcherTest, ASuspectAloneThatFindsNoBrokerMakesTheSinkDownWithoutAnAt
   EXPECT_EQ(CountLogs(LogLevel::kWarning, "sink \"kafka\" is unavailable"), 1) << AllLogs();
 }
 
+TEST_F(DispatcherTest, ALoneCulpritOnAQuietSinkEndsDeadAndNeverTakesTheSinkDown) {
+  // Nothing else reaches the sink (its key's next event waits behind it):
+  // only what the culprit does alone can tell.
+  ConfigureOneSink();
+  Broker("kafka").pipelined = true;
+  Broker("kafka").script = ClosesTheConnectionOver(Id(1));
+  Event culprit = Ev(1, "orders.a", "k");
+  int64_t now = kNow;
+  int rounds = 0;
+  for (; rounds < 12; ++rounds, now += 2 * kMaxUs) {
+    const auto out = Dispatch({culprit}, now);
+    culprit.attempts = out[0].attempts;
+    if (Is(out[0], Outcome::kDead)) break;
+  }
+  EXPECT_EQ(culprit.attempts, kMaxAttempts);
+  // Twice with others (it was alone in its batch, but not sent alone), once
+  // forgiven alone, then charged each time.
+  EXPECT_EQ(rounds + 1, 2 + 1 + kMaxAttempts);
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, "unavailable"), 0) << AllLogs();
+}
+
+TEST_F(DispatcherTest, EventsLostWithACulpritFirstInEveryBatchAreAllPublished) {
+  // One connection, and the culprit the oldest event: everything after it
+  // is lost with it, every time, and nothing else reaches the sink.
+  ConfigureOneSink();
+  Broker("kafka").pipelined = true;
+  Broker("kafka").script = ClosesTheConnectionOver(Id(1));
+  std::vector<Event> pending = {Ev(1, "orders.a", "c"), Ev(2, "orders.a", "a"),
+                                Ev(3, "orders.a", "b"), Ev(4, "orders.a", "d")};
+  int64_t now = kNow;
+  for (int round = 0; round < 30 && !pending.empty(); ++round, now += 2 * kMaxUs) {
+    const auto out = Dispatch(pending, now);
+    std::vector<Event> left;
+    for (size_t i = 0; i < pending.size(); ++i) {
+      if (Is(out[i], Outcome::kDead)) EXPECT_EQ(pending[i].id, Id(1)) << "only the culprit dies";
+      if (Is(out[i], Outcome::kPublished) || Is(out[i], Outcome::kDead)) continue;
+      pending[i].attempts = out[i].attempts;
+      left.push_back(pending[i]);
+    }
+    pending = left;
+  }
+  EXPECT_TRUE(pending.empty()) << pending.size() << " left";
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, "unavailable"), 0) << AllLogs();
+}
+
 TEST_F(DispatcherTest, ASuspectAloneInAPipelinedWindowHoldsItsSinksTurnForTheWholeWindow) {
   ConfigureOneSink();
   Broker("kafka").script = [](const OutMessage &m, int) {

@@ -65,6 +65,18 @@ TEST(SuspectsTest, OneEventPerSinkIsOutAloneUntilItIsJudgedOrItsTurnRunsOut) {
   EXPECT_FALSE(s.Out("mq", now, &ticket));
 }
 
+TEST(SuspectsTest, LossesAloneWithNothingElseAnsweredTellTheBrokerFromTheMessage) {
+  Suspects s;
+  EXPECT_FALSE(s.LostAloneUnanswered("mq", Id(1))) << "the first: the message's";
+  EXPECT_FALSE(s.LostAloneUnanswered("mq", Id(1))) << "the same again: the message's";
+  EXPECT_TRUE(s.LostAloneUnanswered("mq", Id(2))) << "another after it: the broker's";
+  EXPECT_TRUE(s.LostAloneUnanswered("mq", Id(1)));
+  EXPECT_FALSE(s.LostAloneUnanswered("nats", Id(3))) << "each sink has its own series";
+  s.SinkAnswered("mq");
+  EXPECT_FALSE(s.LostAloneUnanswered("mq", Id(2))) << "an answer ends the series";
+  s.SinkAnswered("other");  // nothing noted: nothing
+}
+
 TEST(SuspectsTest, PastItsBoundTheOldestEventsAreForgottenFirst) {
   Suspects s;
   for (size_t n = 1; n <= Suspects::kMaxSuspects + 2; ++n) {

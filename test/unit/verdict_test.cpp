@@ -314,20 +314,65 @@ TEST_F(VerdictTest, ASuspectLostAloneWhileTheSinkAnswersOthersIsForgivenOnceThen
   EXPECT_TRUE(parts_.verdicts.suspects().empty());
 }
 
-TEST_F(VerdictTest, ASuspectFailingAloneWhileTheSinkAnswersNothingElseMakesTheSinkDown) {
+TEST_F(VerdictTest, ASuspectLostAloneWhileNothingElseAnswersIsChargedFromItsSecondLoss) {
+  // A quiet sink, or a culprit first in every batch: nothing else answers,
+  // and a sink judged down would charge nobody and meet it again for good.
   batch_.Add(1, "orders.a", "k");
   MakeAloneSuspect(&parts_.verdicts);
   alone_ = true;
   answered_others_ = false;
-  Judge({LostWithConnection()});  // a broker that closes every connection
+  Judge({LostWithConnection()});
+  EXPECT_TRUE(Is(batch_.out[0], Outcome::kPark));
+  EXPECT_EQ(batch_.out[0].attempts, 0);
+  Judge({LostWithConnection()});
+  EXPECT_TRUE(Is(batch_.out[0], Outcome::kRetry));
+  EXPECT_EQ(batch_.out[0].attempts, 1);
+  EXPECT_FALSE(parts_.sinks["kafka"].down);
+}
+
+TEST_F(VerdictTest, DifferentSuspectsLostAloneWhileNothingElseAnswersMakeTheSinkDown) {
+  // A broker that closes every connection: nobody is charged.
+  parts_.verdicts.suspects().LostWithOthers(Id(2), "kafka");
+  parts_.verdicts.suspects().LostWithOthers(Id(2), "kafka");
+  MakeAloneSuspect(&parts_.verdicts);
+  alone_ = true;
+  answered_others_ = false;
+  batch_.Add(1, "orders.a", "k");
+  Judge({LostWithConnection()});  // the first such loss: the event's, forgiven
+  EXPECT_FALSE(parts_.sinks["kafka"].down);
+  for (int n : {2, 1, 2}) {
+    batch_ = PartsBatch();
+    batch_.Add(n, "orders.a", "k" + std::to_string(n));
+    Judge({LostWithConnection()});
+    EXPECT_TRUE(parts_.sinks["kafka"].down) << n;
+    EXPECT_TRUE(Is(batch_.out[0], Outcome::kPark)) << n;
+    EXPECT_EQ(batch_.out[0].attempts, 0) << n;
+    parts_.sinks["kafka"].down = false;
+  }
+  // A delivery ends the series: the next loss alone is the event's again.
+  batch_ = PartsBatch();
+  batch_.Add(3, "orders.b");
+  alone_ = false;
+  Judge({Delivered()});
+  batch_ = PartsBatch();
+  batch_.Add(1, "orders.a", "k");
+  alone_ = true;
+  Judge({LostWithConnection()});
+  EXPECT_FALSE(parts_.sinks["kafka"].down);
+  EXPECT_TRUE(Is(batch_.out[0], Outcome::kRetry)) << "its second failure alone";
+}
+
+TEST_F(VerdictTest, ASuspectAloneThatFindsNoBrokerWhileNothingElseAnswersMakesTheSinkDown) {
+  batch_.Add(1, "orders.a", "k");
+  MakeAloneSuspect(&parts_.verdicts);
+  alone_ = true;
+  answered_others_ = false;
+  Judge({Retriable("connection refused")});
   EXPECT_TRUE(parts_.sinks["kafka"].down);
   EXPECT_TRUE(Is(batch_.out[0], Outcome::kPark));
   EXPECT_EQ(batch_.out[0].attempts, 0);
+  // Not counted as a failure alone: the next one is still forgiven.
   parts_.sinks["kafka"].down = false;
-  Judge({Retriable("connection refused")});
-  EXPECT_TRUE(parts_.sinks["kafka"].down);
-  EXPECT_EQ(batch_.out[0].attempts, 0);
-  // Neither counted as a failure alone: the next one is still forgiven.
   answered_others_ = true;
   Judge({LostWithConnection()});
   EXPECT_EQ(batch_.out[0].attempts, 0);
