@@ -216,11 +216,14 @@ void Dispatcher::Decide(Flight *flight, size_t i, std::set<std::string> *admitte
     if (suspects.Out(route.sink, SteadyMs(), &turn)) {
       // Another one is out alone: this one is due when that one's batch is
       // finished (in this window: at once; a late answer: when it may be
-      // in). Its key's later events wait behind it.
+      // in), the ones after it a turn's length apart (TurnSpacingMs). Its
+      // key's later events wait behind it.
       const bool in_window = std::any_of(flights_.begin(), flights_.end(),
                                          [turn](const Flight &f) { return f.ticket == turn; });
+      const int64_t place = flight->turn_waiters[route.sink]++;
       out[i].outcome = Outcome::kPark;
-      out[i].next_attempt_us = settings.now_us + (in_window ? 0 : kLateRecheckUs);
+      out[i].next_attempt_us = settings.now_us + (in_window ? 0 : kLateRecheckUs) +
+                               place * suspects.TurnSpacingMs(route.sink) * kUsecPerMs;
       SetError(&out[i], "lost with its connection twice: waiting for its turn to be sent alone");
       if (row.has_key) guard_.Block(route.pattern, row.key, row.id, out[i].next_attempt_us);
       return;

@@ -273,6 +273,9 @@ class Dispatcher {
     // Rows whose route and key had an event in an earlier batch in flight
     // when this one began: decided and sent by Finish, in id order.
     std::vector<size_t> deferred;
+    // By sink: how many of its events this batch parked waiting for their
+    // turn alone (suspects.hpp), which spaces their due times.
+    std::map<std::string, int64_t> turn_waiters;
   };
 
   int RouteIndex(std::string_view topic) const;

@@ -279,7 +279,9 @@ void LateAnswers::Settle(const DispatchSettings &settings) {
     verdicts_->Judge(j, nullptr);
     if (late.alone) {
       // Judged or not (its route went), its sink's turn alone is over.
-      for (const LateRow &r : late.rows) verdicts_->suspects().Judged(late.sink_name, r.id);
+      for (const LateRow &r : late.rows) {
+        verdicts_->suspects().Judged(late.sink_name, r.id, SteadyMs());
+      }
     }
     for (size_t k = 0; k < n; ++k) {
       // Rows handed out early were judged with the group (its verdict

@@ -60,7 +60,7 @@ bool Suspects::Out(std::string_view sink, int64_t now_ms, uint64_t *ticket) cons
 
 void Suspects::SentAlone(std::string_view sink, std::string_view id, uint64_t ticket,
                          int64_t now_ms) {
-  Turn turn{std::string(id), ticket, now_ms + kTurnMs};
+  Turn turn{std::string(id), ticket, now_ms, now_ms + kTurnMs};
   auto it = out_.find(sink);
   if (it != out_.end()) {
     it->second = std::move(turn);
@@ -69,9 +69,21 @@ void Suspects::SentAlone(std::string_view sink, std::string_view id, uint64_t ti
   }
 }
 
-void Suspects::Judged(std::string_view sink, std::string_view id) noexcept {
+void Suspects::Judged(std::string_view sink, std::string_view id, int64_t now_ms) noexcept {
   auto it = out_.find(sink);
-  if (it != out_.end() && it->second.id == id) out_.erase(it);
+  if (it == out_.end() || it->second.id != id) return;
+  const int64_t took = now_ms - it->second.sent_ms;
+  try {
+    turn_ms_[it->first] = took;
+  } catch (...) {
+    // Out of memory: the spacing stays as it was.
+  }
+  out_.erase(it);
+}
+
+int64_t Suspects::TurnSpacingMs(std::string_view sink) const noexcept {
+  auto it = turn_ms_.find(sink);
+  return it == turn_ms_.end() || it->second < kMinTurnSpacingMs ? kMinTurnSpacingMs : it->second;
 }
 
 }  // namespace outbox

@@ -40,6 +40,9 @@ class Suspects {
   // answer is never judged (its batch or late group was given up without
   // a verdict; those paths clear the turn themselves).
   static constexpr int64_t kTurnMs = 300000;
+  // The least time between two events' turns alone on a sink when waiting
+  // ones are spread out (TurnSpacingMs).
+  static constexpr int64_t kMinTurnSpacingMs = 10;
 
   bool empty() const noexcept { return by_id_.empty(); }
   size_t size() const noexcept { return by_id_.size(); }
@@ -69,8 +72,15 @@ class Suspects {
   // not yet judged (at most kTurnMs after it was sent, now_ms on SteadyMs).
   bool Out(std::string_view sink, int64_t now_ms, uint64_t *ticket) const noexcept;
   void SentAlone(std::string_view sink, std::string_view id, uint64_t ticket, int64_t now_ms);
-  // The event out alone on `sink` was judged (or `id` is not it: nothing).
-  void Judged(std::string_view sink, std::string_view id) noexcept;
+  // The event out alone on `sink` was judged at now_ms (or `id` is not it:
+  // nothing): how long that took is the sink's turn spacing.
+  void Judged(std::string_view sink, std::string_view id, int64_t now_ms) noexcept;
+  // How far apart the events waiting for their turn alone on `sink` are
+  // made due: the last turn's length, at least kMinTurnSpacingMs. Due all
+  // at once, each cycle would claim them all, send one and write the rest
+  // back (a burst of a hundred such events rewrote thousands of rows a
+  // second, and filled the claims other events wait for).
+  int64_t TurnSpacingMs(std::string_view sink) const noexcept;
   // Every batch and late group was given up: nobody is out alone.
   void ClearTurns() noexcept { out_.clear(); }
 
@@ -83,10 +93,12 @@ class Suspects {
   struct Turn {
     std::string id;
     uint64_t ticket = 0;
+    int64_t sent_ms = 0;
     int64_t until_ms = 0;
   };
   std::map<std::string, Suspect, std::less<>> by_id_;
-  std::map<std::string, Turn, std::less<>> out_;  // by sink
+  std::map<std::string, Turn, std::less<>> out_;         // by sink
+  std::map<std::string, int64_t, std::less<>> turn_ms_;  // by sink: the last turn's length
   // By sink: the last event lost alone while the sink answered nothing else.
   std::map<std::string, std::string, std::less<>> unanswered_;
 };

@@ -148,7 +148,7 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
   // The event out alone on its sink (suspects.hpp) is judged: the sink's
   // turn passes to its next suspect.
   if (j.alone) {
-    for (size_t i : members) suspects_.Judged(sink_name, rows[i].id);
+    for (size_t i : members) suspects_.Judged(sink_name, rows[i].id, SteadyMs());
   }
   if (delivered > 0 && !j.retired) suspects_.SinkAnswered(sink_name);
 

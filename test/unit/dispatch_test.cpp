@@ -859,6 +859,26 @@ TEST_F(DispatcherTest, EventsLostWithACulpritFirstInEveryBatchAreAllPublished) {
   EXPECT_EQ(CountLogs(LogLevel::kWarning, "unavailable"), 0) << AllLogs();
 }
 
+TEST_F(DispatcherTest, EventsWaitingForTheirTurnAloneAreDueATurnApart) {
+  // Due all at once, every cycle would claim them all and write them back.
+  ConfigureOneSink();
+  Broker("kafka").pipelined = true;
+  Broker("kafka").script = [](const OutMessage &, int) { return LostWithConnection(); };
+  const std::vector<Event> events = {Ev(1, "orders.a", "a"), Ev(2, "orders.a", "b"),
+                                     Ev(3, "orders.a", "c"), Ev(4, "orders.a", "d")};
+  (void)Dispatch(events);
+  (void)Dispatch(events, kNow + 2 * kMaxUs);
+  Broker("kafka").script = [](const OutMessage &, int) { return Delivered(); };
+  const int64_t t = kNow + 4 * kMaxUs;
+  const auto out = Dispatch(events, t);
+  EXPECT_TRUE(Is(out[0], Outcome::kPublished));
+  const int64_t spacing = Suspects::kMinTurnSpacingMs * 1000;  // no turn took longer yet
+  for (size_t k = 1; k < 4; ++k) {
+    EXPECT_TRUE(Is(out[k], Outcome::kPark)) << k;
+    EXPECT_EQ(out[k].next_attempt_us, t + static_cast<int64_t>(k - 1) * spacing) << k;
+  }
+}
+
 TEST_F(DispatcherTest, ASuspectAloneInAPipelinedWindowHoldsItsSinksTurnForTheWholeWindow) {
   ConfigureOneSink();
   Broker("kafka").script = [](const OutMessage &m, int) {

@@ -55,10 +55,13 @@ TEST(SuspectsTest, OneEventPerSinkIsOutAloneUntilItIsJudgedOrItsTurnRunsOut) {
   ASSERT_TRUE(s.Out("mq", now, &ticket));
   EXPECT_EQ(ticket, 42u);
   EXPECT_FALSE(s.Out("nats", now, &ticket)) << "other sinks have their own turn";
-  s.Judged("mq", Id(2));  // not the one out: nothing
+  s.Judged("mq", Id(2), now);  // not the one out: nothing
   EXPECT_TRUE(s.Out("mq", now, &ticket));
   EXPECT_FALSE(s.Out("mq", now + Suspects::kTurnMs, &ticket)) << "never judged: the turn ends";
-  s.Judged("mq", Id(1));
+  EXPECT_EQ(s.TurnSpacingMs("mq"), Suspects::kMinTurnSpacingMs);
+  s.Judged("mq", Id(1), now + 250);
+  EXPECT_EQ(s.TurnSpacingMs("mq"), 250) << "the turn's length";
+  EXPECT_EQ(s.TurnSpacingMs("nats"), Suspects::kMinTurnSpacingMs);
   EXPECT_FALSE(s.Out("mq", now, &ticket));
   s.SentAlone("mq", Id(3), 43, now);
   s.ClearTurns();
