@@ -848,7 +848,9 @@ TEST_F(DispatcherTest, EventsLostWithACulpritFirstInEveryBatchAreAllPublished) {
     const auto out = Dispatch(pending, now);
     std::vector<Event> left;
     for (size_t i = 0; i < pending.size(); ++i) {
-      if (Is(out[i], Outcome::kDead)) EXPECT_EQ(pending[i].id, Id(1)) << "only the culprit dies";
+      if (Is(out[i], Outcome::kDead)) {
+        EXPECT_EQ(pending[i].id, Id(1)) << "only the culprit dies";
+      }
       if (Is(out[i], Outcome::kPublished) || Is(out[i], Outcome::kDead)) continue;
       pending[i].attempts = out[i].attempts;
       left.push_back(pending[i]);
