@@ -214,29 +214,66 @@ void Dispatcher::Decide(Flight *flight, size_t i, std::set<std::string> *admitte
     // time, so that a connection lost under it was lost over it.
     uint64_t turn = 0;
     if (suspects.Out(route.sink, SteadyMs(), &turn)) {
-      // Another one is out alone: this one is due when that one's batch is
-      // finished (in this window: at once; a late answer: when it may be
-      // in), the ones after it a turn's length apart (TurnSpacingMs). Its
-      // key's later events wait behind it.
-      const bool in_window = std::any_of(flights_.begin(), flights_.end(),
-                                         [turn](const Flight &f) { return f.ticket == turn; });
-      const int64_t place = flight->turn_waiters[route.sink]++;
-      out[i].outcome = Outcome::kPark;
-      out[i].next_attempt_us = settings.now_us + (in_window ? 0 : kLateRecheckUs) +
-                               place * suspects.TurnSpacingMs(route.sink) * kUsecPerMs;
-      SetError(&out[i], "lost with its connection twice: waiting for its turn to be sent alone");
-      if (row.has_key) guard_.Block(route.pattern, row.key, row.id, out[i].next_attempt_us);
+      WaitForTurn(flight, i, turn);
       return;
     }
-    // Not admitted: its group goes after the batch's others, so its key's
-    // later events in this batch wait behind it (its retry holds the key
-    // in the order guard) instead of going ahead in those.
-    suspects.SentAlone(route.sink, row.id, flight->ticket, SteadyMs());
-    alone->push_back(i);
+    if (suspects.TriedAlone(route.sink, row.id) && suspects.UntriedAlone(route.sink) > 0) {
+      // Lost alone since the sink last answered, while other suspects of it
+      // have not been tried: one of those in this batch takes the turn
+      // first (TakeHeldTurns).
+      flight->held_tried[route.sink].push_back(i);
+      return;
+    }
+    SendAlone(flight, i, alone);
     return;
   }
   admitted->emplace(row.id);
   (*groups)[route.sink].push_back(i);
+}
+
+void Dispatcher::WaitForTurn(Flight *flight, size_t i, uint64_t turn) {
+  // Another one is out alone: this one is due when that one's batch is
+  // finished (in this window: at once; a late answer: when it may be in),
+  // the ones after it a turn's length apart (TurnSpacingMs). Its key's
+  // later events wait behind it.
+  const EventRow &row = flight->rows[i];
+  const DispatchRoute &route = routes_[flight->route_of[i]];
+  RowOutcome *out = flight->out;
+  const bool in_window = std::any_of(flights_.begin(), flights_.end(),
+                                     [turn](const Flight &f) { return f.ticket == turn; });
+  const int64_t place = flight->turn_waiters[route.sink]++;
+  out[i].outcome = Outcome::kPark;
+  out[i].next_attempt_us = flight->settings.now_us + (in_window ? 0 : kLateRecheckUs) +
+                           place * verdicts_.suspects().TurnSpacingMs(route.sink) * kUsecPerMs;
+  SetError(&out[i], "lost with its connection twice: waiting for its turn to be sent alone");
+  if (row.has_key) guard_.Block(route.pattern, row.key, row.id, out[i].next_attempt_us);
+}
+
+void Dispatcher::SendAlone(Flight *flight, size_t i, std::vector<size_t> *alone) {
+  // Not admitted: its group goes after the batch's others, so its key's
+  // later events in this batch wait behind it (its retry holds the key in
+  // the order guard) instead of going ahead in those.
+  alone->reserve(alone->size() + 1);
+  verdicts_.suspects().SentAlone(routes_[flight->route_of[i]].sink, flight->rows[i].id,
+                                 flight->ticket, SteadyMs());
+  alone->push_back(i);
+}
+
+void Dispatcher::TakeHeldTurns(Flight *flight, std::vector<size_t> *alone) {
+  // After every row of the batch is decided, and before anything is sent:
+  // a sink whose turn no untried suspect took goes to its first tried one,
+  // and the rest wait for their turns after the untried ones'.
+  for (auto &[sink, held] : flight->held_tried) {
+    uint64_t turn = 0;
+    for (size_t i : held) {
+      if (verdicts_.suspects().Out(sink, SteadyMs(), &turn)) {
+        WaitForTurn(flight, i, turn);
+      } else {
+        SendAlone(flight, i, alone);
+      }
+    }
+  }
+  flight->held_tried.clear();
 }
 
 void Dispatcher::SendGroups(Flight *flight, std::map<std::string, std::vector<size_t>> *groups,
@@ -303,6 +340,7 @@ Dispatcher::Ticket Dispatcher::Begin(const EventRow *rows, size_t n,
       }
       Decide(flight, i, &admitted, &groups, &alone);
     }
+    TakeHeldTurns(flight, &alone);
     SendGroups(flight, &groups, alone, interrupted);
   } catch (const std::exception &e) {
     // Out of memory half-way: what this batch and the ones before it
@@ -388,6 +426,7 @@ void Dispatcher::FinishFront(Sink::InterruptCheck interrupted) {
         }
         Decide(&flight, i, &admitted, &groups, &alone);
       }
+      TakeHeldTurns(&flight, &alone);
       SendGroups(&flight, &groups, alone, interrupted);
       for (size_t g = settled; g < flight.groups.size(); ++g) {
         FinishGroup(flight, &flight.groups[g], deadline, interrupted);

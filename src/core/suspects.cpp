@@ -5,17 +5,37 @@ namespace outbox {
 bool Suspects::LostWithOthers(std::string_view id, std::string_view sink) {
   auto it = by_id_.find(id);
   if (it != by_id_.end() && it->second.sink == sink) {
-    it->second.alone = true;
+    if (!it->second.alone) {
+      ++alone_[it->second.sink];  // may throw: nothing changed yet
+      it->second.alone = true;
+    }
     return true;
   }
   if (it != by_id_.end()) {
     // Noted for another sink (its route changed): this sink starts afresh.
-    it->second = Suspect{std::string(sink), false, 0};
+    Suspect fresh{std::string(sink), false, 0};
+    NotAlone(it);
+    it->second = std::move(fresh);
     return false;
   }
   by_id_.emplace(std::string(id), Suspect{std::string(sink), false, 0});
-  if (by_id_.size() > kMaxSuspects) by_id_.erase(by_id_.begin());  // the oldest id
+  if (by_id_.size() > kMaxSuspects) {  // the oldest id
+    NotAlone(by_id_.begin());
+    by_id_.erase(by_id_.begin());
+  }
   return false;
+}
+
+void Suspects::NotAlone(ById::iterator it) noexcept {
+  if (!it->second.alone) return;
+  it->second.alone = false;
+  auto count = alone_.find(it->second.sink);
+  if (count != alone_.end() && --count->second == 0) alone_.erase(count);
+  auto tried = tried_.find(it->second.sink);
+  if (tried == tried_.end()) return;
+  auto at = tried->second.find(it->first);
+  if (at != tried->second.end()) tried->second.erase(at);
+  if (tried->second.empty()) tried_.erase(tried);
 }
 
 bool Suspects::SendsAlone(std::string_view id, std::string_view sink) const noexcept {
@@ -31,24 +51,38 @@ int Suspects::FailedAlone(std::string_view id) {
 
 void Suspects::Forget(std::string_view id) noexcept {
   auto it = by_id_.find(id);
-  if (it != by_id_.end()) by_id_.erase(it);
+  if (it == by_id_.end()) return;
+  NotAlone(it);
+  by_id_.erase(it);
 }
 
 bool Suspects::LostAloneUnanswered(std::string_view sink, std::string_view id) {
-  auto it = unanswered_.find(sink);
-  if (it == unanswered_.end()) {
-    unanswered_.emplace(std::string(sink), std::string(id));
-    return false;
-  }
-  const bool another = it->second != id;
-  it->second = std::string(id);
-  return another;
+  // Only events sent alone on the sink are kept as tried: what Forget and
+  // the bound on suspects take out of them stays out.
+  if (!SendsAlone(id, sink)) return false;
+  IdSet &tried = tried_[std::string(sink)];  // may throw: nothing changed yet
+  if (tried.count(id) != 0) return tried.size() > 1;
+  tried.emplace(std::string(id));
+  return false;
+}
+
+bool Suspects::TriedAlone(std::string_view sink, std::string_view id) const noexcept {
+  auto it = tried_.find(sink);
+  return it != tried_.end() && it->second.count(id) != 0;
+}
+
+size_t Suspects::UntriedAlone(std::string_view sink) const noexcept {
+  auto count = alone_.find(sink);
+  if (count == alone_.end()) return 0;
+  auto tried = tried_.find(sink);
+  const size_t done = tried == tried_.end() ? 0 : tried->second.size();
+  return count->second > done ? count->second - done : 0;
 }
 
 void Suspects::SinkAnswered(std::string_view sink) noexcept {
-  if (unanswered_.empty()) return;
-  auto it = unanswered_.find(sink);
-  if (it != unanswered_.end()) unanswered_.erase(it);
+  if (tried_.empty()) return;
+  auto it = tried_.find(sink);
+  if (it != tried_.end()) tried_.erase(it);
 }
 
 bool Suspects::Out(std::string_view sink, int64_t now_ms, uint64_t *ticket) const noexcept {

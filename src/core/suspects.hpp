@@ -15,6 +15,15 @@
 // that drops connections now and then loses an event alone too, now and
 // then). Through alone, or dead, it is forgotten.
 //
+// Lost alone while the sink answers nothing else, an event may be the cause
+// or the broker may close every connection; only another event going
+// through tells the two apart. So since the sink's last answer each event
+// is counted so once (tried), as the cause; the turns alone go to events not
+// tried yet before any goes again (a burst of culprits must not keep an
+// innocent suspect from its turn); one tried already and lost alone again
+// is the broker's doing (the sink is down, nobody is charged) unless it is
+// the only one tried (a quiet sink with one culprit: it ends dead).
+//
 // This is memory, not state: a publisher that restarts, or a key slot that
 // moves, starts the events afresh (sent with others), which costs at most
 // more tries, never an event. At most kMaxSuspects are kept; past that the
@@ -28,6 +37,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -59,12 +69,15 @@ class Suspects {
   void Forget(std::string_view id) noexcept;
 
   // Event `id`, sent alone on `sink`, was lost with its connection while the
-  // sink answered nothing else. Returns whether the last such loss on the
-  // sink was another event's: then the broker closes every connection, not
-  // one over a message (the sink is down, nobody is charged); the same event
-  // again is the message's doing. SinkAnswered (the sink delivered
-  // something) ends the series.
+  // sink answered nothing else: it is tried. Returns whether that is the
+  // broker's doing (the sink is down, nobody is charged): it was tried
+  // already since the sink's last answer, and so was another one.
+  // SinkAnswered (the sink delivered something) forgets who was tried.
   bool LostAloneUnanswered(std::string_view sink, std::string_view id);
+  bool TriedAlone(std::string_view sink, std::string_view id) const noexcept;
+  // How many events sent alone on `sink` are not tried (as remembered: an
+  // event deleted meanwhile still counts).
+  size_t UntriedAlone(std::string_view sink) const noexcept;
   void SinkAnswered(std::string_view sink) noexcept;
 
   // Whose turn it is to be sent alone on `sink`: true, with the ticket of
@@ -96,11 +109,18 @@ class Suspects {
     int64_t sent_ms = 0;
     int64_t until_ms = 0;
   };
-  std::map<std::string, Suspect, std::less<>> by_id_;
+  using IdSet = std::set<std::string, std::less<>>;
+  using ById = std::map<std::string, Suspect, std::less<>>;
+  // No longer sent alone on its sink: out of its sink's count and tried set.
+  void NotAlone(ById::iterator it) noexcept;
+
+  ById by_id_;
+  std::map<std::string, size_t, std::less<>> alone_;     // by sink: how many are sent alone
   std::map<std::string, Turn, std::less<>> out_;         // by sink
   std::map<std::string, int64_t, std::less<>> turn_ms_;  // by sink: the last turn's length
-  // By sink: the last event lost alone while the sink answered nothing else.
-  std::map<std::string, std::string, std::less<>> unanswered_;
+  // By sink: the events sent alone on it lost while it answered nothing
+  // else, since its last answer (each one a suspect sent alone on it).
+  std::map<std::string, IdSet, std::less<>> tried_;
 };
 
 }  // namespace outbox

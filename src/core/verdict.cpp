@@ -163,10 +163,11 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
   // events become suspects (below), and the sink is judged by what they do
   // alone. A suspect failing alone while the sink answered nothing else is
   // the sink's trouble when it could not connect or got no answer, or when
-  // the last suspect lost alone so was another event (a broker that closes
-  // every connection); lost alone so again after its own last such loss, it
-  // is the message's doing (a quiet sink, or a culprit first in every
-  // batch, would otherwise keep the sink down for good, charging nobody).
+  // it was lost so before since the sink's last answer and another one was
+  // too (a broker that closes every connection); otherwise it is the
+  // message's doing (a quiet sink, a culprit first in every batch, or a
+  // burst of culprits would otherwise keep the sink down for good, charging
+  // nobody).
   const bool looks_down = !j.partial && delivered == 0 && transient > 0 &&
                           transient + held_back + target_refused + target_down == results.size() &&
                           !interrupted_now;
@@ -264,6 +265,7 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
         ParkWithoutAttempt(rows[i], route, result.error + " (sent alone: not counted yet)",
                            settings, &out[i]);
       }
+      BackOfTheLine(rows[i], route, sink_name, settings, &out[i]);
       continue;
     }
     if (result.status == DeliveryStatus::kRetriable && result.connection_lost) {
@@ -401,6 +403,19 @@ void Verdicts::ParkWithoutAttempt(const EventRow &row, const DispatchRoute &rout
       BackoffMs(1, settings.backoff_min_ms, settings.backoff_max_ms, Random()) * kUsecPerMs;
   SetError(out, error);
   if (row.has_key) guard_->Block(route.pattern, row.key, row.id, out->next_attempt_us);
+}
+
+void Verdicts::BackOfTheLine(const EventRow &row, const DispatchRoute &route,
+                             const std::string &sink_name, const DispatchSettings &settings,
+                             RowOutcome *out) {
+  if (out->outcome != Outcome::kPark && out->outcome != Outcome::kRetry) return;
+  const int64_t waiting = static_cast<int64_t>(suspects_.UntriedAlone(sink_name));
+  const int64_t behind_ms =
+      std::min(waiting * suspects_.TurnSpacingMs(sink_name), Suspects::kTurnMs);
+  const int64_t due = settings.now_us + behind_ms * kUsecPerMs;
+  if (due <= out->next_attempt_us) return;
+  out->next_attempt_us = due;
+  if (row.has_key) guard_->Block(route.pattern, row.key, row.id, due);
 }
 
 bool Verdicts::ParkBehindEarlier(const EventRow &row, const DispatchRoute &route,

@@ -68,16 +68,52 @@ TEST(SuspectsTest, OneEventPerSinkIsOutAloneUntilItIsJudgedOrItsTurnRunsOut) {
   EXPECT_FALSE(s.Out("mq", now, &ticket));
 }
 
+void MakeAlone(Suspects *s, int id, const char *sink) {
+  s->LostWithOthers(Id(id), sink);
+  s->LostWithOthers(Id(id), sink);
+}
+
 TEST(SuspectsTest, LossesAloneWithNothingElseAnsweredTellTheBrokerFromTheMessage) {
   Suspects s;
+  for (int id : {1, 2, 3}) MakeAlone(&s, id, "mq");
+  MakeAlone(&s, 4, "nats");
+  EXPECT_EQ(s.UntriedAlone("mq"), 3u);
   EXPECT_FALSE(s.LostAloneUnanswered("mq", Id(1))) << "the first: the message's";
-  EXPECT_FALSE(s.LostAloneUnanswered("mq", Id(1))) << "the same again: the message's";
-  EXPECT_TRUE(s.LostAloneUnanswered("mq", Id(2))) << "another after it: the broker's";
-  EXPECT_TRUE(s.LostAloneUnanswered("mq", Id(1)));
-  EXPECT_FALSE(s.LostAloneUnanswered("nats", Id(3))) << "each sink has its own series";
+  EXPECT_TRUE(s.TriedAlone("mq", Id(1)));
+  EXPECT_FALSE(s.LostAloneUnanswered("mq", Id(1))) << "the only one tried, again: the message's";
+  EXPECT_FALSE(s.LostAloneUnanswered("mq", Id(2))) << "another, not tried yet: its own";
+  EXPECT_FALSE(s.LostAloneUnanswered("mq", Id(3))) << "a burst of culprits: each its own";
+  EXPECT_EQ(s.UntriedAlone("mq"), 0u);
+  EXPECT_TRUE(s.LostAloneUnanswered("mq", Id(1))) << "tried already, and others too: the broker's";
+  EXPECT_TRUE(s.LostAloneUnanswered("mq", Id(2)));
+  EXPECT_FALSE(s.LostAloneUnanswered("nats", Id(4))) << "each sink has its own series";
+  EXPECT_EQ(s.UntriedAlone("nats"), 0u);
   s.SinkAnswered("mq");
-  EXPECT_FALSE(s.LostAloneUnanswered("mq", Id(2))) << "an answer ends the series";
+  EXPECT_FALSE(s.TriedAlone("mq", Id(1)));
+  EXPECT_EQ(s.UntriedAlone("mq"), 3u) << "an answer ends the series";
+  EXPECT_FALSE(s.LostAloneUnanswered("mq", Id(2)));
+  EXPECT_FALSE(s.LostAloneUnanswered("mq", Id(9))) << "not a suspect sent alone: not kept";
+  EXPECT_FALSE(s.TriedAlone("mq", Id(9)));
   s.SinkAnswered("other");  // nothing noted: nothing
+}
+
+TEST(SuspectsTest, AForgottenOrMovedSuspectIsNeitherTriedNorWaiting) {
+  Suspects s;
+  for (int id : {1, 2, 3}) MakeAlone(&s, id, "mq");
+  s.LostAloneUnanswered("mq", Id(1));
+  s.LostAloneUnanswered("mq", Id(2));
+  EXPECT_EQ(s.UntriedAlone("mq"), 1u);
+  s.Forget(Id(1));
+  EXPECT_FALSE(s.TriedAlone("mq", Id(1)));
+  EXPECT_EQ(s.UntriedAlone("mq"), 1u);
+  s.LostWithOthers(Id(2), "nats");  // its route moved to another sink
+  EXPECT_FALSE(s.TriedAlone("mq", Id(2)));
+  EXPECT_EQ(s.UntriedAlone("mq"), 1u);
+  EXPECT_EQ(s.UntriedAlone("nats"), 0u) << "not alone there yet";
+  EXPECT_FALSE(s.LostAloneUnanswered("mq", Id(3)));
+  EXPECT_FALSE(s.LostAloneUnanswered("mq", Id(3))) << "the only one tried now";
+  s.Forget(Id(3));
+  EXPECT_EQ(s.UntriedAlone("mq"), 0u);
 }
 
 TEST(SuspectsTest, PastItsBoundTheOldestEventsAreForgottenFirst) {
@@ -87,6 +123,7 @@ TEST(SuspectsTest, PastItsBoundTheOldestEventsAreForgottenFirst) {
     s.LostWithOthers(Id(static_cast<int>(n)), "mq");
   }
   EXPECT_EQ(s.size(), Suspects::kMaxSuspects);
+  EXPECT_EQ(s.UntriedAlone("mq"), Suspects::kMaxSuspects) << "the forgotten are not counted";
   EXPECT_FALSE(s.SendsAlone(Id(1), "mq"));
   EXPECT_FALSE(s.SendsAlone(Id(2), "mq"));
   EXPECT_TRUE(s.SendsAlone(Id(3), "mq"));

@@ -330,17 +330,26 @@ TEST_F(VerdictTest, ASuspectLostAloneWhileNothingElseAnswersIsChargedFromItsSeco
   EXPECT_FALSE(parts_.sinks["kafka"].down);
 }
 
-TEST_F(VerdictTest, DifferentSuspectsLostAloneWhileNothingElseAnswersMakeTheSinkDown) {
-  // A broker that closes every connection: nobody is charged.
-  parts_.verdicts.suspects().LostWithOthers(Id(2), "kafka");
-  parts_.verdicts.suspects().LostWithOthers(Id(2), "kafka");
+TEST_F(VerdictTest, EachSuspectLostAloneWhileNothingElseAnswersIsTriedOnceThenTheSinkIsDown) {
+  // A burst of culprits: each one lost alone is its own loss, once each
+  // (forgiven: nothing is charged yet). One lost so again after another
+  // was: a broker that closes every connection, and nobody is charged.
+  for (int n : {2, 3}) {
+    parts_.verdicts.suspects().LostWithOthers(Id(n), "kafka");
+    parts_.verdicts.suspects().LostWithOthers(Id(n), "kafka");
+  }
   MakeAloneSuspect(&parts_.verdicts);
   alone_ = true;
   answered_others_ = false;
-  batch_.Add(1, "orders.a", "k");
-  Judge({LostWithConnection()});  // the first such loss: the event's, forgiven
-  EXPECT_FALSE(parts_.sinks["kafka"].down);
-  for (int n : {2, 1, 2}) {
+  for (int n : {1, 2, 3}) {
+    batch_ = PartsBatch();
+    batch_.Add(n, "orders.a", "k" + std::to_string(n));
+    Judge({LostWithConnection()});
+    EXPECT_FALSE(parts_.sinks["kafka"].down) << n;
+    EXPECT_TRUE(Is(batch_.out[0], Outcome::kPark)) << n;
+    EXPECT_TRUE(Contains(batch_.out[0].error, "not counted yet")) << n;
+  }
+  for (int n : {2, 1, 3}) {
     batch_ = PartsBatch();
     batch_.Add(n, "orders.a", "k" + std::to_string(n));
     Judge({LostWithConnection()});
@@ -349,17 +358,36 @@ TEST_F(VerdictTest, DifferentSuspectsLostAloneWhileNothingElseAnswersMakeTheSink
     EXPECT_EQ(batch_.out[0].attempts, 0) << n;
     parts_.sinks["kafka"].down = false;
   }
-  // A delivery ends the series: the next loss alone is the event's again.
+  // A delivery ends the series: the next losses alone are the events' again.
   batch_ = PartsBatch();
-  batch_.Add(3, "orders.b");
+  batch_.Add(4, "orders.b");
   alone_ = false;
   Judge({Delivered()});
-  batch_ = PartsBatch();
-  batch_.Add(1, "orders.a", "k");
   alone_ = true;
+  for (int n : {1, 2}) {
+    batch_ = PartsBatch();
+    batch_.Add(n, "orders.a", "k" + std::to_string(n));
+    Judge({LostWithConnection()});
+    EXPECT_FALSE(parts_.sinks["kafka"].down) << n;
+    EXPECT_TRUE(Is(batch_.out[0], Outcome::kRetry)) << n << ": its second failure alone";
+    EXPECT_EQ(batch_.out[0].attempts, 1) << n;
+  }
+}
+
+TEST_F(VerdictTest, ASuspectThatFailedAloneWaitsUntilTheUntriedOnesHadTheirTurns) {
+  for (int n = 2; n <= 21; ++n) {
+    parts_.verdicts.suspects().LostWithOthers(Id(n), "kafka");
+    parts_.verdicts.suspects().LostWithOthers(Id(n), "kafka");
+  }
+  MakeAloneSuspect(&parts_.verdicts);
+  alone_ = true;
+  answered_others_ = false;
+  batch_.Add(1, "orders.a", "k");
   Judge({LostWithConnection()});
-  EXPECT_FALSE(parts_.sinks["kafka"].down);
-  EXPECT_TRUE(Is(batch_.out[0], Outcome::kRetry)) << "its second failure alone";
+  ASSERT_TRUE(Is(batch_.out[0], Outcome::kPark));
+  // 20 not tried, each a turn apart (at least kMinTurnSpacingMs).
+  EXPECT_GE(batch_.out[0].next_attempt_us - kNow, 20 * Suspects::kMinTurnSpacingMs * kUsecPerMs);
+  EXPECT_TRUE(HeldBack(2, "k")) << "its key waits as long";
 }
 
 TEST_F(VerdictTest, ASuspectAloneThatFindsNoBrokerWhileNothingElseAnswersMakesTheSinkDown) {
