@@ -34,8 +34,14 @@ void Suspects::NotAlone(ById::iterator it) noexcept {
   auto tried = tried_.find(it->second.sink);
   if (tried == tried_.end()) return;
   auto at = tried->second.find(it->first);
-  if (at != tried->second.end()) tried->second.erase(at);
+  if (at == tried->second.end()) return;
+  tried->second.erase(at);
   if (tried->second.empty()) tried_.erase(tried);
+  try {
+    ++tried_gone_[it->second.sink];
+  } catch (...) {
+    // Out of memory: it is forgotten as if the sink had answered.
+  }
 }
 
 bool Suspects::SendsAlone(std::string_view id, std::string_view sink) const noexcept {
@@ -56,12 +62,24 @@ void Suspects::Forget(std::string_view id) noexcept {
   by_id_.erase(it);
 }
 
-bool Suspects::LostAloneUnanswered(std::string_view sink, std::string_view id) {
+bool Suspects::LostAloneUnanswered(std::string_view sink, std::string_view id, int64_t now_ms,
+                                   int64_t renew_ms) {
   // Only events sent alone on the sink are kept as tried: what Forget and
   // the bound on suspects take out of them stays out.
   if (!SendsAlone(id, sink)) return false;
-  IdSet &tried = tried_[std::string(sink)];  // may throw: nothing changed yet
-  if (tried.count(id) != 0) return tried.size() > 1;
+  const std::string name(sink);
+  IdSet &tried = tried_[name];  // these two may throw: nothing changed yet
+  auto [since, first] = tried_since_.try_emplace(name, now_ms);
+  if (!first && renew_ms > 0 && now_ms - since->second >= renew_ms) {
+    tried.clear();
+    auto gone = tried_gone_.find(sink);
+    if (gone != tried_gone_.end()) tried_gone_.erase(gone);
+    since->second = now_ms;
+  }
+  if (tried.count(id) != 0) {
+    auto gone = tried_gone_.find(sink);
+    return tried.size() + (gone == tried_gone_.end() ? 0 : gone->second) > 1;
+  }
   tried.emplace(std::string(id));
   return false;
 }
@@ -80,9 +98,12 @@ size_t Suspects::UntriedAlone(std::string_view sink) const noexcept {
 }
 
 void Suspects::SinkAnswered(std::string_view sink) noexcept {
-  if (tried_.empty()) return;
   auto it = tried_.find(sink);
   if (it != tried_.end()) tried_.erase(it);
+  auto gone = tried_gone_.find(sink);
+  if (gone != tried_gone_.end()) tried_gone_.erase(gone);
+  auto since = tried_since_.find(sink);
+  if (since != tried_since_.end()) tried_since_.erase(since);
 }
 
 bool Suspects::Out(std::string_view sink, int64_t now_ms, uint64_t *ticket) const noexcept {

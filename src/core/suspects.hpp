@@ -68,12 +68,20 @@ class Suspects {
   // It went through, or is dead: nothing more to suspect.
   void Forget(std::string_view id) noexcept;
 
-  // Event `id`, sent alone on `sink`, was lost with its connection while the
-  // sink answered nothing else: it is tried. Returns whether that is the
-  // broker's doing (the sink is down, nobody is charged): it was tried
-  // already since the sink's last answer, and so was another one.
-  // SinkAnswered (the sink delivered something) forgets who was tried.
-  bool LostAloneUnanswered(std::string_view sink, std::string_view id);
+  // Event `id`, sent alone on `sink`, was lost with its connection: it is
+  // tried. Returns whether that is the broker's doing (the sink is down,
+  // nobody is charged): it was tried already since the sink's last answer,
+  // and so was another one (still a suspect or not: one that ended dead
+  // counts, so that a broker closing every connection kills at most one
+  // event between two answers). SinkAnswered (the sink delivered
+  // something) forgets who was tried, and so does the passing of renew_ms
+  // (> 0) since the first of them was (now_ms on SteadyMs): a sink whose
+  // only events are such messages must not keep them, and the keys behind
+  // them, for good; each is tried once more per renew_ms (the publisher
+  // passes outbox.backoff_max), so a broker that closes every connection
+  // costs a suspect at most one attempt per renew_ms.
+  bool LostAloneUnanswered(std::string_view sink, std::string_view id, int64_t now_ms = 0,
+                           int64_t renew_ms = 0);
   bool TriedAlone(std::string_view sink, std::string_view id) const noexcept;
   // How many events sent alone on `sink` are not tried (as remembered: an
   // event deleted meanwhile still counts).
@@ -121,6 +129,10 @@ class Suspects {
   // By sink: the events sent alone on it lost while it answered nothing
   // else, since its last answer (each one a suspect sent alone on it).
   std::map<std::string, IdSet, std::less<>> tried_;
+  // By sink: how many tried since its last answer are no longer suspects.
+  std::map<std::string, size_t, std::less<>> tried_gone_;
+  // By sink: when the first of those tried was (SteadyMs).
+  std::map<std::string, int64_t, std::less<>> tried_since_;
 };
 
 }  // namespace outbox

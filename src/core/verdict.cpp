@@ -162,10 +162,11 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
   // (the first on every connection; with one connection, any): those
   // events become suspects (below), and the sink is judged by what they do
   // alone. A suspect failing alone while the sink answered nothing else is
-  // the sink's trouble when it could not connect or got no answer, or when
-  // it was lost so before since the sink's last answer and another one was
-  // too (a broker that closes every connection); otherwise it is the
-  // message's doing (a quiet sink, a culprit first in every batch, or a
+  // the sink's trouble when it could not connect or got no answer. One lost
+  // alone with its connection, answered others or not, is the sink's
+  // trouble when it was lost so before since the sink's last answer and
+  // another one was too (a broker that closes every connection); otherwise
+  // it is the message's doing (a quiet sink, a culprit first in every batch, or a
   // burst of culprits would otherwise keep the sink down for good, charging
   // nobody).
   const bool looks_down = !j.partial && delivered == 0 && transient > 0 &&
@@ -173,8 +174,11 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
                           !interrupted_now;
   const bool lost_only = lost == transient;
   bool down = looks_down && (j.alone ? !j.answered_others : !lost_only);
-  if (down && j.alone && lost_only && !j.retired) {
-    down = suspects_.LostAloneUnanswered(sink_name, rows[members.front()].id);
+  if (looks_down && j.alone && lost_only && !j.retired) {
+    // Whether or not the sink answered others just before: a broker that
+    // starts closing every connection has answered others just before too.
+    down = suspects_.LostAloneUnanswered(sink_name, rows[members.front()].id, SteadyMs(),
+                                         settings.backoff_max_ms);
   }
   if (down) {
     state->failures++;

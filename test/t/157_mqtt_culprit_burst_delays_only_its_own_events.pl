@@ -110,6 +110,29 @@ note(sprintf('phase C: innocents through in %.1f s', time() - $t0));
 is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.events
   WHERE payload->>'ph' = 'C' AND attempts > 0}), '0', 'phase C: no innocent event is charged an attempt');
 
+# Phase D: two culprits heading the only two keys of a sink that has
+# nothing else to send (a quiet sink of its own). Each is lost alone once,
+# then the one lost again after the other was is taken for a broker that
+# closes every connection (the sink down, nobody charged); who was tried is
+# forgotten after outbox.backoff_max (1 s here), so each is tried once per
+# second and both end dead, and the events behind them go.
+$node->safe_psql('postgres', $mq->sink_sql('lone', protocol => '3.1.1', connections => 1));
+$node->safe_psql('postgres', q{SELECT outbox.add_route('l.*', 'lone')});
+$node->safe_psql('postgres', q{SELECT outbox.emit('l.t', jsonb_build_object('culprit', repeat('x', 5000)), 'a'),
+  outbox.emit('l.t', jsonb_build_object('culprit', repeat('x', 5000)), 'b'),
+  outbox.emit('l.t', '{"ph": "D", "n": 1}', 'a'), outbox.emit('l.t', '{"ph": "D", "n": 2}', 'b')});
+$t0 = time();
+ok(defined wait_until(sub { $node->safe_psql('postgres', q{SELECT count(*) FROM outbox.events
+  WHERE payload->>'ph' = 'D' AND status = 'published'}) eq '2' }, 90),
+  'phase D: the events behind two culprits heading a quiet sink\'s only keys are published')
+  or diag($node->safe_psql('postgres', q{SELECT string_agg(coalesce(payload->>'n', 'culprit') || ' ' || status
+	  || ' a=' || attempts || ' ' || left(coalesce(last_error, '-'), 100), E'\n' ORDER BY id)
+	  FROM outbox.events WHERE topic = 'l.t'}));
+is($node->safe_psql('postgres', q{SELECT string_agg(status || ':' || attempts, ',' ORDER BY id)
+  FROM outbox.events WHERE topic = 'l.t' AND payload ? 'culprit'}), 'dead:10,dead:10',
+  'phase D: both culprits end dead after outbox.max_attempts');
+note(sprintf('phase D: through in %.1f s', time() - $t0));
+
 $node->stop;
 $mq->stop;
 done_testing();

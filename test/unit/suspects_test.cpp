@@ -111,9 +111,40 @@ TEST(SuspectsTest, AForgottenOrMovedSuspectIsNeitherTriedNorWaiting) {
   EXPECT_EQ(s.UntriedAlone("mq"), 1u);
   EXPECT_EQ(s.UntriedAlone("nats"), 0u) << "not alone there yet";
   EXPECT_FALSE(s.LostAloneUnanswered("mq", Id(3)));
-  EXPECT_FALSE(s.LostAloneUnanswered("mq", Id(3))) << "the only one tried now";
+  EXPECT_TRUE(s.LostAloneUnanswered("mq", Id(3))) << "those that left still count as tried";
   s.Forget(Id(3));
   EXPECT_EQ(s.UntriedAlone("mq"), 0u);
+}
+
+TEST(SuspectsTest, ATriedEventThatEndedStillCountsUntilTheSinkAnswers) {
+  // A broker that closes every connection and one key's events, sent alone
+  // one after the other: the first ends dead, and the next one lost twice
+  // is the broker's, not the event's.
+  Suspects s;
+  for (int id : {1, 2}) MakeAlone(&s, id, "mq");
+  EXPECT_FALSE(s.LostAloneUnanswered("mq", Id(1)));
+  EXPECT_FALSE(s.LostAloneUnanswered("mq", Id(1))) << "the only one tried";
+  s.Forget(Id(1));  // dead
+  EXPECT_FALSE(s.LostAloneUnanswered("mq", Id(2))) << "not tried yet: its own";
+  EXPECT_TRUE(s.LostAloneUnanswered("mq", Id(2))) << "after another: the broker's";
+  s.SinkAnswered("mq");
+  EXPECT_FALSE(s.LostAloneUnanswered("mq", Id(2)));
+  EXPECT_FALSE(s.LostAloneUnanswered("mq", Id(2))) << "an answer forgets the ended one too";
+}
+
+TEST(SuspectsTest, WhoWasTriedIsForgottenAfterTheRenewalTime) {
+  // Culprits heading the only keys of a quiet sink: each is tried once
+  // more per renewal time, instead of the sink staying down for good.
+  Suspects s;
+  for (int id : {1, 2}) MakeAlone(&s, id, "mq");
+  EXPECT_FALSE(s.LostAloneUnanswered("mq", Id(1), 1000, 500));
+  EXPECT_FALSE(s.LostAloneUnanswered("mq", Id(2), 1100, 500));
+  EXPECT_TRUE(s.LostAloneUnanswered("mq", Id(1), 1400, 500)) << "within it: the broker's";
+  EXPECT_FALSE(s.LostAloneUnanswered("mq", Id(1), 1500, 500)) << "past it: its own again";
+  EXPECT_FALSE(s.LostAloneUnanswered("mq", Id(2), 1600, 500));
+  EXPECT_TRUE(s.LostAloneUnanswered("mq", Id(2), 1700, 500));
+  EXPECT_TRUE(s.LostAloneUnanswered("mq", Id(1), 1999, 500));
+  EXPECT_FALSE(s.LostAloneUnanswered("mq", Id(1), 2000, 500));
 }
 
 TEST(SuspectsTest, PastItsBoundTheOldestEventsAreForgottenFirst) {

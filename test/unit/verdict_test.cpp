@@ -374,6 +374,26 @@ TEST_F(VerdictTest, EachSuspectLostAloneWhileNothingElseAnswersIsTriedOnceThenTh
   }
 }
 
+TEST_F(VerdictTest, SuspectsLostAloneAgainJustAfterAnAnswerMakeTheSinkDown) {
+  // A broker that starts closing every connection has answered others just
+  // before: each suspect lost alone counts once, then the sink is down.
+  parts_.verdicts.suspects().LostWithOthers(Id(2), "kafka");
+  parts_.verdicts.suspects().LostWithOthers(Id(2), "kafka");
+  MakeAloneSuspect(&parts_.verdicts);
+  alone_ = true;
+  answered_others_ = true;
+  for (int round = 0; round < 3; ++round) {
+    for (int n : {1, 2}) {
+      batch_ = PartsBatch();
+      batch_.Add(n, "orders.a", "k" + std::to_string(n));
+      Judge({LostWithConnection()});
+      EXPECT_EQ(batch_.out[0].attempts, 0) << round << " " << n;
+      EXPECT_EQ(parts_.sinks["kafka"].down, round > 0) << round << " " << n;
+      parts_.sinks["kafka"].down = false;
+    }
+  }
+}
+
 TEST_F(VerdictTest, ASuspectThatFailedAloneWaitsUntilTheUntriedOnesHadTheirTurns) {
   for (int n = 2; n <= 21; ++n) {
     parts_.verdicts.suspects().LostWithOthers(Id(n), "kafka");
