@@ -26,8 +26,10 @@
 //
 // This is memory, not state: a publisher that restarts, or a key slot that
 // moves, starts the events afresh (sent with others), which costs at most
-// more tries, never an event. At most kMaxSuspects are kept; past that the
-// oldest ids (UUIDv7: the earliest events) are forgotten first.
+// more tries, never an event. At most kMaxSuspects are kept (about 10 MB);
+// past that the oldest ids (UUIDv7: the earliest events) are forgotten
+// first, and a burst larger than that churns: the forgotten come back sent
+// with others, lose their neighbours again and push out the next oldest.
 //
 // Threading: the publisher's main thread only (the Dispatcher's). Methods
 // that add may throw bad_alloc before they change anything; the rest do not
@@ -45,7 +47,7 @@ namespace outbox {
 
 class Suspects {
  public:
-  static constexpr size_t kMaxSuspects = 4096;
+  static constexpr size_t kMaxSuspects = 65536;
   // How long an event sent alone keeps its sink's turn at most when its
   // answer is never judged (its batch or late group was given up without
   // a verdict; those paths clear the turn themselves).
