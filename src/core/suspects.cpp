@@ -33,15 +33,10 @@ void Suspects::NotAlone(ById::iterator it) noexcept {
   if (count != alone_.end() && --count->second == 0) alone_.erase(count);
   auto tried = tried_.find(it->second.sink);
   if (tried == tried_.end()) return;
-  auto at = tried->second.find(it->first);
-  if (at == tried->second.end()) return;
-  tried->second.erase(at);
-  if (tried->second.empty()) tried_.erase(tried);
-  try {
-    ++tried_gone_[it->second.sink];
-  } catch (...) {
-    // Out of memory: it is forgotten as if the sink had answered.
-  }
+  auto at = tried->second.ids.find(it->first);
+  if (at == tried->second.ids.end()) return;
+  tried->second.ids.erase(at);
+  ++tried->second.gone;
 }
 
 bool Suspects::SendsAlone(std::string_view id, std::string_view sink) const noexcept {
@@ -67,43 +62,33 @@ bool Suspects::LostAloneUnanswered(std::string_view sink, std::string_view id, i
   // Only events sent alone on the sink are kept as tried: what Forget and
   // the bound on suspects take out of them stays out.
   if (!SendsAlone(id, sink)) return false;
-  const std::string name(sink);
-  IdSet &tried = tried_[name];  // these two may throw: nothing changed yet
-  auto [since, first] = tried_since_.try_emplace(name, now_ms);
-  if (!first && renew_ms > 0 && now_ms - since->second >= renew_ms) {
-    tried.clear();
-    auto gone = tried_gone_.find(sink);
-    if (gone != tried_gone_.end()) tried_gone_.erase(gone);
-    since->second = now_ms;
+  // May throw: nothing changed yet.
+  auto [it, first] = tried_.try_emplace(std::string(sink), Tried{IdSet(), 0, now_ms});
+  Tried &tried = it->second;
+  if (!first && renew_ms > 0 && now_ms - tried.since_ms >= renew_ms) {
+    tried = Tried{IdSet(), 0, now_ms};
   }
-  if (tried.count(id) != 0) {
-    auto gone = tried_gone_.find(sink);
-    return tried.size() + (gone == tried_gone_.end() ? 0 : gone->second) > 1;
-  }
-  tried.emplace(std::string(id));
+  if (tried.ids.count(id) != 0) return tried.ids.size() + tried.gone > 1;
+  tried.ids.emplace(std::string(id));
   return false;
 }
 
 bool Suspects::TriedAlone(std::string_view sink, std::string_view id) const noexcept {
   auto it = tried_.find(sink);
-  return it != tried_.end() && it->second.count(id) != 0;
+  return it != tried_.end() && it->second.ids.count(id) != 0;
 }
 
 size_t Suspects::UntriedAlone(std::string_view sink) const noexcept {
   auto count = alone_.find(sink);
   if (count == alone_.end()) return 0;
   auto tried = tried_.find(sink);
-  const size_t done = tried == tried_.end() ? 0 : tried->second.size();
+  const size_t done = tried == tried_.end() ? 0 : tried->second.ids.size();
   return count->second > done ? count->second - done : 0;
 }
 
 void Suspects::SinkAnswered(std::string_view sink) noexcept {
   auto it = tried_.find(sink);
   if (it != tried_.end()) tried_.erase(it);
-  auto gone = tried_gone_.find(sink);
-  if (gone != tried_gone_.end()) tried_gone_.erase(gone);
-  auto since = tried_since_.find(sink);
-  if (since != tried_since_.end()) tried_since_.erase(since);
 }
 
 bool Suspects::Out(std::string_view sink, int64_t now_ms, uint64_t *ticket) const noexcept {

@@ -17,12 +17,13 @@
 //
 // Lost alone while the sink answers nothing else, an event may be the cause
 // or the broker may close every connection; only another event going
-// through tells the two apart. So since the sink's last answer each event
-// is counted so once (tried), as the cause; the turns alone go to events not
-// tried yet before any goes again (a burst of culprits must not keep an
-// innocent suspect from its turn); one tried already and lost alone again
-// is the broker's doing (the sink is down, nobody is charged) unless it is
-// the only one tried (a quiet sink with one culprit: it ends dead).
+// through tells the two apart. So since the sink's last answer (or for
+// outbox.backoff_max) each event is counted so once (tried), as the cause;
+// the turns alone go to events not tried yet before any goes again (a
+// burst of culprits must not keep an innocent suspect from its turn); one
+// tried already and lost alone again is the broker's doing (the sink is
+// down, nobody is charged) unless it is the only one tried (a quiet sink
+// with one culprit: it ends dead).
 //
 // This is memory, not state: a publisher that restarts, or a key slot that
 // moves, starts the events afresh (sent with others), which costs at most
@@ -128,13 +129,14 @@ class Suspects {
   std::map<std::string, size_t, std::less<>> alone_;     // by sink: how many are sent alone
   std::map<std::string, Turn, std::less<>> out_;         // by sink
   std::map<std::string, int64_t, std::less<>> turn_ms_;  // by sink: the last turn's length
-  // By sink: the events sent alone on it lost while it answered nothing
-  // else, since its last answer (each one a suspect sent alone on it).
-  std::map<std::string, IdSet, std::less<>> tried_;
-  // By sink: how many tried since its last answer are no longer suspects.
-  std::map<std::string, size_t, std::less<>> tried_gone_;
-  // By sink: when the first of those tried was (SteadyMs).
-  std::map<std::string, int64_t, std::less<>> tried_since_;
+  // A sink's events lost alone with their connection since its last answer
+  // (or since renew_ms passed: LostAloneUnanswered).
+  struct Tried {
+    IdSet ids;         // each one a suspect sent alone on the sink
+    size_t gone = 0;   // how many more were tried and are no longer suspects
+    int64_t since_ms;  // when the first of them was (SteadyMs)
+  };
+  std::map<std::string, Tried, std::less<>> tried_;  // by sink
 };
 
 }  // namespace outbox
