@@ -212,16 +212,13 @@ void Dispatcher::Decide(Flight *flight, size_t i, std::set<std::string> *admitte
   if (!suspects.empty() && suspects.SendsAlone(row.id, route.sink)) {
     // Lost with others twice: sent alone, one such event per sink at a
     // time, so that a connection lost under it was lost over it.
+    if (suspects.WaitsForUntried(route.sink, row.id, SteadyMs(), settings.backoff_max_ms)) {
+      WaitBehindUntried(flight, i);
+      return;
+    }
     uint64_t turn = 0;
     if (suspects.Out(route.sink, SteadyMs(), &turn)) {
       WaitForTurn(flight, i, turn);
-      return;
-    }
-    if (suspects.TriedAlone(route.sink, row.id) && suspects.UntriedAlone(route.sink) > 0) {
-      // Lost alone since the sink last answered, while other suspects of it
-      // have not been tried: one of those in this batch takes the turn
-      // first (TakeHeldTurns).
-      flight->held_tried[route.sink].push_back(i);
       return;
     }
     SendAlone(flight, i, alone);
@@ -259,21 +256,28 @@ void Dispatcher::SendAlone(Flight *flight, size_t i, std::vector<size_t> *alone)
   alone->push_back(i);
 }
 
-void Dispatcher::TakeHeldTurns(Flight *flight, std::vector<size_t> *alone) {
-  // After every row of the batch is decided, and before anything is sent:
-  // a sink whose turn no untried suspect took goes to its first tried one,
-  // and the rest wait for their turns after the untried ones'.
-  for (auto &[sink, held] : flight->held_tried) {
-    uint64_t turn = 0;
-    for (size_t i : held) {
-      if (verdicts_.suspects().Out(sink, SteadyMs(), &turn)) {
-        WaitForTurn(flight, i, turn);
-      } else {
-        SendAlone(flight, i, alone);
-      }
-    }
-  }
-  flight->held_tried.clear();
+void Dispatcher::WaitBehindUntried(Flight *flight, size_t i) {
+  // Lost alone since its sink last answered, while other suspects of the
+  // sink are not tried yet (in this batch, in a later claim, or parked a
+  // turn apart): those have their turns first, wherever they are. Sent
+  // again now, it would be lost alone again, which with another one tried
+  // reads as a broker that closes every connection: the sink judged down
+  // for its backoff, every key of it held, while the untried ones could
+  // still tell a culprit from a broker.
+  const EventRow &row = flight->rows[i];
+  const DispatchRoute &route = routes_[flight->route_of[i]];
+  RowOutcome *out = &flight->out[i];
+  // At least outbox.backoff_min: an untried one that never comes back
+  // holds it until who was tried is forgotten (Suspects::WaitsForUntried),
+  // and it is claimed and parked again meanwhile.
+  const DispatchSettings &settings = flight->settings;
+  out->outcome = Outcome::kPark;
+  out->next_attempt_us = settings.now_us + settings.backoff_min_ms * kUsecPerMs;
+  SetError(out,
+           "lost alone with its connection: waiting for the turns of its sink's other "
+           "suspects");
+  verdicts_.BackOfTheLine(row, route, route.sink, settings, out);
+  if (row.has_key) guard_.Block(route.pattern, row.key, row.id, out->next_attempt_us);
 }
 
 void Dispatcher::SendGroups(Flight *flight, std::map<std::string, std::vector<size_t>> *groups,
@@ -340,7 +344,6 @@ Dispatcher::Ticket Dispatcher::Begin(const EventRow *rows, size_t n,
       }
       Decide(flight, i, &admitted, &groups, &alone);
     }
-    TakeHeldTurns(flight, &alone);
     SendGroups(flight, &groups, alone, interrupted);
   } catch (const std::exception &e) {
     // Out of memory half-way: what this batch and the ones before it
@@ -426,7 +429,6 @@ void Dispatcher::FinishFront(Sink::InterruptCheck interrupted) {
         }
         Decide(&flight, i, &admitted, &groups, &alone);
       }
-      TakeHeldTurns(&flight, &alone);
       SendGroups(&flight, &groups, alone, interrupted);
       for (size_t g = settled; g < flight.groups.size(); ++g) {
         FinishGroup(flight, &flight.groups[g], deadline, interrupted);

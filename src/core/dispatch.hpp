@@ -276,9 +276,6 @@ class Dispatcher {
     // By sink: how many of its events this batch parked waiting for their
     // turn alone (suspects.hpp), which spaces their due times.
     std::map<std::string, int64_t> turn_waiters;
-    // By sink: suspects this batch holds back while it looks for one not
-    // tried yet to send alone (Decide, then TakeHeldTurns).
-    std::map<std::string, std::vector<size_t>> held_tried;
   };
 
   // A suspect of the flight (row i) waits for its sink's turn alone, held
@@ -287,7 +284,9 @@ class Dispatcher {
   // Row i takes its sink's turn alone: a group of its own, sent after the
   // batch's others.
   void SendAlone(Flight *flight, size_t i, std::vector<size_t> *alone);
-  void TakeHeldTurns(Flight *flight, std::vector<size_t> *alone);
+  // Row i, a suspect tried alone since its sink last answered, waits while
+  // others of the sink are not tried yet (Verdicts::BackOfTheLine).
+  void WaitBehindUntried(Flight *flight, size_t i);
   int RouteIndex(std::string_view topic) const;
   void Log(LogLevel level, std::string text);
   void LogFailure(const char *what, const char *why) noexcept;

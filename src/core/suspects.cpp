@@ -86,6 +86,14 @@ size_t Suspects::UntriedAlone(std::string_view sink) const noexcept {
   return count->second > done ? count->second - done : 0;
 }
 
+bool Suspects::WaitsForUntried(std::string_view sink, std::string_view id, int64_t now_ms,
+                               int64_t renew_ms) const noexcept {
+  auto it = tried_.find(sink);
+  if (it == tried_.end() || it->second.ids.count(id) == 0) return false;
+  if (renew_ms > 0 && now_ms - it->second.since_ms >= renew_ms) return false;
+  return UntriedAlone(sink) > 0;
+}
+
 void Suspects::SinkAnswered(std::string_view sink) noexcept {
   auto it = tried_.find(sink);
   if (it != tried_.end()) tried_.erase(it);

@@ -89,6 +89,14 @@ class Suspects {
   // How many events sent alone on `sink` are not tried (as remembered: an
   // event deleted meanwhile still counts).
   size_t UntriedAlone(std::string_view sink) const noexcept;
+  // Whether event `id`, tried alone on `sink`, waits for the sink's events
+  // not tried yet to have their turns: only until renew_ms (> 0) has passed
+  // since the first of them was tried (what LostAloneUnanswered forgets
+  // then), so that an untried one that never comes back (its route paused,
+  // its key slot moved to another publisher, the row deleted) holds it
+  // that long at most.
+  bool WaitsForUntried(std::string_view sink, std::string_view id, int64_t now_ms,
+                       int64_t renew_ms) const noexcept;
   void SinkAnswered(std::string_view sink) noexcept;
 
   // Whose turn it is to be sent alone on `sink`: true, with the ticket of

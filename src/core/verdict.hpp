@@ -139,6 +139,13 @@ class Verdicts {
   // Events lost with a connection, and which of them go alone (suspects.hpp).
   Suspects &suspects() noexcept { return suspects_; }
   const Suspects &suspects() const noexcept { return suspects_; }
+  // A suspect that failed alone waits until the suspects of its sink not
+  // tried yet (Suspects::UntriedAlone) have had their turns, a turn's length
+  // each (at most Suspects::kTurnMs), if its backoff is shorter: the turns
+  // then go round, and a burst of culprits cannot keep an innocent suspect
+  // from its turn.
+  void BackOfTheLine(const EventRow &row, const DispatchRoute &route, const std::string &sink_name,
+                     const DispatchSettings &settings, RowOutcome *out);
 
  private:
   double Random();
@@ -149,13 +156,6 @@ class Verdicts {
   // (behind an earlier event of its key, or for the first step of backoff).
   void ParkWithoutAttempt(const EventRow &row, const DispatchRoute &route, std::string_view error,
                           const DispatchSettings &settings, RowOutcome *out);
-  // A suspect that failed alone waits until the suspects of its sink not
-  // tried yet (Suspects::UntriedAlone) have had their turns, a turn's length
-  // each (at most Suspects::kTurnMs), if its backoff is shorter: the turns
-  // then go round, and a burst of culprits cannot keep an innocent suspect
-  // from its turn.
-  void BackOfTheLine(const EventRow &row, const DispatchRoute &route, const std::string &sink_name,
-                     const DispatchSettings &settings, RowOutcome *out);
   // One event published alone on `sink` (the group's producer), and the
   // verdict on that: an attempt unless it was not sent, its target is down
   // or the publisher is stopping (then no verdict).

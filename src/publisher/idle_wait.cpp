@@ -4,6 +4,7 @@
 #include "publisher/idle_wait.hpp"
 
 #include "guc.hpp"
+#include "core/wait_time.hpp"
 
 #include <malloc.h>
 
@@ -75,11 +76,11 @@ void WaitForWakeInterval(TimestampTz last_cycle_start, PauseCheck paused) {
   if (guc::wake_interval_ms <= 0 || last_cycle_start == 0) return;
   const TimestampTz until = TimestampTzPlusMilliseconds(last_cycle_start, guc::wake_interval_ms);
   for (;;) {
-    const long left_us = static_cast<long>(until - GetCurrentTimestamp());
-    if (left_us <= 0 || ShutdownRequestPending || paused()) return;
-    // WaitLatch counts milliseconds: round up, or the last one would spin.
+    // WaitLatch counts milliseconds: rounded up, or the last one would spin.
+    const int64_t left_ms = WaitMsUntil(until, GetCurrentTimestamp());
+    if (left_ms <= 0 || ShutdownRequestPending || paused()) return;
     (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-                    (left_us + 999) / 1000, PG_WAIT_EXTENSION);
+                    static_cast<long>(left_ms), PG_WAIT_EXTENSION);
     ResetLatch(MyLatch);
   }
 }

@@ -52,6 +52,7 @@
 #include "shmem/shmem.hpp"
 #include "publisher/publisher_stats.hpp"
 #include "publisher/worker_session.hpp"
+#include "core/wait_time.hpp"
 
 extern "C" {
 #include "access/xact.h"
@@ -324,8 +325,9 @@ long IdleWaitMs(long stats_flush_ms) {
   const int64_t sink_retry = dispatcher->NextSinkRetryUs(LastClaimsAt());
   if (sink_retry != 0 && (next == 0 || sink_retry < next)) next = sink_retry;
   if (next != 0) {
-    const long until_next = static_cast<long>((next - now) / 1000);
-    if (until_next < wait) wait = until_next < 0 ? 0 : until_next;
+    // Rounded up: never 0 before it is due (wait_time.hpp).
+    const int64_t until_next = WaitMsUntil(next, now);
+    if (until_next < wait) wait = static_cast<long>(until_next);
   }
   const long until_maintenance =
       kMaintenanceIntervalMs - static_cast<long>((now - last_maintenance) / 1000);

@@ -141,8 +141,12 @@ sub inject {
 	my $refused = 0;
 	# At least $SECS, and on until a fault fired: a scenario whose cycles
 	# are slow (the broker answering late) hits its points a few dozen times
-	# in $SECS, so at 1 in 30 it fires none in about one run of ten.
+	# in $SECS, so at 1 in 30 it fires none in about one run of ten, and a
+	# Debug build on a loaded machine (a chroot's, in CI) may take half a
+	# minute and more. What the publishers were doing is noted meanwhile,
+	# so that a scenario that fired nothing says why.
 	my ($log, $by_action, $exceptions, $injections);
+	my @seen;
 	while (1) {
 		if ($refusals) {
 			$kafka->command_ok('produce_errors 2 INVALID_RECORD');
@@ -152,7 +156,13 @@ sub inject {
 		next if time() - $t < $SECS;
 		$log = slurp_file($node->logfile, $offset);
 		($by_action, $exceptions, $injections) = count_injections($log);
-		last if $injections > 0 || time() - $t > 6 * $SECS;
+		last if $injections > 0 || time() - $t > 20 * $SECS;
+		push @seen, sprintf('%.0f s: %s', time() - $t, $node->safe_psql('postgres',
+			q{SELECT string_agg(format('%s %s (%s, last batch %s events in %s ms)', w.pid, w.state,
+			     coalesce(a.wait_event_type || ':' || a.wait_event, 'running'), w.last_batch_size,
+			     w.last_batch_ms), '; ' ORDER BY w.pid)
+			    FROM outbox.workers w LEFT JOIN pg_stat_activity a USING (pid)}))
+		  if int(time() - $t) % 10 < 1;
 	}
 	set_faults($node, '');
 	$kafka->command_ok('clear_errors Produce') if $refusals;
@@ -163,7 +173,8 @@ sub inject {
 	($by_action, $exceptions, $injections) = count_injections($log);
 	my $restarts = () = $log =~ /outbox: (?:launcher started|publishing from database)/g;
 	# Faults must have fired, and the workers that died must have come back.
-	cmp_ok($injections, '>', 0, "$suite: faults were injected");
+	cmp_ok($injections, '>', 0, "$suite: faults were injected")
+	  or diag("the publishers meanwhile:\n" . join("\n", @seen));
 	unlike($log, qr/terminated by signal|exited with exit code [^01]/,
 		"$suite: no server process crashed (no std::terminate, no signal)");
 	my $detail = join(', ', map { "$by_action->{$_} $_" } sort keys %$by_action);

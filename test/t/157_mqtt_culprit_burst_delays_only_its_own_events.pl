@@ -7,7 +7,8 @@
 # lost alone is its own loss, not a broker that closes every connection, and
 # the turns go round: every innocent event is published, none is charged an
 # attempt, none of the culprits is published, and the other sink does not
-# slow down.
+# slow down; while only culprits are left, the publisher sleeps between
+# their turns.
 use strict;
 use warnings;
 use FindBin;
@@ -22,8 +23,13 @@ use OutboxNode qw(outbox_node wait_until);
 my $culprits = 400;
 my $secs = 8;
 my $mq = OutboxMosquitto->start(max_packet_size => 4096, unlimited_queue => 1);
-my $node = outbox_node('culprit_burst', "outbox.backoff_max = '1s'\n");
-$node->safe_psql('postgres', 'CREATE EXTENSION outbox');
+# pg_stat_statements counts the publisher's cycles (phase E).
+my $node = outbox_node('culprit_burst', <<'EOF');
+outbox.backoff_max = '1s'
+shared_preload_libraries = 'outbox, pg_stat_statements'
+pg_stat_statements.track = all
+EOF
+$node->safe_psql('postgres', 'CREATE EXTENSION outbox; CREATE EXTENSION pg_stat_statements');
 $node->safe_psql('postgres', $mq->sink_sql('bad', protocol => '3.1.1', connections => 1));
 $node->safe_psql('postgres', $mq->sink_sql('good', protocol => '3.1.1'));
 $node->safe_psql('postgres', q{SELECT outbox.add_route('b.*', 'bad'), outbox.add_route('g.*', 'good')});
@@ -132,6 +138,26 @@ is($node->safe_psql('postgres', q{SELECT string_agg(status || ':' || attempts, '
   FROM outbox.events WHERE topic = 'l.t' AND payload ? 'culprit'}), 'dead:10,dead:10',
   'phase D: both culprits end dead after outbox.max_attempts');
 note(sprintf('phase D: through in %.1f s', time() - $t0));
+
+# Phase E: what the turns cost. Two hundred culprits on sink "bad", now
+# quiet: they are sent alone in turns a few milliseconds apart, each turn
+# due at a time of its own. The publisher sleeps until the next one is due,
+# and each of its cycles (one ready claim each) writes what a turn decided:
+# about as many cycles as outcome writes. A wait for a retry due within the
+# millisecond, cut to 0, would run empty cycles until it was due (four
+# cycles per outcome write).
+$node->safe_psql('postgres', q{SELECT count(outbox.emit('b.t', jsonb_build_object('culprit', repeat('x', 5000)), 'e' || j))
+  FROM generate_series(1, 200) j});
+sleep 3;  # past the sends with others, into the turns alone
+$node->safe_psql('postgres', 'SELECT pg_stat_statements_reset()');
+sleep 10;
+my ($cycles, $writes) = split /\|/, $node->safe_psql('postgres', q{
+  SELECT coalesce(sum(calls) FILTER (WHERE query LIKE '%next_attempt_at IS NULL%FOR UPDATE SKIP LOCKED%'), 0)
+    || '|' || coalesce(sum(calls) FILTER (WHERE query LIKE 'UPDATE outbox.events%'), 0)
+  FROM pg_stat_statements});
+note("phase E: $cycles cycles, $writes outcome writes in 10 s");
+cmp_ok($writes, '>', 100, 'phase E: the culprits are sent alone in turns');
+cmp_ok($cycles, '<=', 2 * $writes + 20, 'phase E: the publisher sleeps between the turns (no empty cycles)');
 
 $node->stop;
 $mq->stop;

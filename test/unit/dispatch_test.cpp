@@ -166,6 +166,19 @@ class DispatcherTest : public ::testing::Test {
     return out;
   }
 
+  // Events 1, 2 and 3 (keys a, b, c) on a broker that closes the connection
+  // over anything, lost with others twice: each is sent alone from now on.
+  std::vector<Event> ThreeSuspectsSentAlone() {
+    ConfigureOneSink();
+    Broker("kafka").pipelined = true;
+    Broker("kafka").script = [](const OutMessage &, int) { return LostWithConnection(); };
+    const std::vector<Event> events = {Ev(1, "orders.a", "a"), Ev(2, "orders.a", "b"),
+                                       Ev(3, "orders.a", "c")};
+    (void)Dispatch(events);
+    (void)Dispatch(events, kNow + 2 * kMaxUs);
+    return events;
+  }
+
   // The publisher's loop over a table, simulated: each cycle, `step_us`
   // apart, claims the pending events due by then in (due, id) order, as the
   // claim does, and writes their outcomes back. Returns the cycle at which
@@ -934,6 +947,57 @@ TEST_F(DispatcherTest, ABurstOfCulpritsDoesNotKeepAnInnocentSuspectFromItsTurn) 
   // published.
   ASSERT_EQ(published.count(Id(22)), 1u) << AllLogs();
   EXPECT_EQ(published.size(), 2u);
+}
+
+TEST_F(DispatcherTest, ATriedSuspectIsNotSentAgainWhileAnotherOfItsSinkIsUntriedInAnyClaim) {
+  // Three culprits sent alone; 1 and 2 were lost alone (tried) while 3,
+  // not tried yet, is in none of the claims that follow (parked a turn
+  // apart, or on its way). 1 sent again would be lost alone again, which
+  // with 2 tried too reads as a broker that closes every connection: the
+  // sink down for its backoff, every key of it held. It waits behind 3.
+  const std::vector<Event> events = ThreeSuspectsSentAlone();
+  (void)Dispatch({events[0]}, kNow + 4 * kMaxUs);
+  (void)Dispatch({events[1]}, kNow + 6 * kMaxUs);
+  ASSERT_EQ(Broker("kafka").calls.size(), 4u);
+  const int64_t t = kNow + 8 * kMaxUs;
+  auto out = Dispatch({events[0]}, t);
+  EXPECT_EQ(Broker("kafka").calls.size(), 4u) << "1 is not sent while 3 is untried";
+  EXPECT_TRUE(Is(out[0], Outcome::kPark));
+  EXPECT_EQ(out[0].attempts, 0);
+  EXPECT_GT(out[0].next_attempt_us, t) << "due after 3's turn";
+  EXPECT_TRUE(Contains(out[0].error, "other suspects")) << out[0].error;
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, "unavailable"), 0) << AllLogs();
+  // 3 has its turn, and is lost alone too: each counted as its own loss.
+  out = Dispatch({events[2]}, t + 2 * kMaxUs);
+  EXPECT_EQ(Broker("kafka").Ids(4), std::vector<std::string>{Id(3)});
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, "unavailable"), 0) << AllLogs();
+  // Every one tried, and none of them answered: then 1 lost alone again is
+  // the broker's doing.
+  out = Dispatch({events[0]}, t + 4 * kMaxUs);
+  EXPECT_EQ(Broker("kafka").Ids(5), std::vector<std::string>{Id(1)});
+  EXPECT_EQ(out[0].attempts, 0);
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, "sink \"kafka\" is unavailable"), 1) << AllLogs();
+}
+
+TEST_F(DispatcherTest, ATriedSuspectWaitsForAnUntriedOneThatNeverComesOnlyUntilBackoffMax) {
+  // 3 is sent alone but never claimed again (its route paused, its key slot
+  // moved to another publisher): 1 waits for it only until who was tried is
+  // forgotten (outbox.backoff_max, 1 s here), not for good.
+  const std::vector<Event> events = ThreeSuspectsSentAlone();
+  const int64_t t = kNow + 4 * kMaxUs;
+  (void)Dispatch({events[0]}, t);
+  auto out = Dispatch({events[0]}, t + kMaxUs);
+  ASSERT_EQ(Broker("kafka").calls.size(), 3u) << "1 waits for 2 and 3";
+  EXPECT_GE(out[0].next_attempt_us, t + kMaxUs + kMinMs * 1000) << "at least backoff_min";
+  (void)Dispatch({events[1]}, t + 2 * kMaxUs);
+  ASSERT_EQ(Broker("kafka").calls.size(), 4u);
+  out = Dispatch({events[0]}, t + 3 * kMaxUs);
+  EXPECT_EQ(Broker("kafka").calls.size(), 4u) << "1 waits for 3";
+  std::this_thread::sleep_for(std::chrono::milliseconds(kMaxMs + 50));
+  out = Dispatch({events[0]}, t + 4 * kMaxUs);
+  ASSERT_EQ(Broker("kafka").calls.size(), 5u) << "past backoff_max 1 goes again";
+  EXPECT_EQ(Broker("kafka").Ids(4), std::vector<std::string>{Id(1)});
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, "unavailable"), 0) << AllLogs();
 }
 
 TEST_F(DispatcherTest, EventsWaitingForTheirTurnAloneAreDueATurnApart) {

@@ -147,6 +147,23 @@ TEST(SuspectsTest, WhoWasTriedIsForgottenAfterTheRenewalTime) {
   EXPECT_FALSE(s.LostAloneUnanswered("mq", Id(1), 2000, 500));
 }
 
+TEST(SuspectsTest, ATriedEventWaitsForUntriedOnesOnlyUntilTheRenewalTime) {
+  Suspects s;
+  for (int id : {1, 2}) MakeAlone(&s, id, "mq");
+  EXPECT_FALSE(s.WaitsForUntried("mq", Id(1), 1000, 500)) << "not tried yet";
+  EXPECT_FALSE(s.LostAloneUnanswered("mq", Id(1), 1000, 500));
+  EXPECT_TRUE(s.WaitsForUntried("mq", Id(1), 1000, 500)) << "2 is untried";
+  EXPECT_FALSE(s.WaitsForUntried("mq", Id(2), 1000, 500)) << "2 itself goes";
+  EXPECT_TRUE(s.WaitsForUntried("mq", Id(1), 1499, 500));
+  EXPECT_FALSE(s.WaitsForUntried("mq", Id(1), 1500, 500))
+      << "2 never came (its route paused, say): 1 goes once who was tried is forgotten";
+  EXPECT_TRUE(s.WaitsForUntried("mq", Id(1), 1000000, 0)) << "no renewal time: until 2 is tried";
+  EXPECT_FALSE(s.LostAloneUnanswered("mq", Id(2), 1100, 500));
+  EXPECT_FALSE(s.WaitsForUntried("mq", Id(1), 1100, 500)) << "every one tried: 1 goes again";
+  s.SinkAnswered("mq");
+  EXPECT_FALSE(s.WaitsForUntried("mq", Id(1), 1100, 500)) << "an answer forgets who was tried";
+}
+
 TEST(SuspectsTest, PastItsBoundTheOldestEventsAreForgottenFirst) {
   Suspects s;
   for (size_t n = 1; n <= Suspects::kMaxSuspects + 2; ++n) {
