@@ -493,6 +493,22 @@ void Dispatcher::AbandonAll() noexcept {
     // exist (they belong to our Groups); then the flights, whose rows and
     // outcome arrays are the caller's and are never touched here.
     sinks_.AbandonAll("abandoned: the publisher's transaction failed");
+    // What the brokers answered before stays true: a key's later event they
+    // took while refusing an earlier one (a Kafka batch split over two
+    // requests) arrives first all the same, and the WARNING that says so
+    // must not depend on the group having been judged.
+    for (const Flight &flight : flights_) {
+      for (const SinkGroup &group : flight.groups) {
+        if (group.results.size() != group.members.size()) continue;  // never sent
+        Judging j;
+        j.rows = flight.rows;
+        j.route_of = flight.route_of.data();
+        j.members = &group.members;
+        j.results = &group.results;
+        j.sink_name = &group.sink_name;
+        verdicts_.NoteOvertaken(j);
+      }
+    }
     flights_.clear();
   }
   window_deadline_ms_ = 0;

@@ -146,11 +146,14 @@ class Verdicts {
   // from its turn.
   void BackOfTheLine(const EventRow &row, const DispatchRoute &route, const std::string &sink_name,
                      const DispatchSettings &settings, RowOutcome *out);
+  // A WARNING naming the group's events that will arrive after a later
+  // event of their key, which the broker took while refusing them (Judge
+  // says so first; a group given up before it was judged, too).
+  void NoteOvertaken(const Judging &j) noexcept;
 
  private:
   double Random();
   void Log(LogLevel level, std::string text) { logs_->Add(level, std::move(text)); }
-  void NoteOvertaken(const Judging &j) noexcept;
   void NoteUntouched(const DispatchRoute &route, const EventRow &row);
   // An event whose failure may not be its own, parked without an attempt
   // (behind an earlier event of its key, or for the first step of backoff).

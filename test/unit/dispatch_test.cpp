@@ -2040,6 +2040,36 @@ TEST_F(DispatcherTest, AbandonedBatchesAreNeverTouchedAgain) {
   EXPECT_TRUE(Is(first->out[1], Outcome::kPublished));
 }
 
+TEST_F(DispatcherTest, AnAbandonedGroupStillWarnsOfAnEventItsBrokerRefusedAfterALaterOneOfItsKey) {
+  // The broker refused 1 and took 2, of the same key (a Kafka batch split
+  // over two requests), before the publisher's transaction failed: 1 will
+  // arrive after 2 whatever is decided next, and the WARNING says so.
+  ConfigureOneSink();
+  Broker("kafka").pipelined = true;
+  Broker("kafka").answers_when_abandoned = true;
+  Broker("kafka").script = [](const OutMessage &m, int) {
+    return m.id == Id(1) ? Rejected("Broker: Invalid record") : Delivered();
+  };
+  auto begun = Begin({Ev(1, "orders.a", "k"), Ev(2, "orders.a", "k"), Ev(3, "orders.a", "j")});
+  dispatcher_.AbandonAll();
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, "will arrive after a later event of their key"), 1)
+      << AllLogs();
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, Id(1)), 1) << AllLogs();
+}
+
+TEST_F(DispatcherTest, AnAbandonedGroupWithNothingOvertakenSaysNothing) {
+  ConfigureOneSink();
+  Broker("kafka").pipelined = true;
+  Broker("kafka").answers_when_abandoned = true;
+  Broker("kafka").stuck_ids = {Id(2)};
+  Broker("kafka").script = [](const OutMessage &m, int) {
+    return m.id == Id(3) ? Rejected("Broker: Invalid record") : Delivered();
+  };
+  auto begun = Begin({Ev(1, "orders.a", "k"), Ev(2, "orders.a", "k"), Ev(3, "orders.a", "k")});
+  dispatcher_.AbandonAll();
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, "will arrive after"), 0) << AllLogs();
+}
+
 TEST_F(DispatcherTest, AbandonLetsAFailedSinkBeRecreated) {
   ConfigureOneSink();
   Broker("kafka").pipelined = true;

@@ -71,6 +71,9 @@ struct FakeBroker {
   // script decides each outcome at Collect, as a broker answering later.
   bool pipelined = false;
   int abandoned = 0;  // AbandonAll calls that found open Sends
+  // Pipelined: AbandonAll keeps the answers of the messages that are not
+  // stuck (they came in before it gave the rest up), as the Kafka sink does.
+  bool answers_when_abandoned = false;
   // Pipelined and slow: CollectFor finds no answer yet (the Send stays open)
   // until this is cleared.
   bool slow = false;
@@ -229,8 +232,12 @@ class FakeSink : public Sink {
     if (open_.empty()) return;
     ++broker_->abandoned;
     for (Open &o : open_) {
-      for (size_t i = 0; i < o.copies.size(); ++i)
-        o.out[i] = Delivery{DeliveryStatus::kRetriable, reason};
+      // The answers that came in while the Kafka sink's purge drained its
+      // reports are kept; the rest is given up.
+      if (broker_->answers_when_abandoned) Answer(&o, true);
+      for (size_t i = 0; i < o.copies.size(); ++i) {
+        if (!o.answered[i]) o.out[i] = Delivery{DeliveryStatus::kRetriable, reason};
+      }
     }
     open_.clear();
   }
