@@ -267,12 +267,21 @@ void Dispatcher::WaitBehindUntried(Flight *flight, size_t i) {
   const EventRow &row = flight->rows[i];
   const DispatchRoute &route = routes_[flight->route_of[i]];
   RowOutcome *out = &flight->out[i];
-  // At least outbox.backoff_min: an untried one that never comes back
-  // holds it until who was tried is forgotten (Suspects::WaitsForUntried),
-  // and it is claimed and parked again meanwhile.
+  // Until who was tried is forgotten (Suspects::WaitsForUntried), at most
+  // a turn's limit, at least outbox.backoff_min: the untried ones have
+  // their turns meanwhile, and one of them may never come back (its route
+  // paused, its row deleted); parked again every backoff_min, a burst's
+  // tried events were claimed and rewritten thousands of times a second
+  // all that while. Lost alone while nothing else was answered, they are
+  // most likely culprits, for which a try per backoff_max is the pace
+  // anyway.
   const DispatchSettings &settings = flight->settings;
+  const Suspects &suspects = verdicts_.suspects();
+  const int64_t until_ms = suspects.TriedUntilMs(route.sink, settings.backoff_max_ms);
+  int64_t wait_ms = until_ms - SteadyMs();
+  wait_ms = std::min(std::max(wait_ms, settings.backoff_min_ms), Suspects::kTurnMs);
   out->outcome = Outcome::kPark;
-  out->next_attempt_us = settings.now_us + settings.backoff_min_ms * kUsecPerMs;
+  out->next_attempt_us = settings.now_us + wait_ms * kUsecPerMs;
   SetError(out,
            "lost alone with its connection: waiting for the turns of its sink's other "
            "suspects");

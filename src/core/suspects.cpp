@@ -94,6 +94,12 @@ bool Suspects::WaitsForUntried(std::string_view sink, std::string_view id, int64
   return UntriedAlone(sink) > 0;
 }
 
+int64_t Suspects::TriedUntilMs(std::string_view sink, int64_t renew_ms) const noexcept {
+  auto it = tried_.find(sink);
+  if (it == tried_.end() || renew_ms <= 0) return 0;
+  return it->second.since_ms + renew_ms;
+}
+
 void Suspects::SinkAnswered(std::string_view sink) noexcept {
   auto it = tried_.find(sink);
   if (it != tried_.end()) tried_.erase(it);

@@ -97,6 +97,9 @@ class Suspects {
   // that long at most.
   bool WaitsForUntried(std::string_view sink, std::string_view id, int64_t now_ms,
                        int64_t renew_ms) const noexcept;
+  // When who was tried on `sink` is forgotten (on SteadyMs; 0 when nobody
+  // is tried or renew_ms is 0).
+  int64_t TriedUntilMs(std::string_view sink, int64_t renew_ms) const noexcept;
   void SinkAnswered(std::string_view sink) noexcept;
 
   // Whose turn it is to be sent alone on `sink`: true, with the ticket of

@@ -158,6 +158,9 @@ TEST(SuspectsTest, ATriedEventWaitsForUntriedOnesOnlyUntilTheRenewalTime) {
   EXPECT_FALSE(s.WaitsForUntried("mq", Id(1), 1500, 500))
       << "2 never came (its route paused, say): 1 goes once who was tried is forgotten";
   EXPECT_TRUE(s.WaitsForUntried("mq", Id(1), 1000000, 0)) << "no renewal time: until 2 is tried";
+  EXPECT_EQ(s.TriedUntilMs("mq", 500), 1500);
+  EXPECT_EQ(s.TriedUntilMs("mq", 0), 0);
+  EXPECT_EQ(s.TriedUntilMs("other", 500), 0);
   EXPECT_FALSE(s.LostAloneUnanswered("mq", Id(2), 1100, 500));
   EXPECT_FALSE(s.WaitsForUntried("mq", Id(1), 1100, 500)) << "every one tried: 1 goes again";
   s.SinkAnswered("mq");
