@@ -81,10 +81,20 @@ void LateAnswers::Take(SinkGroup *group, const EventRow *rows, const int *route_
   late.result_of.reserve(unanswered.size());
   for (size_t k : unanswered) {
     const EventRow &row = rows[group->members[k]];
+    const DispatchRoute &route = (*routes_)[route_of[group->members[k]]];
     late.rows.push_back(LateRow{std::string(row.id), std::string(row.topic), std::string(row.key),
-                                (*routes_)[route_of[group->members[k]]].pattern, row.has_key,
-                                row.attempts, row.created_at});
+                                route.pattern, row.has_key, row.attempts, row.created_at,
+                                route.has_target ? route.target : std::string(row.topic)});
     late.result_of.push_back(k);
+  }
+  for (size_t k : answered) {
+    const EventRow &row = rows[group->members[k]];
+    const DeliveryStatus status = group->results[k].status;
+    if (!row.has_key || status == DeliveryStatus::kDelivered) continue;
+    const DispatchRoute &route = (*routes_)[route_of[group->members[k]]];
+    late.failed_earlier.push_back(FailedEarlier{
+        route.pattern, std::string(row.key),
+        route.has_target ? route.target : std::string(row.topic), std::string(row.id)});
   }
   const std::string why = "waiting for sink \"" + group->sink_name + "\" to answer";
   std::string new_suspects;
@@ -277,6 +287,7 @@ void LateAnswers::Settle(const DispatchSettings &settings) {
     j.alone = late.alone;
     j.answered_others = !late.whole;
     verdicts_->Judge(j, nullptr);
+    NoteOvertakenLate(late);
     if (late.alone) {
       // Judged or not (its route went), its sink's turn alone is over.
       for (const LateRow &r : late.rows) {
@@ -347,9 +358,37 @@ void LateAnswers::Drop() noexcept {
       late.sink->AbandonAll("abandoned: its late answers were given up");
     }
   }
+  for (const Late &late : late_) {
+    if (late.sink_ticket != 0) NoteOvertakenLate(late);
+  }
   late_.clear();
   late_keys_.clear();
   retired_sinks_.clear();
+}
+
+void LateAnswers::NoteOvertakenLate(const Late &late) noexcept {
+  if (late.failed_earlier.empty()) return;
+  try {
+    std::vector<std::string_view> overtaken;
+    for (size_t k = 0; k < late.rows.size(); ++k) {
+      const LateRow &row = late.rows[k];
+      if (!row.has_key || late.results[late.result_of[k]].status != DeliveryStatus::kDelivered) {
+        continue;
+      }
+      for (const FailedEarlier &f : late.failed_earlier) {
+        if (f.key == row.key && f.pattern == row.pattern && f.target == row.target &&
+            f.id < row.id &&
+            std::find(overtaken.begin(), overtaken.end(), f.id) == overtaken.end()) {
+          overtaken.push_back(f.id);
+        }
+      }
+    }
+    if (!overtaken.empty()) {
+      Log(LogLevel::kWarning, Verdicts::OvertakenLine(late.sink_name, overtaken));
+    }
+  } catch (...) {
+    // The line is lost; nothing else depends on it.
+  }
 }
 
 bool LateAnswers::SinkHasLate(const std::string &sink) const {

@@ -128,6 +128,14 @@ class LateAnswers {
     bool has_key = false;
     int attempts = 0;
     int64_t created_at = 0;
+    std::string target;  // where it went: its route's target, or its topic
+  };
+  // An event of the group's answered part that failed, with its key: a
+  // later event of that key and target among the late rows, delivered,
+  // arrives before it (Kafka split the group over two requests, refused
+  // the first and took the second).
+  struct FailedEarlier {
+    std::string pattern, key, target, id;
   };
   struct Late {
     std::string sink_name;
@@ -149,10 +157,15 @@ class LateAnswers {
     std::vector<char> handed;       // per row: handed out already (delivered early)
     std::vector<size_t> result_of;  // per row: its answer's index in results
     std::vector<Delivery> results;  // the sink fills these (its Send's `out`)
+    std::vector<FailedEarlier> failed_earlier;
   };
 
   void Log(LogLevel level, std::string text) { logs_->Add(level, std::move(text)); }
   void FreeRetiredSinks() noexcept;
+  // The WARNING Verdicts::NoteOvertaken writes for a judged group, for the
+  // failures of a group's answered part that its late rows delivered past
+  // (what has come in so far: also when the group is given up).
+  void NoteOvertakenLate(const Late &late) noexcept;
   // Whether row k of `late` was delivered and not handed out yet.
   static bool DeliveredEarly(const Late &late, size_t k) noexcept;
   // Hands out the delivered rows of a group still awaiting others.

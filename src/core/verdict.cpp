@@ -59,6 +59,19 @@ void Verdicts::NoteUntouched(const DispatchRoute &route, const EventRow &row) {
   if (row.has_key) untouched_keys_.emplace(route.pattern, std::string(row.key));
 }
 
+std::string Verdicts::OvertakenLine(const std::string &sink,
+                                    const std::vector<std::string_view> &late) {
+  std::string text = "sink \"" + sink + "\": " + std::to_string(late.size()) +
+                     " event(s) will arrive after a later event of their key, which the broker" +
+                     " took while refusing them (one batch split over two requests): ";
+  for (size_t i = 0; i < late.size() && i < kMaxOvertakenNamed; ++i) {
+    if (i > 0) text += ", ";
+    text += late[i];
+  }
+  if (late.size() > kMaxOvertakenNamed) text += ", ...";
+  return text;
+}
+
 // Per key and target, a group's events reach the broker in id order, and the broker
 // takes or refuses them together, except where librdkafka split them over
 // two Produce requests and the broker refused the first and took the second
@@ -102,15 +115,7 @@ void Verdicts::NoteOvertaken(const Judging &j) noexcept {
       }
     }
     if (late.empty()) return;
-    std::string text = "sink \"" + *j.sink_name + "\": " + std::to_string(late.size()) +
-                       " event(s) will arrive after a later event of their key, which the broker" +
-                       " took while refusing them (one batch split over two requests): ";
-    for (size_t i = 0; i < late.size() && i < kMaxOvertakenNamed; ++i) {
-      if (i > 0) text += ", ";
-      text += late[i];
-    }
-    if (late.size() > kMaxOvertakenNamed) text += ", ...";
-    Log(LogLevel::kWarning, std::move(text));
+    Log(LogLevel::kWarning, OvertakenLine(*j.sink_name, late));
   } catch (...) {
     // The line is lost; nothing else depends on it.
   }

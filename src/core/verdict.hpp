@@ -150,6 +150,9 @@ class Verdicts {
   // event of their key, which the broker took while refusing them (Judge
   // says so first; a group given up before it was judged, too).
   void NoteOvertaken(const Judging &j) noexcept;
+  // That WARNING's text, naming `late` (at most kMaxOvertakenNamed).
+  static std::string OvertakenLine(const std::string &sink,
+                                   const std::vector<std::string_view> &late);
 
  private:
   double Random();

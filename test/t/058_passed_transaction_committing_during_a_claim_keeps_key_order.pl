@@ -56,7 +56,11 @@ $s->query_safe('COMMIT');
 $s->quit;
 
 ok(defined wait_until(sub { published($first) && published($second) }), 'both events are published');
-my @arrived = map { /"n":\s*(\d+)/ ? $1 : () } split /\n/, $redis->cli('LRANGE', 'k', '0', '-1');
+# First deliveries: on a loaded machine Redis may not answer within the
+# sink's timeout, and what was in flight is sent again (at least once).
+my %seen;
+my @arrived = grep { !$seen{$_}++ } map { /"n":\s*(\d+)/ ? $1 : () } split /\n/,
+  $redis->cli('LRANGE', 'k', '0', '-1');
 is("@arrived", '1 2', "key k's events arrive in emit order");
 like(slurp_file($node->logfile, $offset),
 	qr/committed during a claim: claiming again from its first emit/,

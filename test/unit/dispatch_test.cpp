@@ -2594,6 +2594,41 @@ TEST_F(SlowSinkTest, AnswersForATopicsOtherEventsKeepItSuspectWhileOneOfItsEvent
   EXPECT_LT(took, std::chrono::milliseconds(200)) << "not the ack wait";
 }
 
+// A Kafka group split over two requests: the broker refuses the first (1,
+// key k) within the ack wait and takes the second (2, key k) after it: 1
+// arrives after 2 whatever is decided, and the WARNING names it, whether
+// the late answer is judged or given up with the publisher's transaction.
+TEST_F(SlowSinkTest, AnEventRefusedBeforeTheAckWaitThatALateOneOfItsKeyOvertakesIsNamedInAWarning) {
+  ack_wait_ms_ = 400;
+  Broker("kafka").stuck_ids = {Id(2)};
+  Broker("kafka").script = [](const OutMessage &m, int) {
+    return m.id == Id(1) ? Rejected("Broker: Invalid record") : Delivered();
+  };
+  Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.a", "k"), Ev(3, "orders.a", "j")});
+  ASSERT_EQ(dispatcher_.LateIds(), std::vector<std::string>{Id(2)});
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, "will arrive after"), 0) << AllLogs();
+  Broker("kafka").stuck_ids.clear();
+  ASSERT_TRUE(dispatcher_.LateArrived());
+  (void)SettleLate(kNow + 1000);
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, "(one batch split over two requests): " + Id(1)), 1)
+      << AllLogs();
+}
+
+TEST_F(SlowSinkTest, AnEventOvertakenByALateOneOfItsKeyIsNamedWhenTheLateAnswerIsGivenUp) {
+  ack_wait_ms_ = 400;
+  Broker("kafka").answers_when_abandoned = true;
+  Broker("kafka").stuck_ids = {Id(2)};
+  Broker("kafka").script = [](const OutMessage &m, int) {
+    return m.id == Id(1) ? Rejected("Broker: Invalid record") : Delivered();
+  };
+  Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.a", "k")});
+  ASSERT_EQ(dispatcher_.LateIds(), std::vector<std::string>{Id(2)});
+  Broker("kafka").stuck_ids.clear();  // its answer came as the publisher's transaction failed
+  dispatcher_.AbandonAll();
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, "(one batch split over two requests): " + Id(1)), 1)
+      << AllLogs();
+}
+
 // Once none of its events awaits an answer, an answer for the topic ends its
 // suspicion: a topic that recovered is waited for as any other again.
 TEST_F(SlowSinkTest, AnAnswerEndsATopicsSuspicionOnceNoneOfItsEventsAwaitsOne) {
