@@ -84,7 +84,7 @@ void LateAnswers::Take(SinkGroup *group, const EventRow *rows, const int *route_
     const DispatchRoute &route = (*routes_)[route_of[group->members[k]]];
     late.rows.push_back(LateRow{std::string(row.id), std::string(row.topic), std::string(row.key),
                                 route.pattern, row.has_key, row.attempts, row.created_at,
-                                route.has_target ? route.target : std::string(row.topic)});
+                                std::string(TargetOf(route, row))});
     late.result_of.push_back(k);
   }
   for (size_t k : answered) {
@@ -92,9 +92,9 @@ void LateAnswers::Take(SinkGroup *group, const EventRow *rows, const int *route_
     const DeliveryStatus status = group->results[k].status;
     if (!row.has_key || status == DeliveryStatus::kDelivered) continue;
     const DispatchRoute &route = (*routes_)[route_of[group->members[k]]];
-    late.failed_earlier.push_back(FailedEarlier{
-        route.pattern, std::string(row.key),
-        route.has_target ? route.target : std::string(row.topic), std::string(row.id)});
+    late.failed_earlier.push_back(FailedEarlier{route.pattern, std::string(row.key),
+                                                std::string(TargetOf(route, row)),
+                                                std::string(row.id)});
   }
   const std::string why = "waiting for sink \"" + group->sink_name + "\" to answer";
   std::string new_suspects;

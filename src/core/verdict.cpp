@@ -30,7 +30,7 @@ OutMessage MessageOf(const EventRow &row, const DispatchRoute &route, int route_
   OutMessage m;
   m.id = row.id;
   m.topic = row.topic;
-  m.target = route.has_target ? std::string_view(route.target) : row.topic;
+  m.target = TargetOf(route, row);
   m.route = route_index;
   m.has_key = row.has_key;
   m.key = row.key;
@@ -88,8 +88,7 @@ void Verdicts::NoteOvertaken(const Judging &j) noexcept {
     // several topics, and on Kafka one topic's failure does not hold back
     // the others (README, Limits), which is no split request.
     auto target_of = [&](size_t k) {
-      const DispatchRoute &route = (*routes_)[j.route_of[members[k]]];
-      return route.has_target ? std::string_view(route.target) : j.rows[members[k]].topic;
+      return TargetOf((*routes_)[j.route_of[members[k]]], j.rows[members[k]]);
     };
     std::set<std::pair<RouteKey, std::string>> failed;  // with an earlier member not delivered
     std::vector<std::string_view> late;
@@ -238,7 +237,7 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
     const DispatchRoute &route = (*routes_)[route_of[i]];
     const Delivery &result = results[k];
     if (result.status == DeliveryStatus::kDelivered && !state->down_targets.empty()) {
-      const std::string_view target = route.has_target ? route.target : rows[i].topic;
+      const std::string_view target = TargetOf(route, rows[i]);
       auto it = state->down_targets.find(target);
       if (it != state->down_targets.end()) state->down_targets.erase(it);
     }
@@ -451,7 +450,7 @@ void Verdicts::TargetDown(const EventRow &row, const DispatchRoute &route, const
                           const DispatchSettings &settings, SinkState *state,
                           std::set<std::string> *counted, RowOutcome *out) {
   if (ParkBehindEarlier(row, route, nullptr, settings.now_us, kWaitingForKey, out)) return;
-  const std::string_view target = route.has_target ? std::string_view(route.target) : row.topic;
+  const std::string_view target = TargetOf(route, row);
   auto it = state->down_targets.find(target);
   if (it == state->down_targets.end()) {
     if (state->down_targets.size() >= kMaxDownTargets) state->down_targets.clear();

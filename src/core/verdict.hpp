@@ -43,6 +43,12 @@ struct DispatchRoute {
 };
 using RouteKey = std::pair<std::string, std::string>;  // route pattern, key
 
+// Where `row` goes on `route`: the route's target, or else the event's
+// topic. Per key, order is kept per target.
+inline std::string_view TargetOf(const DispatchRoute &route, const EventRow &row) {
+  return route.has_target ? std::string_view(route.target) : row.topic;
+}
+
 // Copy `text` into out->error, cut to fit.
 void SetError(RowOutcome *out, std::string_view text);
 
