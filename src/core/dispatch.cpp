@@ -206,6 +206,17 @@ void Dispatcher::Decide(Flight *flight, size_t i, std::set<std::string> *admitte
     return;
   }
   if (verdicts_.ParkBehindEarlier(row, route, admitted, settings.now_us, kWaitingForKey, &out[i])) {
+    if (!flight->alone_keys.empty() &&
+        out[i].next_attempt_us == settings.now_us + Verdicts::kBehindDueUs &&
+        flight->alone_keys.count(RouteKey(route.pattern, std::string(row.key))) != 0) {
+      // Behind its key's event that this batch sends alone, and nothing
+      // else of the key waits for a later time: due once the
+      // batch is finished (the next claim finds that one published, or
+      // parked again and this one behind it), not Verdicts::kBehindDueUs
+      // later, a second per event of a key whose events are all suspects.
+      out[i].next_attempt_us = settings.now_us;
+      guard_.Block(route.pattern, row.key, row.id, settings.now_us);
+    }
     return;
   }
   Suspects &suspects = verdicts_.suspects();
@@ -221,6 +232,12 @@ void Dispatcher::Decide(Flight *flight, size_t i, std::set<std::string> *admitte
       WaitForTurn(flight, i, turn);
       return;
     }
+    // The turn is free: a lead later in this batch takes it (NoteLeads).
+    auto lead = flight->first_lead.find(route.sink);
+    if (lead != flight->first_lead.end() && lead->second > i) {
+      WaitForTurn(flight, i, flight->ticket);
+      return;
+    }
     SendAlone(flight, i, alone);
     return;
   }
@@ -228,17 +245,71 @@ void Dispatcher::Decide(Flight *flight, size_t i, std::set<std::string> *admitte
   (*groups)[route.sink].push_back(i);
 }
 
+void Dispatcher::NoteLeads(Flight *flight, const std::vector<bool> &deferred) {
+  // A suspect waiting for its turn alone holds its key's later events; one
+  // heading none holds only itself. A burst of culprits, each on a key of
+  // its own, would otherwise hold an innocent key that was lost with them
+  // for a whole round of their turns per event of that key (claimed in id
+  // order, the burst comes first), that is, for every event it emits. So a
+  // suspect heading later events of its key in this batch (a lead) takes a
+  // free turn before the suspects claimed ahead of it, and waiting ones
+  // are made due ahead of the others. An adversary gains nothing by giving
+  // culprits followers: then they are leads too, in id order, as before.
+  const Suspects &suspects = verdicts_.suspects();
+  if (suspects.empty()) return;
+  std::map<RouteKey, std::pair<size_t, int>> keys;  // first row, how many rows
+  for (size_t i = 0; i < flight->n; ++i) {
+    const int r = flight->route_of[i];
+    if (r < 0 || deferred[i] || !flight->rows[i].has_key) continue;
+    auto [it, fresh] = keys.try_emplace(
+        RouteKey(routes_[r].pattern, std::string(flight->rows[i].key)), std::make_pair(i, 0));
+    ++it->second.second;
+  }
+  const int64_t now_ms = SteadyMs();
+  for (const auto &[route_key, first] : keys) {
+    const size_t i = first.first;
+    if (first.second < 2) continue;
+    const EventRow &row = flight->rows[i];
+    const DispatchRoute &route = routes_[flight->route_of[i]];
+    if (!suspects.SendsAlone(row.id, route.sink)) continue;
+    flight->leads.insert(i);
+    ++flight->leads_of_sink[route.sink];
+    // A free turn goes to the first lead that may take it: not one waiting
+    // behind an earlier event of its key, nor a tried one waiting for the
+    // untried (Decide parks those whatever this says).
+    int64_t until = 0;
+    uint64_t turn = 0;
+    if (suspects.Out(route.sink, now_ms, &turn) ||
+        suspects.WaitsForUntried(route.sink, row.id, now_ms, flight->settings.backoff_max_ms) ||
+        !guard_.MayDeliver(route.pattern, row.key, row.id, nullptr, &until)) {
+      continue;
+    }
+    auto [chosen, fresh] = flight->first_lead.try_emplace(route.sink, i);
+    if (!fresh && i < chosen->second) chosen->second = i;
+  }
+  // The lead that takes the turn waits for none: the others of its sink
+  // are due as many turns later as there are leads that wait.
+  for (const auto &[sink, i] : flight->first_lead) --flight->leads_of_sink[sink];
+}
+
 void Dispatcher::WaitForTurn(Flight *flight, size_t i, uint64_t turn) {
   // Another one is out alone: this one is due when that one's batch is
   // finished (in this window: at once; a late answer: when it may be in),
-  // the ones after it a turn's length apart (TurnSpacingMs). Its key's
-  // later events wait behind it.
+  // the ones after it a turn's length apart (TurnSpacingMs), the batch's
+  // leads first (NoteLeads). Its key's later events wait behind it.
   const EventRow &row = flight->rows[i];
   const DispatchRoute &route = routes_[flight->route_of[i]];
   RowOutcome *out = flight->out;
   const bool in_window = std::any_of(flights_.begin(), flights_.end(),
                                      [turn](const Flight &f) { return f.ticket == turn; });
-  const int64_t place = flight->turn_waiters[route.sink]++;
+  int64_t place = 0;
+  if (flight->leads.count(i) != 0) {
+    place = flight->lead_waiters[route.sink]++;
+  } else {
+    auto leads = flight->leads_of_sink.find(route.sink);
+    place = (leads == flight->leads_of_sink.end() ? 0 : leads->second) +
+            flight->turn_waiters[route.sink]++;
+  }
   out[i].outcome = Outcome::kPark;
   out[i].next_attempt_us = flight->settings.now_us + (in_window ? 0 : kLateRecheckUs) +
                            place * verdicts_.suspects().TurnSpacingMs(route.sink) * kUsecPerMs;
@@ -251,8 +322,10 @@ void Dispatcher::SendAlone(Flight *flight, size_t i, std::vector<size_t> *alone)
   // later events in this batch wait behind it (its retry holds the key in
   // the order guard) instead of going ahead in those.
   alone->reserve(alone->size() + 1);
-  verdicts_.suspects().SentAlone(routes_[flight->route_of[i]].sink, flight->rows[i].id,
-                                 flight->ticket, SteadyMs());
+  const EventRow &row = flight->rows[i];
+  const DispatchRoute &route = routes_[flight->route_of[i]];
+  if (row.has_key) flight->alone_keys.emplace(route.pattern, std::string(row.key));
+  verdicts_.suspects().SentAlone(route.sink, row.id, flight->ticket, SteadyMs());
   alone->push_back(i);
 }
 
@@ -336,6 +409,7 @@ Dispatcher::Ticket Dispatcher::Begin(const EventRow *rows, size_t n,
     std::map<std::string, std::vector<size_t>> groups;  // sink name -> rows, in id order
     std::vector<size_t> alone;                          // rows sent each on its own
     std::set<std::string> admitted;
+    std::vector<bool> deferred(n, false);
     for (size_t i = 0; i < n; ++i) {
       const EventRow &row = rows[i];
       const int r = RouteIndex(row.topic);
@@ -348,11 +422,16 @@ Dispatcher::Ticket Dispatcher::Begin(const EventRow *rows, size_t n,
         if (!fresh && it->second.ticket != ticket) it->second = KeyInFlight{ticket, true};
         if (it->second.deferred) {  // and so is every later event of it in this batch
           flight->deferred.push_back(i);
-          continue;
+          deferred[i] = true;
         }
       }
-      Decide(flight, i, &admitted, &groups, &alone);
     }
+    NoteLeads(flight, deferred);
+    for (size_t i = 0; i < n; ++i) {
+      if (!deferred[i]) Decide(flight, i, &admitted, &groups, &alone);
+    }
+    // The deferred rows are decided later, with the turn as it is then.
+    flight->first_lead.clear();
     SendGroups(flight, &groups, alone, interrupted);
   } catch (const std::exception &e) {
     // Out of memory half-way: what this batch and the ones before it

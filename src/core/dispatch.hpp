@@ -274,10 +274,23 @@ class Dispatcher {
     // when this one began: decided and sent by Finish, in id order.
     std::vector<size_t> deferred;
     // By sink: how many of its events this batch parked waiting for their
-    // turn alone (suspects.hpp), which spaces their due times.
+    // turn alone (suspects.hpp), which spaces their due times; leads
+    // (below) and the others counted apart.
     std::map<std::string, int64_t> turn_waiters;
+    std::map<std::string, int64_t> lead_waiters;
+    // Suspects that head later events of their key in this batch (leads),
+    // how many of them each sink has, and by sink the first lead that may
+    // take the turn now (NoteLeads).
+    std::set<size_t> leads;
+    std::map<std::string, int64_t> leads_of_sink;
+    std::map<std::string, size_t> first_lead;
+    // The keys whose event this batch sends alone: their later events in
+    // it are due once it is finished (Decide).
+    std::set<RouteKey> alone_keys;
   };
 
+  // Find the flight's leads (Flight::leads) among the rows not deferred.
+  void NoteLeads(Flight *flight, const std::vector<bool> &deferred);
   // A suspect of the flight (row i) waits for its sink's turn alone, held
   // by batch `turn`.
   void WaitForTurn(Flight *flight, size_t i, uint64_t turn);

@@ -88,6 +88,10 @@ my $slow = slowest_ms('B', 'g.t');
 my $bound = $quiet * 3 + 300 > 1500 ? $quiet * 3 + 300 : 1500;
 cmp_ok($slow, '<=', $bound, "the culprits on sink bad do not delay sink good (slowest: $slow ms, "
   . "$quiet without culprits)");
+note('sink bad, innocent events behind the burst: waited ' . $node->safe_psql('postgres', q{SELECT
+  round(1000 * extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY published_at - created_at)))
+  || ' ms at the median, ' || round(1000 * extract(epoch FROM max(published_at - created_at))) || ' ms at most'
+  FROM outbox.events WHERE topic = 'b.t' AND payload->>'ph' = 'B'}));
 my ($log_b) = slurp_file($node->logfile, $log_offset);
 note('sink bad judged unavailable ' . scalar(() = $log_b =~ /sink "bad" is unavailable/g) . ' times');
 

@@ -169,14 +169,40 @@ class DispatcherTest : public ::testing::Test {
   // Events 1, 2 and 3 (keys a, b, c) on a broker that closes the connection
   // over anything, lost with others twice: each is sent alone from now on.
   std::vector<Event> ThreeSuspectsSentAlone() {
+    const std::vector<Event> events = {Ev(1, "orders.a", "a"), Ev(2, "orders.a", "b"),
+                                       Ev(3, "orders.a", "c")};
+    LostWithOthersTwice(events);
+    return events;
+  }
+  // One sink, pipelined, whose broker closes the connection over anything:
+  // `events` are dispatched twice, each of them a key's first lost with
+  // others twice (sent alone from now on), and the broker goes on so.
+  void LostWithOthersTwice(const std::vector<Event> &events) {
     ConfigureOneSink();
     Broker("kafka").pipelined = true;
     Broker("kafka").script = [](const OutMessage &, int) { return LostWithConnection(); };
-    const std::vector<Event> events = {Ev(1, "orders.a", "a"), Ev(2, "orders.a", "b"),
-                                       Ev(3, "orders.a", "c")};
     (void)Dispatch(events);
     (void)Dispatch(events, kNow + 2 * kMaxUs);
-    return events;
+  }
+
+  // Events 1 .. n, each on a key of its own, that the broker (one sink,
+  // pipelined) closes its connection over: whatever is sent with one of
+  // them is lost with it, and the rest is delivered.
+  std::vector<Event> CulpritBurst(int n) {
+    ConfigureOneSink();
+    Broker("kafka").pipelined = true;
+    std::set<std::string, std::less<>> culprits;
+    std::vector<Event> table;
+    for (int k = 1; k <= n; ++k) {
+      culprits.insert(Id(k));
+      table.push_back(Ev(k, "orders.a", "c" + std::to_string(k)));
+    }
+    auto closed_in = std::make_shared<std::set<int>>();
+    Broker("kafka").script = [culprits, closed_in](const OutMessage &m, int call) {
+      if (culprits.count(m.id) != 0) closed_in->insert(call);
+      return closed_in->count(call) != 0 ? LostWithConnection() : Delivered();
+    };
+    return table;
   }
 
   // The publisher's loop over a table, simulated: each cycle, `step_us`
@@ -229,7 +255,7 @@ class DispatcherTest : public ::testing::Test {
     std::vector<RowOutcome> out;
     Dispatcher::Ticket ticket = 0;
   };
-  std::unique_ptr<Begun> Begin(const std::vector<Event> &events) {
+  std::unique_ptr<Begun> Begin(const std::vector<Event> &events, int64_t now_us = kNow) {
     auto b = std::make_unique<Begun>();
     b->events = events;
     b->headers.resize(events.size());
@@ -237,7 +263,7 @@ class DispatcherTest : public ::testing::Test {
       b->rows.push_back(Row(b->events[i], &b->headers[i]));
     }
     b->out.resize(events.size());
-    const DispatchSettings settings = Settings(kNow);
+    const DispatchSettings settings = Settings(now_us);
     b->ticket =
         dispatcher_.Begin(b->rows.data(), b->rows.size(), settings, b->out.data(), &Interrupted);
     return b;
@@ -921,21 +947,9 @@ TEST_F(DispatcherTest, ABurstOfCulpritsDoesNotKeepAnInnocentSuspectFromItsTurn) 
   // turn comes within a round of theirs, each culprit lost alone counting
   // as its own (not a broker that closes every connection: nobody would
   // ever be charged, and the turns would never reach it).
-  ConfigureOneSink();
-  Broker("kafka").pipelined = true;
-  std::set<std::string, std::less<>> culprits;
-  std::vector<Event> table;
-  for (int n = 1; n <= 20; ++n) {
-    culprits.insert(Id(n));
-    table.push_back(Ev(n, "orders.a", "c" + std::to_string(n)));
-  }
+  std::vector<Event> table = CulpritBurst(20);
   table.push_back(Ev(21, "orders.a", "k"));
   table.push_back(Ev(22, "orders.a", "k"));
-  auto closed_in = std::make_shared<std::set<int>>();
-  Broker("kafka").script = [culprits, closed_in](const OutMessage &m, int call) {
-    if (culprits.count(m.id) != 0) closed_in->insert(call);
-    return closed_in->count(call) != 0 ? LostWithConnection() : Delivered();
-  };
   int first_down = -1;
   const auto published = Drain(table, 1000, 10 * 1000, &first_down);
   ASSERT_EQ(published.count(Id(21)), 1u) << AllLogs();
@@ -947,6 +961,59 @@ TEST_F(DispatcherTest, ABurstOfCulpritsDoesNotKeepAnInnocentSuspectFromItsTurn) 
   // published.
   ASSERT_EQ(published.count(Id(22)), 1u) << AllLogs();
   EXPECT_EQ(published.size(), 2u);
+}
+
+TEST_F(DispatcherTest, ASuspectHeadingItsKeysLaterEventsHasItsTurnBeforeTheCulpritsClaimedWithIt) {
+  // Two hundred events the broker closes its connection over, each on a
+  // key of its own, then key k's events, lost with them twice: all are
+  // suspects sent alone, one turn at a time. k's first event holds its
+  // key's later ones; the culprits hold nobody. k's first event has its
+  // turn first instead of behind every culprit claimed before it, and so
+  // does each of k's next ones, due as soon as the one before it is
+  // through (not a second later).
+  std::vector<Event> table = CulpritBurst(200);
+  for (int n = 201; n <= 204; ++n) table.push_back(Ev(n, "orders.a", "k"));
+  int first_down = -1;
+  const auto published = Drain(table, 3000, 10 * 1000, &first_down);
+  ASSERT_EQ(published.count(Id(201)), 1u) << AllLogs();
+  // Lost with others twice (each time parked for backoff_min, ten
+  // cycles), then the first turn.
+  EXPECT_LE(published.at(Id(201)), 2 * kMinMs / 10 + 3) << AllLogs();
+  // Each of k's events heads the ones after it in turn.
+  for (int n = 202; n <= 203; ++n) {
+    ASSERT_EQ(published.count(Id(n)), 1u) << n << AllLogs();
+    EXPECT_LE(published.at(Id(n)), published.at(Id(n - 1)) + 3) << n;
+  }
+  // The last of k heads nothing: it has a turn as any suspect does, after
+  // the one before it; and no culprit is published.
+  ASSERT_EQ(published.count(Id(204)), 1u) << AllLogs();
+  EXPECT_GT(published.at(Id(204)), published.at(Id(203)));
+  EXPECT_EQ(published.size(), 4u);
+  // Only culprits left, each tried once: the sink is judged down then, not
+  // before.
+  EXPECT_TRUE(first_down < 0 || first_down > published.at(Id(204))) << AllLogs();
+}
+
+TEST_F(DispatcherTest, SuspectsWaitingForTheTurnAreDueLeadsFirst) {
+  // 1, 2 and 3 are suspects; 4, of 3's key, waits behind 3. While 1 has
+  // the turn (its batch not finished), 2 and 3 wait for theirs: 3, which
+  // holds 4, is due first, though claimed after 2.
+  const std::vector<Event> events = {Ev(1, "orders.a", "a"), Ev(2, "orders.a", "b"),
+                                     Ev(3, "orders.a", "c"), Ev(4, "orders.a", "c")};
+  LostWithOthersTwice(events);
+  Broker("kafka").script = [](const OutMessage &, int) { return Delivered(); };
+  const int64_t t = kNow + 4 * kMaxUs;
+  auto first = Begin({events[0]}, t);
+  auto second = Begin({events[1], events[2], events[3]}, t);
+  const RowOutcome &two = second->out[0];
+  const RowOutcome &three = second->out[1];
+  ASSERT_TRUE(Is(two, Outcome::kPark));
+  ASSERT_TRUE(Is(three, Outcome::kPark));
+  EXPECT_TRUE(Contains(three.error, "turn")) << three.error;
+  EXPECT_LT(three.next_attempt_us, two.next_attempt_us);
+  EXPECT_TRUE(Is(second->out[2], Outcome::kPark)) << "4 waits behind 3";
+  EXPECT_TRUE(Finish(second.get()));
+  EXPECT_TRUE(Is(first->out[0], Outcome::kPublished));
 }
 
 TEST_F(DispatcherTest, ATriedSuspectIsNotSentAgainWhileAnotherOfItsSinkIsUntriedInAnyClaim) {
@@ -1004,13 +1071,9 @@ TEST_F(DispatcherTest, ATriedSuspectWaitsForAnUntriedOneThatNeverComesOnlyUntilB
 
 TEST_F(DispatcherTest, EventsWaitingForTheirTurnAloneAreDueATurnApart) {
   // Due all at once, every cycle would claim them all and write them back.
-  ConfigureOneSink();
-  Broker("kafka").pipelined = true;
-  Broker("kafka").script = [](const OutMessage &, int) { return LostWithConnection(); };
   const std::vector<Event> events = {Ev(1, "orders.a", "a"), Ev(2, "orders.a", "b"),
                                      Ev(3, "orders.a", "c"), Ev(4, "orders.a", "d")};
-  (void)Dispatch(events);
-  (void)Dispatch(events, kNow + 2 * kMaxUs);
+  LostWithOthersTwice(events);
   Broker("kafka").script = [](const OutMessage &, int) { return Delivered(); };
   const int64_t t = kNow + 4 * kMaxUs;
   const auto out = Dispatch(events, t);
