@@ -206,14 +206,15 @@ void Dispatcher::Decide(Flight *flight, size_t i, std::set<std::string> *admitte
     return;
   }
   if (verdicts_.ParkBehindEarlier(row, route, admitted, settings.now_us, kWaitingForKey, &out[i])) {
-    if (!flight->alone_keys.empty() &&
+    if (!flight->held_keys.empty() &&
         out[i].next_attempt_us == settings.now_us + Verdicts::kBehindDueUs &&
-        flight->alone_keys.count(RouteKey(route.pattern, std::string(row.key))) != 0) {
-      // Behind its key's event that this batch sends alone, and nothing
-      // else of the key waits for a later time: due once the
-      // batch is finished (the next claim finds that one published, or
-      // parked again and this one behind it), not Verdicts::kBehindDueUs
-      // later, a second per event of a key whose events are all suspects.
+        flight->held_keys.count(RouteKey(route.pattern, std::string(row.key))) != 0) {
+      // Behind its key's event that this batch sends alone (or parks, a
+      // lead, for its turn at once), and nothing else of the key waits for
+      // a later time: due once the batch is finished (the next claim finds
+      // that one published, or parked again and this one behind it; a lead
+      // claimed with it, not without), not Verdicts::kBehindDueUs later, a
+      // second per event of a key whose events are all suspects.
       out[i].next_attempt_us = settings.now_us;
       guard_.Block(route.pattern, row.key, row.id, settings.now_us);
     }
@@ -235,6 +236,7 @@ void Dispatcher::Decide(Flight *flight, size_t i, std::set<std::string> *admitte
     // The turn is free: a lead later in this batch takes it (NoteLeads).
     auto lead = flight->first_lead.find(route.sink);
     if (lead != flight->first_lead.end() && lead->second > i) {
+      flight->lead_jumped.insert(route.sink);
       WaitForTurn(flight, i, flight->ticket);
       return;
     }
@@ -253,8 +255,11 @@ void Dispatcher::NoteLeads(Flight *flight, const std::vector<bool> &deferred) {
   // order, the burst comes first), that is, for every event it emits. So a
   // suspect heading later events of its key in this batch (a lead) takes a
   // free turn before the suspects claimed ahead of it, and waiting ones
-  // are made due ahead of the others. An adversary gains nothing by giving
-  // culprits followers: then they are leads too, in id order, as before.
+  // are made due ahead of the others. Only every other turn, though: after
+  // a lead went ahead of older suspects, the next free turn goes to the
+  // oldest claimed (oldest_next_). Culprits given followers are leads too,
+  // and would otherwise keep a suspect heading nothing (an innocent key
+  // that emitted one event) from its turn for as long as they come.
   const Suspects &suspects = verdicts_.suspects();
   if (suspects.empty()) return;
   std::map<RouteKey, std::pair<size_t, int>> keys;  // first row, how many rows
@@ -279,7 +284,7 @@ void Dispatcher::NoteLeads(Flight *flight, const std::vector<bool> &deferred) {
     // untried (Decide parks those whatever this says).
     int64_t until = 0;
     uint64_t turn = 0;
-    if (suspects.Out(route.sink, now_ms, &turn) ||
+    if (suspects.Out(route.sink, now_ms, &turn) || oldest_next_.count(route.sink) != 0 ||
         suspects.WaitsForUntried(route.sink, row.id, now_ms, flight->settings.backoff_max_ms) ||
         !guard_.MayDeliver(route.pattern, row.key, row.id, nullptr, &until)) {
       continue;
@@ -296,25 +301,34 @@ void Dispatcher::WaitForTurn(Flight *flight, size_t i, uint64_t turn) {
   // Another one is out alone: this one is due when that one's batch is
   // finished (in this window: at once; a late answer: when it may be in),
   // the ones after it a turn's length apart (TurnSpacingMs), the batch's
-  // leads first (NoteLeads). Its key's later events wait behind it.
+  // leads early (NoteLeads). Its key's later events wait behind it.
   const EventRow &row = flight->rows[i];
   const DispatchRoute &route = routes_[flight->route_of[i]];
   RowOutcome *out = flight->out;
   const bool in_window = std::any_of(flights_.begin(), flights_.end(),
                                      [turn](const Flight &f) { return f.ticket == turn; });
+  // Leads and the others alternate (places 0, 2, 4 ... and 1, 3, 5 ...)
+  // while both last; the others then follow one a place: a burst's
+  // innocent leads are due among its first, and culprits made leads keep
+  // no other one behind all of them.
   int64_t place = 0;
   if (flight->leads.count(i) != 0) {
-    place = flight->lead_waiters[route.sink]++;
+    place = 2 * flight->lead_waiters[route.sink]++;
   } else {
     auto leads = flight->leads_of_sink.find(route.sink);
-    place = (leads == flight->leads_of_sink.end() ? 0 : leads->second) +
-            flight->turn_waiters[route.sink]++;
+    const int64_t waiting_leads = leads == flight->leads_of_sink.end() ? 0 : leads->second;
+    const int64_t n = flight->turn_waiters[route.sink]++;
+    place = n + std::min(n + 1, waiting_leads);
   }
   out[i].outcome = Outcome::kPark;
   out[i].next_attempt_us = flight->settings.now_us + (in_window ? 0 : kLateRecheckUs) +
                            place * verdicts_.suspects().TurnSpacingMs(route.sink) * kUsecPerMs;
   SetError(&out[i], "lost with its connection twice: waiting for its turn to be sent alone");
-  if (row.has_key) guard_.Block(route.pattern, row.key, row.id, out[i].next_attempt_us);
+  if (row.has_key) {
+    guard_.Block(route.pattern, row.key, row.id, out[i].next_attempt_us);
+    // A lead: its followers come with it to the next claim (Decide).
+    if (flight->leads.count(i) != 0) flight->held_keys.emplace(route.pattern, std::string(row.key));
+  }
 }
 
 void Dispatcher::SendAlone(Flight *flight, size_t i, std::vector<size_t> *alone) {
@@ -324,7 +338,14 @@ void Dispatcher::SendAlone(Flight *flight, size_t i, std::vector<size_t> *alone)
   alone->reserve(alone->size() + 1);
   const EventRow &row = flight->rows[i];
   const DispatchRoute &route = routes_[flight->route_of[i]];
-  if (row.has_key) flight->alone_keys.emplace(route.pattern, std::string(row.key));
+  if (row.has_key) flight->held_keys.emplace(route.pattern, std::string(row.key));
+  // A lead that went ahead of older suspects gives the next turn to the
+  // oldest (NoteLeads).
+  if (flight->lead_jumped.count(route.sink) != 0) {
+    oldest_next_.insert(route.sink);
+  } else {
+    oldest_next_.erase(route.sink);
+  }
   verdicts_.suspects().SentAlone(route.sink, row.id, flight->ticket, SteadyMs());
   alone->push_back(i);
 }
@@ -626,8 +647,13 @@ void Dispatcher::SendGroup(const Flight &flight, SinkGroup *group,
   group->sink = sink;
   group->sent_ms = SteadyMs();
   group->sent_unix_us = UnixNowUs();
-  group->sink_ticket = sink->Send(group->messages.data(), group->messages.size(),
-                                  group->results.data(), interrupted);
+  // A suspect's group goes alone on the sink's connections: a loss while
+  // other messages were on them would say nothing of it.
+  group->sink_ticket =
+      group->alone && group->messages.size() == 1
+          ? sink->SendAlone(group->messages.data(), group->results.data(), interrupted)
+          : sink->Send(group->messages.data(), group->messages.size(), group->results.data(),
+                       interrupted);
 }
 
 void Dispatcher::SettleGroup(const Flight &flight, SinkGroup *group,

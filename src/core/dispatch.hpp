@@ -27,8 +27,9 @@
 // - An event lost with its connection (Delivery::connection_lost) counts
 //   no attempt and says nothing of the sink: sent with others once more,
 //   then alone, in a group of its own, one per sink at a time (the others
-//   park, due when that group's batch is finished), and charged only for
-//   failing alone while the sink answers others (suspects.hpp). Such a
+//   park, due when that group's batch is finished), handed to the sink as
+//   a message alone on its connections (Sink::SendAlone), and charged only
+//   for failing alone while the sink answers others (suspects.hpp). Such a
 //   group is sent and settled after the sink's other groups of its batch.
 // - After outbox.max_attempts failed attempts an event is dead, and stops
 //   holding back its key.
@@ -284,9 +285,11 @@ class Dispatcher {
     std::set<size_t> leads;
     std::map<std::string, int64_t> leads_of_sink;
     std::map<std::string, size_t> first_lead;
-    // The keys whose event this batch sends alone: their later events in
-    // it are due once it is finished (Decide).
-    std::set<RouteKey> alone_keys;
+    // The keys whose event this batch sends alone, or parks as a lead for
+    // its turn: their later events in it are due with it (Decide).
+    std::set<RouteKey> held_keys;
+    // The sinks whose free turn a lead took ahead of older suspects.
+    std::set<std::string> lead_jumped;
   };
 
   // Find the flight's leads (Flight::leads) among the rows not deferred.
@@ -347,6 +350,9 @@ class Dispatcher {
   };
   std::map<RouteKey, KeyInFlight> keys_in_flight_;
   std::vector<LogLine> taken_logs_;  // being handed out by NextLog
+  // Sinks whose next free turn alone goes to the oldest suspect claimed, not
+  // a lead: the last one went to a lead ahead of older ones (NoteLeads).
+  std::set<std::string> oldest_next_;
   size_t next_log_ = 0;
 };
 

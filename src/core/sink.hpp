@@ -141,6 +141,17 @@ class Sink {
     return 0;
   }
   virtual void Collect(uint64_t ticket, InterruptCheck interrupted) {}
+  // Send one message that must be alone on the sink's connections: the
+  // dispatcher sends a suspect so (suspects.hpp) to learn whether a
+  // connection lost under it was lost over it. A sink that keeps several
+  // messages in flight hands it to the broker once nothing else is in
+  // flight, and nothing after it until it has its outcome; one lost
+  // connection then loses it alone, and when the connection is lost before
+  // it went, it is kNotSent. Sinks that deliver within Send have nothing
+  // else in flight (this default).
+  virtual uint64_t SendAlone(const OutMessage *message, Delivery *out, InterruptCheck interrupted) {
+    return Send(message, 1, out, interrupted);
+  }
 
   // Collect, waiting at most wait_ms (0: only what has arrived): true when
   // every message of the Send has its outcome (the Send is then closed, as

@@ -9,7 +9,10 @@
 // restart loses a whole window, which then goes through together); lost so
 // twice, it is sent alone from then on, one such event per sink at a time,
 // in a group of its own through the pipeline (never waited for outside the
-// window, so it holds nothing but its own key). Lost alone while the sink
+// window, so it holds nothing but its own key), and alone on the sink's
+// connections (Sink::SendAlone: it goes once nothing else is in flight, and
+// nothing after it until it is answered; a loss beside a fresh culprit
+// would otherwise read as its own). Lost alone while the sink
 // answers other events, it is the cause: the second such loss in a row, and
 // every one after it, counts an attempt (the first is forgiven: a network
 // that drops connections now and then loses an event alone too, now and

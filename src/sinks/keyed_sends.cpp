@@ -8,15 +8,18 @@
 namespace outbox {
 
 uint64_t KeyedSends::Open(const OutMessage *messages, size_t n, Delivery *out,
-                          Clock::time_point send_until) {
+                          Clock::time_point send_until, bool alone) {
   const uint64_t ticket = last_ticket_ + 1;
   // Built in place: the copies' views point into its own buffers.
   OpenSend &send = sends_[ticket];
   try {
     send.out = out;
     send.send_until = send_until;
+    send.alone = alone;
     Copy(messages, n, &send);
-    send.slots.assign(n, Slot());
+    Slot slot;
+    slot.alone = alone;
+    send.slots.assign(n, slot);
     Chain(&send);
   } catch (...) {
     sends_.erase(ticket);
@@ -113,6 +116,7 @@ void KeyedSends::Land(Slot *slot) noexcept {
   if (slot->in_flight) {
     slot->in_flight = false;
     --in_flight_;
+    if (slot->alone) --alone_in_flight_;
   }
 }
 
@@ -124,7 +128,14 @@ void KeyedSends::Close(uint64_t ticket) noexcept {
 }
 
 bool KeyedSends::NextReady(SendRef *ref) {
+  if (alone_in_flight_ > 0) return false;  // a message sent alone is out: nothing else goes
   for (auto &[ticket, send] : sends_) {
+    if (send.alone && send.settled < send.slots.size()) {
+      // Its turn comes once what the older Sends have in flight is
+      // answered (they go on sending meanwhile: it waits for them, not
+      // they for it); the newer ones wait for it.
+      if (in_flight_ > 0) return false;
+    }
     while (!send.ready.empty()) {
       const size_t i = send.ready.front();
       send.ready.pop_front();
@@ -151,6 +162,7 @@ bool KeyedSends::MarkSent(SendRef ref, uint64_t wire_id, Clock::time_point deadl
   slot.deadline = deadline;
   slot.in_flight = true;
   ++in_flight_;
+  if (slot.alone) ++alone_in_flight_;
   return true;
 }
 
@@ -277,6 +289,10 @@ void KeyedSends::FailOutstanding(const std::string &reason, Loss loss) noexcept 
       while (!send.ready.empty()) {
         const size_t i = send.ready.front();
         send.ready.pop_front();
+        if (send.alone) {
+          Settle(SendRef{ticket, i}, DeliveryStatus::kNotSent, not_sent, false);
+          continue;
+        }
         Settle(SendRef{ticket, i}, DeliveryStatus::kRetriable, not_sent, false);
         send.out[i].connection_lost = suspect;
       }
@@ -318,6 +334,7 @@ size_t KeyedSends::AbandonAll(const char *reason) noexcept {
   by_wire_.clear();
   flight_order_.clear();
   in_flight_ = 0;
+  alone_in_flight_ = 0;
   sends_.clear();
   return was_in_flight;
 }

@@ -55,7 +55,12 @@ class KeyedSends {
   // and every message without a key, in order. Nothing of it is handed out
   // by NextReady after send_until (CutOff). Returns its ticket: never 0,
   // never reused. Throws std::bad_alloc (then nothing is opened).
-  uint64_t Open(const OutMessage *messages, size_t n, Delivery *out, Clock::time_point send_until);
+  // `alone` (one message, Sink::SendAlone): it has the connections to
+  // itself; NextReady hands it out once nothing is in flight, and nothing
+  // after it until it has its outcome, so that a connection lost while it
+  // is out was lost over it or by the broker, never over another message.
+  uint64_t Open(const OutMessage *messages, size_t n, Delivery *out, Clock::time_point send_until,
+                bool alone = false);
 
   bool IsOpen(uint64_t ticket) const { return sends_.count(ticket) != 0; }
   // Every message of the Send has its outcome (true for one not open).
@@ -68,7 +73,8 @@ class KeyedSends {
   size_t in_flight() const { return in_flight_; }
 
   // The next message that may be sent now, oldest Send first, each Send's
-  // in order; false when there is none.
+  // in order; false when there is none. A Send alone not yet done stops
+  // the Sends after it (and, once its message is in flight, every Send).
   bool NextReady(SendRef *ref);
   // An open message's copy.
   const OutMessage &Message(SendRef ref) const;
@@ -113,7 +119,9 @@ class KeyedSends {
   };
   // The connection is gone: every message in flight is kRetriable with
   // `reason`, every ready one with "not sent: " and the reason, and those
-  // behind either kNotSent. Every open Send is then done.
+  // behind either kNotSent. Every open Send is then done. A Send alone
+  // whose message was not sent yet gets kNotSent: it was not on the
+  // connection, so the loss says nothing of it.
   void FailOutstanding(const std::string &reason, Loss loss) noexcept;
   // Every message of one Send, or of all, without an outcome gets
   // kRetriable with `reason`. Returns how many of them were in flight (the
@@ -133,6 +141,7 @@ class KeyedSends {
     bool bound = false;  // wire_id names it in by_wire_
     bool in_flight = false;
     bool settled = false;
+    bool alone = false;  // of a Send alone
   };
   struct OpenSend {
     Delivery *out = nullptr;
@@ -143,6 +152,7 @@ class KeyedSends {
     std::vector<OutMessage> messages;
     std::vector<Slot> slots;
     std::deque<size_t> ready;
+    bool alone = false;  // Open's `alone`
   };
 
   OpenSend *Find(uint64_t ticket);
@@ -157,6 +167,7 @@ class KeyedSends {
   std::unordered_map<uint64_t, SendRef> by_wire_;
   std::deque<SendRef> flight_order_;  // as sent (so by deadline); stale ones skipped
   size_t in_flight_ = 0;
+  size_t alone_in_flight_ = 0;  // of those, messages of Sends alone
   uint64_t last_ticket_ = 0;
 };
 

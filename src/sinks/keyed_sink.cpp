@@ -62,6 +62,16 @@ void KeyedSink::Publish(const OutMessage *messages, size_t n, Delivery *out,
 
 uint64_t KeyedSink::Send(const OutMessage *messages, size_t n, Delivery *out,
                          InterruptCheck interrupted) {
+  return Open(messages, n, out, interrupted, false);
+}
+
+uint64_t KeyedSink::SendAlone(const OutMessage *message, Delivery *out,
+                              InterruptCheck interrupted) {
+  return Open(message, 1, out, interrupted, true);
+}
+
+uint64_t KeyedSink::Open(const OutMessage *messages, size_t n, Delivery *out,
+                         InterruptCheck interrupted, bool alone) {
   if (n == 0) return 0;
   const SigpipeGuard sigpipe_guard;
   uint64_t ticket = 0;
@@ -76,7 +86,8 @@ uint64_t KeyedSink::Send(const OutMessage *messages, size_t n, Delivery *out,
       FailAll(n, out, error.c_str());
       return 0;
     }
-    ticket = sends_.Open(messages, n, out, Clock::now() + Millis(connect_ms_ + ack_timeout_ms_));
+    ticket =
+        sends_.Open(messages, n, out, Clock::now() + Millis(connect_ms_ + ack_timeout_ms_), alone);
     Step(0);
   } catch (...) {
     // Out of memory (only `interrupted` could throw anything else): this

@@ -37,6 +37,8 @@ class KeyedSink : public Sink {
   // (a connection that cannot even be started, out of memory).
   uint64_t Send(const OutMessage *messages, size_t n, Delivery *out,
                 InterruptCheck interrupted) override;
+  // Send, with the connections to itself (KeyedSends::Open's `alone`).
+  uint64_t SendAlone(const OutMessage *message, Delivery *out, InterruptCheck interrupted) override;
   // Serves the connection for up to wait_ms, filling any open Send's `out`
   // as answers come.
   bool CollectFor(uint64_t ticket, int64_t wait_ms, InterruptCheck interrupted) override;
@@ -103,6 +105,8 @@ class KeyedSink : public Sink {
   KeyedSends sends_;
 
  private:
+  uint64_t Open(const OutMessage *messages, size_t n, Delivery *out, InterruptCheck interrupted,
+                bool alone);
   bool Wait(uint64_t ticket, int64_t wait_ms, InterruptCheck interrupted);
   void Recover(const char *reason) noexcept;
 

@@ -198,6 +198,20 @@ sub sink_sql {
 	return "SELECT outbox.create_sink('$name', 'mqtt', '{$json}')";
 }
 
+# In $node's database postgres: the extension, sink "mqtt" on this broker
+# (%sink: its options over the defaults), the route "$prefix.*" to it, and
+# one event published through it. Returns whether it was, within the
+# default timeout.
+sub ready_sink {
+	my ($self, $node, $prefix, %sink) = @_;
+	$node->safe_psql('postgres', 'CREATE EXTENSION outbox');
+	$node->safe_psql('postgres', $self->sink_sql('mqtt', %sink));
+	$node->safe_psql('postgres', "SELECT outbox.add_route('$prefix.*', 'mqtt')");
+	$node->safe_psql('postgres', "SELECT outbox.emit('$prefix.t', '{\"warm\": 1}', 'w')");
+	return defined OutboxNode::wait_until(sub {
+		$node->safe_psql('postgres', q{SELECT status FROM outbox.events}) eq 'published' });
+}
+
 # SIGKILL the broker (the subscriber stays, reconnecting); graceful => 1:
 # SIGTERM, on which mosquitto saves its state (what waits for the
 # subscriber included) before it exits.

@@ -34,13 +34,7 @@ my $mq = OutboxMosquitto->start(max_packet_size => 4096, unlimited_queue => 1);
 $mq->subscribe('#');
 my $node = outbox_node('mqtt_disconnect_culprit',
 	"outbox.max_attempts = 4\noutbox.backoff_max = '1s'\n");
-$node->safe_psql('postgres', 'CREATE EXTENSION outbox');
-$node->safe_psql('postgres', $mq->sink_sql('mqtt', protocol => '3.1.1', connections => 4));
-$node->safe_psql('postgres', q{SELECT outbox.add_route('dc.*', 'mqtt')});
-$node->safe_psql('postgres', q{SELECT outbox.emit('dc.t', '{"warm": 1}', 'w')});
-ok(defined wait_until(sub {
-	$node->safe_psql('postgres', q{SELECT status FROM outbox.events}) eq 'published' }),
-	'the sink delivers');
+ok($mq->ready_sink($node, 'dc', protocol => '3.1.1', connections => 4), 'the sink delivers');
 
 $node->safe_psql('postgres', q{
 	SELECT outbox.emit('dc.t', jsonb_build_object('culprit', repeat('x', 8000)), 'kc');

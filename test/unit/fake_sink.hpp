@@ -89,6 +89,8 @@ struct FakeBroker {
   // at once as kNotSent without an answer (answered_at_us 0), as a sink
   // does that cuts its call short for want of time.
   std::set<std::string> cut_off_ids;
+  // The calls (indexes into `calls`) that came through SendAlone.
+  std::set<size_t> alone_calls;
 
   // Ids of the messages of call c, in the order the sink got them.
   std::vector<std::string> Ids(size_t c) const {
@@ -207,6 +209,11 @@ class FakeSink : public Sink {
       }
     }
     return tickets_;
+  }
+  uint64_t SendAlone(const OutMessage *message, Delivery *out,
+                     InterruptCheck interrupted) override {
+    broker_->alone_calls.insert(broker_->calls.size());
+    return Send(message, 1, out, interrupted);
   }
   void Collect(uint64_t ticket, InterruptCheck interrupted) override {
     for (auto it = open_.begin(); it != open_.end(); ++it) {

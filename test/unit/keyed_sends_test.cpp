@@ -63,6 +63,18 @@ std::vector<SendRef> AllReady(KeyedSends *sends) {
 
 const Clock::time_point kLater = Clock::now() + std::chrono::hours(1);
 
+// What a sink's send loop does: each message that may go is put on the
+// wire (under the next id) before the next is asked for.
+std::vector<SendRef> SendAllReady(KeyedSends *sends, uint64_t *wire) {
+  std::vector<SendRef> refs;
+  SendRef ref;
+  while (sends->NextReady(&ref)) {
+    if (!sends->MarkSent(ref, ++*wire, kLater)) break;
+    refs.push_back(ref);
+  }
+  return refs;
+}
+
 // One Send open over the messages of `m`; `sends` and `out` as the tests
 // name them.
 struct Opened {
@@ -301,6 +313,67 @@ TEST(KeyedSends, ALostConnectionSettlesEveryOpenSend) {
   EXPECT_TRUE(out1[2].connection_lost);
   EXPECT_TRUE(out2[0].connection_lost);
   EXPECT_FALSE(out1[1].connection_lost);
+}
+
+TEST(KeyedSends, AMessageSentAloneWaitsForWhatIsInFlightAndHoldsWhatComesAfter) {
+  // A Send alone (a suspect, Sink::SendAlone) between two ordinary ones:
+  // the older one's messages go first and the alone one waits until they
+  // are answered; while it is in flight nothing else goes, so a connection
+  // lost then was lost over it (or by the broker), never over another.
+  Messages m;
+  m.Add("t/a", "k", "1").Add("t/a", "j", "2");
+  std::vector<OutMessage> views = m.Views();
+  std::vector<Delivery> older(2), alone(1), newer(2);
+  KeyedSends sends;
+  const uint64_t t1 = sends.Open(views.data(), 2, older.data(), kLater);
+  const uint64_t t2 = sends.Open(views.data(), 1, alone.data(), kLater, /*alone=*/true);
+  const uint64_t t3 = sends.Open(views.data(), 2, newer.data(), kLater);
+  uint64_t wire = 0;
+  std::vector<SendRef> ready = SendAllReady(&sends, &wire);
+  ASSERT_EQ(ready.size(), 2u) << "the older Send's two; the alone one and the newer wait";
+  EXPECT_EQ(ready[0].ticket, t1);
+  EXPECT_EQ(ready[1].ticket, t1);
+  sends.Settle(ready[0], DeliveryStatus::kDelivered, "", true);
+  EXPECT_TRUE(SendAllReady(&sends, &wire).empty()) << "one of the older Send's still in flight";
+  sends.Settle(ready[1], DeliveryStatus::kDelivered, "", true);
+  ready = SendAllReady(&sends, &wire);
+  ASSERT_EQ(ready.size(), 1u) << "now the alone one, and nothing after it";
+  EXPECT_EQ(ready[0].ticket, t2);
+  EXPECT_TRUE(SendAllReady(&sends, &wire).empty()) << "nothing beside it while it is out";
+  sends.Settle(ready[0], DeliveryStatus::kDelivered, "", true);
+  ready = SendAllReady(&sends, &wire);
+  ASSERT_EQ(ready.size(), 2u) << "the newer Send goes once it is answered";
+  EXPECT_EQ(ready[0].ticket, t3);
+  EXPECT_TRUE(sends.Done(t2));
+}
+
+TEST(KeyedSends, AMessageAloneNotSentYetIsNotLostWithTheConnection) {
+  // The connection goes while the alone one still waits for what is in
+  // flight: it was never on it, so it is kNotSent, not a loss of its own.
+  Messages m;
+  m.Add("t/a", "k", "1");
+  std::vector<OutMessage> views = m.Views();
+  std::vector<Delivery> older(1), alone(1);
+  KeyedSends sends;
+  (void)sends.Open(views.data(), 1, older.data(), kLater);
+  const uint64_t t2 = sends.Open(views.data(), 1, alone.data(), kLater, /*alone=*/true);
+  SendRef ref;
+  ASSERT_TRUE(sends.NextReady(&ref));
+  ASSERT_TRUE(sends.MarkSent(ref, 1, kLater));
+  EXPECT_FALSE(sends.NextReady(&ref));
+  sends.FailOutstanding("gone", KeyedSends::Loss::kMaybeAMessage);
+  EXPECT_TRUE(older[0].connection_lost);
+  EXPECT_TRUE(sends.Done(t2));
+  EXPECT_EQ(alone[0].status, DeliveryStatus::kNotSent);
+  EXPECT_FALSE(alone[0].connection_lost);
+  // In flight alone when the connection goes, it is lost with it.
+  std::vector<Delivery> again(1);
+  (void)sends.Open(views.data(), 1, again.data(), kLater, /*alone=*/true);
+  ASSERT_TRUE(sends.NextReady(&ref));
+  ASSERT_TRUE(sends.MarkSent(ref, 2, kLater));
+  sends.FailOutstanding("gone", KeyedSends::Loss::kMaybeAMessage);
+  EXPECT_EQ(again[0].status, DeliveryStatus::kRetriable);
+  EXPECT_TRUE(again[0].connection_lost);
 }
 
 TEST(KeyedSends, AConnectionGivenUpForSilenceSuspectsNoMessage) {
