@@ -287,7 +287,9 @@ void LateAnswers::Settle(const DispatchSettings &settings) {
     j.alone = late.alone;
     j.answered_others = !late.whole;
     verdicts_->Judge(j, nullptr);
-    NoteOvertakenLate(late);
+    std::vector<char> judged(n, 0);
+    for (size_t k : members) judged[k] = 1;
+    NoteOvertakenLate(late, &judged);
     if (late.alone) {
       // Judged or not (its route went), its sink's turn alone is over.
       for (const LateRow &r : late.rows) {
@@ -359,27 +361,50 @@ void LateAnswers::Drop() noexcept {
     }
   }
   for (const Late &late : late_) {
-    if (late.sink_ticket != 0) NoteOvertakenLate(late);
+    if (late.sink_ticket != 0) NoteOvertakenLate(late, nullptr);
   }
   late_.clear();
   late_keys_.clear();
   retired_sinks_.clear();
 }
 
-void LateAnswers::NoteOvertakenLate(const Late &late) noexcept {
-  if (late.failed_earlier.empty()) return;
+void LateAnswers::NoteOvertakenLate(const Late &late, const std::vector<char> *judged) noexcept {
+  auto delivered = [&late](size_t k) {
+    return late.results[late.result_of[k]].status == DeliveryStatus::kDelivered;
+  };
+  // Rows (late.rows is in id order) a later row of the key may have
+  // overtaken among themselves: keyed, not delivered, and not all judged.
+  bool failed_late = false;
+  for (size_t k = 0; k < late.rows.size() && !failed_late; ++k) {
+    failed_late = late.rows[k].has_key && !delivered(k) && (judged == nullptr || !(*judged)[k]);
+  }
+  if (late.failed_earlier.empty() && !failed_late) return;
   try {
     std::vector<std::string_view> overtaken;
+    auto note = [&overtaken](std::string_view id) {
+      if (std::find(overtaken.begin(), overtaken.end(), id) == overtaken.end()) {
+        overtaken.push_back(id);
+      }
+    };
     for (size_t k = 0; k < late.rows.size(); ++k) {
       const LateRow &row = late.rows[k];
-      if (!row.has_key || late.results[late.result_of[k]].status != DeliveryStatus::kDelivered) {
-        continue;
-      }
+      if (!row.has_key || !delivered(k)) continue;
       for (const FailedEarlier &f : late.failed_earlier) {
         if (f.key == row.key && f.pattern == row.pattern && f.target == row.target &&
-            f.id < row.id &&
-            std::find(overtaken.begin(), overtaken.end(), f.id) == overtaken.end()) {
-          overtaken.push_back(f.id);
+            f.id < row.id) {
+          note(f.id);
+        }
+      }
+      if (!failed_late) continue;
+      for (size_t e = 0; e < k; ++e) {
+        const LateRow &earlier = late.rows[e];
+        if (!earlier.has_key || delivered(e) ||
+            (judged != nullptr && (*judged)[e] && (*judged)[k])) {
+          continue;
+        }
+        if (earlier.key == row.key && earlier.pattern == row.pattern &&
+            earlier.target == row.target) {
+          note(earlier.id);
         }
       }
     }

@@ -163,9 +163,13 @@ class LateAnswers {
   void Log(LogLevel level, std::string text) { logs_->Add(level, std::move(text)); }
   void FreeRetiredSinks() noexcept;
   // The WARNING Verdicts::NoteOvertaken writes for a judged group, for the
-  // failures of a group's answered part that its late rows delivered past
-  // (what has come in so far: also when the group is given up).
-  void NoteOvertakenLate(const Late &late) noexcept;
+  // failures of a group's answered part that its late rows delivered past,
+  // and for late rows not delivered that a later late row of their key was
+  // (what has come in so far: also when the group is given up). `judged`
+  // (one flag per row, or null): the rows Verdicts::Judge saw together,
+  // whose pairs its own NoteOvertaken named already; rows left out of it
+  // (their route went meanwhile) and a group given up are looked at here.
+  void NoteOvertakenLate(const Late &late, const std::vector<char> *judged) noexcept;
   // Whether row k of `late` was delivered and not handed out yet.
   static bool DeliveredEarly(const Late &late, size_t k) noexcept;
   // Hands out the delivered rows of a group still awaiting others.

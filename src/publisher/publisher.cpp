@@ -536,6 +536,12 @@ void PublisherMain(Datum main_arg) {
     const long stats_flush_ms = pgstat_report_stat(false);
     Sleep(dispatcher, IdleWaitMs(stats_flush_ms));
   }
+  // Leaving (shut down, terminated, or paused): the late answers that came
+  // in are looked at once more, so that a key's event they show overtaken
+  // is named (the WARNING), and the dispatcher's last lines are logged.
+  // Between cycles only late groups are left, and they own their rows.
+  dispatcher->AbandonAll();
+  FlushDispatcherLogs();
   proc_exit(0);
 }
 

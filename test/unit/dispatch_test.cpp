@@ -2740,6 +2740,48 @@ TEST_F(SlowSinkTest, AnEventOvertakenByALateOneOfItsKeyIsNamedWhenTheLateAnswerI
       << AllLogs();
 }
 
+// Both answers late: 1 (key k) refused and 2 (key k) taken, while 3 of the
+// group still has none. 2 is handed out published at once; 1 waits for its
+// group's verdict. Given up then (the publisher's transaction failed: an
+// ERROR, a cancel, a terminate), or judged after its route went, 1 arrives
+// after 2 if ever: the WARNING names it either way.
+TEST_F(SlowSinkTest, ALateRefusalALaterLateEventOfItsKeyOvertookIsNamedWhenItsGroupIsGivenUp) {
+  ack_wait_ms_ = 100;
+  Broker("kafka").stuck_ids = {Id(1), Id(2), Id(3)};
+  Broker("kafka").script = [](const OutMessage &m, int) {
+    return m.id == Id(1) ? Rejected("Broker: Invalid record") : Delivered();
+  };
+  Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.a", "k"), Ev(3, "orders.stuck", "j")});
+  ASSERT_EQ(dispatcher_.LateIds().size(), 3u);
+  Broker("kafka").stuck_ids = {Id(3)};
+  (void)dispatcher_.LateArrived();
+  const auto early = SettleLate(kNow + 1000);
+  ASSERT_EQ(early.size(), 1u) << "2, delivered, is handed out before its group is complete";
+  EXPECT_EQ(std::string(early[0].id), Id(2));
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, "will arrive after"), 0) << AllLogs();
+  dispatcher_.AbandonAll();
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, "(one batch split over two requests): " + Id(1)), 1)
+      << AllLogs();
+}
+
+TEST_F(SlowSinkTest, ALateRefusalWhoseRouteWentIsNamedWhenALaterEventOfItsKeyWasTaken) {
+  ack_wait_ms_ = 100;
+  Broker("kafka").stuck_ids = {Id(1), Id(2)};
+  Broker("kafka").script = [](const OutMessage &m, int) {
+    return m.id == Id(1) ? Rejected("Broker: Invalid record") : Delivered();
+  };
+  Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.a", "k")});
+  ASSERT_EQ(dispatcher_.LateIds().size(), 2u);
+  // The route goes while the answers are awaited: 1 is left out of the
+  // group's verdict (routed afresh when due), 2 is published as taken.
+  Configure({{"mail.*", "redis", std::nullopt}}, {SinkNamed("kafka"), SinkNamed("redis")});
+  Broker("kafka").stuck_ids.clear();
+  ASSERT_TRUE(dispatcher_.LateArrived());
+  (void)SettleLate(kNow + 1000);
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, "(one batch split over two requests): " + Id(1)), 1)
+      << AllLogs();
+}
+
 // Once none of its events awaits an answer, an answer for the topic ends its
 // suspicion: a topic that recovered is waited for as any other again.
 TEST_F(SlowSinkTest, AnAnswerEndsATopicsSuspicionOnceNoneOfItsEventsAwaitsOne) {
