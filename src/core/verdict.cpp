@@ -418,8 +418,8 @@ void Verdicts::BackOfTheLine(const EventRow &row, const DispatchRoute &route,
                              RowOutcome *out) {
   if (out->outcome != Outcome::kPark && out->outcome != Outcome::kRetry) return;
   const int64_t waiting = static_cast<int64_t>(suspects_.UntriedAlone(sink_name));
-  const int64_t behind_ms =
-      std::min(waiting * suspects_.TurnSpacingMs(sink_name), Suspects::kTurnMs);
+  const int64_t behind_ms = std::min(waiting * suspects_.TurnSpacingMs(sink_name),
+                                     std::min(settings.backoff_max_ms, Suspects::kTurnMs));
   const int64_t due = settings.now_us + behind_ms * kUsecPerMs;
   if (due <= out->next_attempt_us) return;
   out->next_attempt_us = due;

@@ -147,9 +147,11 @@ class Verdicts {
   const Suspects &suspects() const noexcept { return suspects_; }
   // A suspect that failed alone waits until the suspects of its sink not
   // tried yet (Suspects::UntriedAlone) have had their turns, a turn's length
-  // each (at most Suspects::kTurnMs), if its backoff is shorter: the turns
-  // then go round, and a burst of culprits cannot keep an innocent suspect
-  // from its turn.
+  // each, if its backoff is shorter: the turns then go round, and a burst of
+  // culprits cannot keep an innocent suspect from its turn. At most
+  // outbox.backoff_max (and Suspects::kTurnMs), the longest any retry waits:
+  // the line is reckoned once, and had drained long before a wait of
+  // hundreds of turns ended (a culprit and its key held five minutes).
   void BackOfTheLine(const EventRow &row, const DispatchRoute &route, const std::string &sink_name,
                      const DispatchSettings &settings, RowOutcome *out);
   // A WARNING naming the group's events that will arrive after a later

@@ -1042,6 +1042,26 @@ TEST_F(DispatcherTest, CulpritsGivenFollowersKeepNoSuspectHeadingNothingFromItsT
   EXPECT_LE(published.at(lone), 2 * kMinMs / 10 + 2 * 11 + 5) << AllLogs();
 }
 
+TEST_F(DispatcherTest, ASuspectBehindTheLineOfUntriedOnesWaitsNoLongerThanBackoffMax) {
+  // Three hundred suspects, none tried yet; 1 fails alone while the sink
+  // delivers another event. It goes to the back of the line (299 turns of
+  // at least 10 ms: about 3 s), but no retry waits longer than
+  // outbox.backoff_max (1 s here): the line was reckoned once and drains
+  // meanwhile, and the wait held the event and its key for minutes.
+  std::vector<Event> events;
+  for (int n = 1; n <= 300; ++n) events.push_back(Ev(n, "orders.a", "c" + std::to_string(n)));
+  LostWithOthersTwice(events);
+  Broker("kafka").script = [](const OutMessage &m, int) {
+    return m.id == Id(1) ? LostWithConnection() : Delivered();
+  };
+  const int64_t t = kNow + 4 * kMaxUs;
+  const auto out = Dispatch({events[0], Ev(301, "orders.a", "z")}, t);
+  ASSERT_TRUE(Is(out[1], Outcome::kPublished));
+  ASSERT_TRUE(Is(out[0], Outcome::kPark) || Is(out[0], Outcome::kRetry)) << AllLogs();
+  EXPECT_GT(out[0].next_attempt_us, t);
+  EXPECT_LE(out[0].next_attempt_us, t + kMaxUs);
+}
+
 TEST_F(DispatcherTest, SuspectsWaitingForTheTurnAreDueLeadsFirst) {
   // 1, 2 and 3 are suspects; 4, of 3's key, waits behind 3. While 1 has
   // the turn (its batch not finished), 2 and 3 wait for theirs: 3, which
