@@ -18,6 +18,7 @@ package OutboxRabbit;
 use strict;
 use warnings;
 use File::Basename qw(dirname);
+use File::Path ();
 use File::Temp qw(tempdir);
 use IO::Socket::INET;
 use IPC::Run ();
@@ -61,10 +62,30 @@ sub start {
 		password => $opts{password} // 'outbox-test-pass',
 		conf => $opts{conf} // '',
 	}, $class;
-	$self->{$_} = _free_port() for qw(port epmd_port dist_port);
-	mkdir "$self->{dir}/$_" for qw(home log mnesia);
+	mkdir "$self->{dir}/$_" for qw(home log);
 	_write("$self->{dir}/enabled_plugins", "[].\n");
 	_write("$self->{dir}/rabbitmq-env.conf", '');
+	# Ports are free when picked, and taken by the node seconds later, as its
+	# Erlang VM boots: another process (a test beside this one) may take one
+	# in between. Then the node exits with eaddrinuse, and starts afresh on
+	# other ports.
+	for my $try (1 .. 3) {
+		$self->_configure;
+		last if eval { $self->_launch; 1 };
+		my $error = $@;
+		die $error if $try == 3 || $error !~ /eaddrinuse/;
+		$self->stop;
+		Test::More::note('rabbitmq-server: a port was taken meanwhile; starting on others');
+	}
+	return $self;
+}
+
+# Fresh ports, an empty node directory, and the configuration naming them.
+sub _configure {
+	my ($self) = @_;
+	$self->{$_} = _free_port() for qw(port epmd_port dist_port);
+	File::Path::remove_tree("$self->{dir}/mnesia");
+	mkdir "$self->{dir}/mnesia";
 	# The default user replaces guest (which may only log in from loopback):
 	# the tests use a user and password of their own.
 	_write("$self->{dir}/rabbitmq.conf", <<"EOF" . $self->{conf});
@@ -74,8 +95,6 @@ default_pass = $self->{password}
 disk_free_limit.absolute = 1MB
 log.file.level = info
 EOF
-	$self->_launch;
-	return $self;
 }
 
 sub port { return $_[0]{port} }
