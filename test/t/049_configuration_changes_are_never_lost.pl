@@ -145,7 +145,7 @@ $bg->kill_kill;
 $node->safe_psql('postgres', q{CREATE ROLE intruder LOGIN;
 	ALTER SYSTEM SET log_min_messages = debug1; SELECT pg_reload_conf();});
 my $loads = qr/outbox: loading sinks and routes/;
-my $offset = -s $node->logfile;
+$offset = -s $node->logfile;
 # A change that passes is loaded (and shows the publisher logs at DEBUG1).
 $node->safe_psql('postgres', q{SELECT outbox.add_route('g.*', 'redis', 'g')});
 ok(defined wait_until(sub { slurp_file($node->logfile, $offset) =~ $loads }),
