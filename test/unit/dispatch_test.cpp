@@ -177,12 +177,20 @@ class DispatcherTest : public ::testing::Test {
   // One sink, pipelined, whose broker closes the connection over anything:
   // `events` are dispatched twice, each of them a key's first lost with
   // others twice (sent alone from now on), and the broker goes on so.
-  void LostWithOthersTwice(const std::vector<Event> &events) {
+  // Returns a time when they are all due again.
+  int64_t LostWithOthersTwice(const std::vector<Event> &events) {
     ConfigureOneSink();
     Broker("kafka").pipelined = true;
     Broker("kafka").script = [](const OutMessage &, int) { return LostWithConnection(); };
     (void)Dispatch(events);
     (void)Dispatch(events, kNow + 2 * kMaxUs);
+    return kNow + 4 * kMaxUs;
+  }
+  // LostWithOthersTwice, and then the broker delivers everything.
+  int64_t SuspectsOfADeliveringSink(const std::vector<Event> &events) {
+    const int64_t due = LostWithOthersTwice(events);
+    Broker("kafka").script = [](const OutMessage &, int) { return Delivered(); };
+    return due;
   }
 
   // Events 1 .. n, each on a key of its own, that the broker (one sink,
@@ -1050,11 +1058,10 @@ TEST_F(DispatcherTest, ASuspectBehindTheLineOfUntriedOnesWaitsNoLongerThanBackof
   // meanwhile, and the wait held the event and its key for minutes.
   std::vector<Event> events;
   for (int n = 1; n <= 300; ++n) events.push_back(Ev(n, "orders.a", "c" + std::to_string(n)));
-  LostWithOthersTwice(events);
+  const int64_t t = LostWithOthersTwice(events);
   Broker("kafka").script = [](const OutMessage &m, int) {
     return m.id == Id(1) ? LostWithConnection() : Delivered();
   };
-  const int64_t t = kNow + 4 * kMaxUs;
   const auto out = Dispatch({events[0], Ev(301, "orders.a", "z")}, t);
   ASSERT_TRUE(Is(out[1], Outcome::kPublished));
   ASSERT_TRUE(Is(out[0], Outcome::kPark) || Is(out[0], Outcome::kRetry)) << AllLogs();
@@ -1068,9 +1075,7 @@ TEST_F(DispatcherTest, SuspectsWaitingForTheTurnAreDueLeadsFirst) {
   // holds 4, is due first, though claimed after 2.
   const std::vector<Event> events = {Ev(1, "orders.a", "a"), Ev(2, "orders.a", "b"),
                                      Ev(3, "orders.a", "c"), Ev(4, "orders.a", "c")};
-  LostWithOthersTwice(events);
-  Broker("kafka").script = [](const OutMessage &, int) { return Delivered(); };
-  const int64_t t = kNow + 4 * kMaxUs;
+  const int64_t t = SuspectsOfADeliveringSink(events);
   auto first = Begin({events[0]}, t);
   auto second = Begin({events[1], events[2], events[3]}, t);
   const RowOutcome &two = second->out[0];
@@ -1141,9 +1146,7 @@ TEST_F(DispatcherTest, EventsWaitingForTheirTurnAloneAreDueATurnApart) {
   // Due all at once, every cycle would claim them all and write them back.
   const std::vector<Event> events = {Ev(1, "orders.a", "a"), Ev(2, "orders.a", "b"),
                                      Ev(3, "orders.a", "c"), Ev(4, "orders.a", "d")};
-  LostWithOthersTwice(events);
-  Broker("kafka").script = [](const OutMessage &, int) { return Delivered(); };
-  const int64_t t = kNow + 4 * kMaxUs;
+  const int64_t t = SuspectsOfADeliveringSink(events);
   const auto out = Dispatch(events, t);
   EXPECT_TRUE(Is(out[0], Outcome::kPublished));
   const int64_t spacing = Suspects::kMinTurnSpacingMs * 1000;  // no turn took longer yet
