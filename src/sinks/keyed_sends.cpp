@@ -224,6 +224,7 @@ void KeyedSends::MarkLost(SendRef ref) noexcept {
   OpenSend *send = Find(ref.ticket);
   if (send == nullptr || send->out[ref.index].status != DeliveryStatus::kRetriable) return;
   send->out[ref.index].connection_lost = true;
+  marked_lost_ = true;
 }
 
 bool KeyedSends::Overdue(Clock::time_point now, SendRef *ref, Clock::time_point *deadline) {
@@ -279,6 +280,11 @@ void KeyedSends::FailOutstanding(const std::string &reason, Loss loss) noexcept 
   try {
     const std::string not_sent = "not sent: " + reason;
     const bool suspect = loss == Loss::kMaybeAMessage;
+    // Messages that were on the connection carry the suspicion; those never
+    // handed to it wait (kNotSent) unless nothing was on it, when they are
+    // the only ones the loss may be laid to.
+    const bool on_wire = in_flight_ > 0 || marked_lost_;
+    marked_lost_ = false;
     for (auto &[ticket, send] : sends_) {
       for (size_t i = 0; i < send.slots.size(); ++i) {
         if (send.slots[i].in_flight) {
@@ -289,7 +295,7 @@ void KeyedSends::FailOutstanding(const std::string &reason, Loss loss) noexcept 
       while (!send.ready.empty()) {
         const size_t i = send.ready.front();
         send.ready.pop_front();
-        if (send.alone) {
+        if (send.alone || (suspect && on_wire)) {
           Settle(SendRef{ticket, i}, DeliveryStatus::kNotSent, not_sent, false);
           continue;
         }
@@ -335,6 +341,7 @@ size_t KeyedSends::AbandonAll(const char *reason) noexcept {
   flight_order_.clear();
   in_flight_ = 0;
   alone_in_flight_ = 0;
+  marked_lost_ = false;
   sends_.clear();
   return was_in_flight;
 }

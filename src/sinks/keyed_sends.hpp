@@ -93,7 +93,9 @@ class KeyedSends {
   // its key's later messages in the Send are kNotSent, never sent.
   void Settle(SendRef ref, DeliveryStatus status, std::string error, bool answered);
   // Marks message `ref`, settled kRetriable, as lost with its connection
-  // (Delivery::connection_lost): the connection failed as it was sent.
+  // (Delivery::connection_lost): the connection failed as it was sent (the
+  // broker may have closed it over that message's first bytes). Call
+  // FailOutstanding next: the loss is laid to it, not to the ready ones.
   void MarkLost(SendRef ref) noexcept;
 
   // The message in flight with the earliest deadline, when that has passed
@@ -118,10 +120,14 @@ class KeyedSends {
     kNotAMessage,
   };
   // The connection is gone: every message in flight is kRetriable with
-  // `reason`, every ready one with "not sent: " and the reason, and those
-  // behind either kNotSent. Every open Send is then done. A Send alone
-  // whose message was not sent yet gets kNotSent: it was not on the
-  // connection, so the loss says nothing of it.
+  // `reason`, every ready one gets "not sent: " and the reason, and those
+  // behind either kNotSent. Every open Send is then done. A ready message
+  // was never on the connection, so a loss that may be a message's
+  // (kMaybeAMessage) says nothing of it: kNotSent, as a Send alone's
+  // message not sent yet always is. Only when no message was on the
+  // connection (none in flight, none MarkLost since the last loss) are the
+  // ready ones kRetriable and connection_lost, the only ones the loss may
+  // be laid to. After kNotAMessage they are kRetriable, not suspected.
   void FailOutstanding(const std::string &reason, Loss loss) noexcept;
   // Every message of one Send, or of all, without an outcome gets
   // kRetriable with `reason`. Returns how many of them were in flight (the
@@ -168,6 +174,7 @@ class KeyedSends {
   std::deque<SendRef> flight_order_;  // as sent (so by deadline); stale ones skipped
   size_t in_flight_ = 0;
   size_t alone_in_flight_ = 0;  // of those, messages of Sends alone
+  bool marked_lost_ = false;    // MarkLost since the last FailOutstanding
   uint64_t last_ticket_ = 0;
 };
 

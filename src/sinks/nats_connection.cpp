@@ -34,6 +34,9 @@ namespace outbox {
 namespace {
 
 constexpr int64_t kReconnectWaitMs = 500;
+// libnats's text for NATS_NO_SERVER: all it says once it gives a connection
+// up, whatever the server said before.
+constexpr const char *kNoServerText = "No server available for connection";
 // A connection that stopped answering PINGs is given up after about
 // kPingIntervalMs * kMaxPingsOut (libnats then reconnects).
 constexpr int64_t kPingIntervalMs = 10000;
@@ -124,6 +127,7 @@ bool NatsSink::EnsureConnection(std::string *error) {
       return false;
     }
     s = natsConnection_Connect(&nc_, opts.get());
+    if (s == NATS_NOT_YET_CONNECTED) NoteConnectCause(LastErrorText());
     if (s != NATS_OK && s != NATS_NOT_YET_CONNECTED) {
       nc_ = nullptr;  // libnats made none
       if (s == NATS_NO_MEMORY) throw std::bad_alloc();
@@ -173,6 +177,7 @@ bool NatsSink::EnsureConnection(std::string *error) {
                                 (url[0] != '\0' ? url : servers_text_.c_str()));
     connected_logged_ = true;
     reconnects_seen_ = reconnects;
+    connect_cause_.clear();
   }
   return true;
 }
@@ -206,9 +211,18 @@ std::string NatsSink::ConnectionError(const std::string &what) {
   const char *text = nullptr;
   if (nc_ != nullptr && natsConnection_GetLastError(nc_, &text) != NATS_OK && text != nullptr &&
       text[0] != '\0') {
-    return Masked(what + " (" + std::string(text) + ")");
+    const std::string said(text);
+    NoteConnectCause(said);
+    if (said == kNoServerText && !connect_cause_.empty()) {
+      return Masked(what + " (" + said + "; before that: " + connect_cause_ + ")");
+    }
+    return Masked(what + " (" + said + ")");
   }
   return Masked(what);
+}
+
+void NatsSink::NoteConnectCause(const std::string &text) {
+  if (!text.empty() && text != kNoServerText && text != "unknown error") connect_cause_ = text;
 }
 
 void NatsSink::Disconnect() noexcept {

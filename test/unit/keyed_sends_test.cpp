@@ -302,17 +302,92 @@ TEST(KeyedSends, ALostConnectionSettlesEveryOpenSend) {
   EXPECT_EQ(out1[0].status, DeliveryStatus::kRetriable);
   EXPECT_EQ(out1[0].error, "gone");
   EXPECT_EQ(out1[1].status, DeliveryStatus::kNotSent);
-  EXPECT_EQ(out1[2].status, DeliveryStatus::kRetriable);
-  EXPECT_EQ(out1[2].error, "not sent: gone");
-  EXPECT_EQ(out2[0].error, "not sent: gone");
   EXPECT_EQ(sends.in_flight(), 0u);
   EXPECT_FALSE(sends.HasOutstanding());
-  // Each retriable one may be what the broker closed the connection over,
-  // or was lost with it; the one held back behind its key was neither.
+  // The one in flight may be what the broker closed the connection over;
+  // the one held back behind its key was not on it.
   EXPECT_TRUE(out1[0].connection_lost);
-  EXPECT_TRUE(out1[2].connection_lost);
-  EXPECT_TRUE(out2[0].connection_lost);
   EXPECT_FALSE(out1[1].connection_lost);
+}
+
+TEST(KeyedSends, MessagesNeverHandedToALostConnectionWaitWithoutSuspicion) {
+  // Ready but not sent when the connection went while another was on it:
+  // the loss is that one's or the broker's, never theirs. Suspected, they
+  // would be sent alone in turn, each behind the culprit of a burst.
+  Messages m;
+  m.Add("t/a", "k", "1").Add("t/a", "k", "2").Add("t/a", "j", "3");
+  std::vector<OutMessage> views = m.Views();
+  std::vector<Delivery> out1(3), out2(3);
+  KeyedSends sends;
+  const uint64_t t1 = sends.Open(views.data(), views.size(), out1.data(), kLater);
+  const uint64_t t2 = sends.Open(views.data(), views.size(), out2.data(), kLater);
+  SendRef ref;
+  ASSERT_TRUE(sends.NextReady(&ref));  // t1's first
+  ASSERT_TRUE(sends.MarkSent(ref, 1, kLater));
+  sends.FailOutstanding("gone", KeyedSends::Loss::kMaybeAMessage);
+  EXPECT_TRUE(sends.Done(t1));
+  EXPECT_TRUE(sends.Done(t2));
+  EXPECT_TRUE(out1[0].connection_lost);
+  for (const Delivery *d : {&out1[2], &out2[0], &out2[2]}) {
+    EXPECT_EQ(d->status, DeliveryStatus::kNotSent);
+    EXPECT_EQ(d->error, "not sent: gone");
+    EXPECT_FALSE(d->connection_lost);
+  }
+  EXPECT_EQ(out2[1].status, DeliveryStatus::kNotSent);  // behind its key's first
+  EXPECT_EQ(out2[1].error, KeyedSends::kHeldBack);
+}
+
+TEST(KeyedSends, AMessageWhosePublishFailedCarriesTheLossNotTheOnesBehindIt) {
+  // The connection failed as a message was handed to it (the broker may
+  // have closed it over that message's first bytes), nothing else on it:
+  // that message is suspected, the ready ones wait.
+  Messages m;
+  m.Add("t/a", "k", "1").Add("t/a", "j", "2").Add("t/a", "i", "3");
+  Opened o(&m);
+  KeyedSends &sends = o.sends;
+  SendRef ref;
+  ASSERT_TRUE(sends.NextReady(&ref));
+  sends.Settle(ref, DeliveryStatus::kRetriable, "not sent: broken pipe", false);
+  sends.MarkLost(ref);
+  sends.FailOutstanding("broken pipe", KeyedSends::Loss::kMaybeAMessage);
+  EXPECT_TRUE(sends.Done(o.ticket));
+  EXPECT_EQ(o.out[0].status, DeliveryStatus::kRetriable);
+  EXPECT_TRUE(o.out[0].connection_lost);
+  EXPECT_EQ(o.out[1].status, DeliveryStatus::kNotSent);
+  EXPECT_EQ(o.out[2].status, DeliveryStatus::kNotSent);
+  EXPECT_FALSE(o.out[1].connection_lost);
+  EXPECT_FALSE(o.out[2].connection_lost);
+}
+
+TEST(KeyedSends, ALossWithNothingOnTheConnectionIsLaidToTheReadyOnes) {
+  // Nothing in flight and nothing marked lost (a connection the broker
+  // closes as soon as it is made): the ready ones are all the loss may be
+  // laid to, so they are suspected, and sent alone the sink is judged by
+  // them. Left kNotSent they would be due at once, again and again.
+  Messages m;
+  m.Add("t/a", "k", "1").Add("t/a", "j", "2");
+  Opened o(&m);
+  KeyedSends &sends = o.sends;
+  sends.FailOutstanding("closed", KeyedSends::Loss::kMaybeAMessage);
+  for (const Delivery &d : o.out) {
+    EXPECT_EQ(d.status, DeliveryStatus::kRetriable);
+    EXPECT_EQ(d.error, "not sent: closed");
+    EXPECT_TRUE(d.connection_lost);
+  }
+  // A MarkLost lays only the loss that follows it.
+  Messages m2;
+  m2.Add("t/a", "k", "1").Add("t/a", "j", "2");
+  Opened o2(&m2);
+  SendRef ref;
+  ASSERT_TRUE(o2.sends.NextReady(&ref));
+  o2.sends.Settle(ref, DeliveryStatus::kRetriable, "not sent: x", false);
+  o2.sends.MarkLost(ref);
+  o2.sends.FailOutstanding("x", KeyedSends::Loss::kMaybeAMessage);
+  std::vector<Delivery> later(1);
+  (void)o2.sends.Open(o2.views.data(), 1, later.data(), kLater);
+  o2.sends.FailOutstanding("y", KeyedSends::Loss::kMaybeAMessage);
+  EXPECT_EQ(later[0].status, DeliveryStatus::kRetriable);
+  EXPECT_TRUE(later[0].connection_lost);
 }
 
 TEST(KeyedSends, AMessageSentAloneWaitsForWhatIsInFlightAndHoldsWhatComesAfter) {

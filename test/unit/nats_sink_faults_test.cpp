@@ -241,11 +241,21 @@ TEST(NatsSink, SecretsNeverAppearInErrorsLogsOrState) {
   ASSERT_NE(sink, nullptr) << error;
   Batch batch;
   batch.Add("secret.a", "k", "1");
-  for (int i = 0; i < 3; ++i) batch.Publish(sink.get());
-  EXPECT_EQ(batch.results[0].status, DeliveryStatus::kRetriable);
-  const std::string everything = batch.Errors() + AllLogs(sink.get()) + sink->State();
+  // libnats says what the server refused only until its background
+  // attempt gives the connection up ("No server available" after that,
+  // often before the sink looks, and its text is rewritten as it is read):
+  // whether "Authorization Violation" shows is libnats's timing, so only
+  // the failure and the masking are asserted. Each Publish connects afresh.
+  std::string everything;
+  for (int i = 0; i < 5; ++i) {
+    batch.Publish(sink.get());
+    EXPECT_EQ(batch.results[0].status, DeliveryStatus::kRetriable);
+    EXPECT_TRUE(Contains(batch.Errors(), "not connected to nats://") ||
+                Contains(batch.Errors(), "cannot connect to nats://"))
+        << batch.Errors();
+    everything += batch.Errors() + AllLogs(sink.get()) + sink->State();
+  }
   EXPECT_EQ(everything.find(wrong), std::string::npos) << everything;
-  EXPECT_TRUE(Contains(everything, "uthorization")) << everything;
   // A token sink the same way (the server wants a user: refused).
   const std::string token = "T0ken-Secret-Value";
   sink = MakeNatsSink(
