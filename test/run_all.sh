@@ -549,9 +549,10 @@ PUBLISHER_TAP_TESTS=(t/020_*.pl t/021_*.pl t/023_*.pl t/025_*.pl t/026_*.pl t/02
   t/030_*.pl t/032_*.pl t/034_*.pl t/036_*.pl t/040_*.pl t/042_*.pl t/043_*.pl
   t/101_*.pl t/062_*.pl
   t/120_*.pl t/121_*.pl t/123_*.pl t/124_*.pl
-  t/130_*.pl t/131_*.pl t/133_*.pl t/134_*.pl t/135_*.pl t/136_*.pl t/137_*.pl
+  t/130_*.pl t/131_*.pl t/133_*.pl t/134_*.pl t/135_*.pl t/136_*.pl t/137_*.pl t/139_*.pl
   t/140_*.pl t/141_*.pl t/143_*.pl t/144_*.pl t/145_*.pl t/147_*.pl
-  t/150_*.pl t/151_*.pl t/153_*.pl t/154_*.pl t/155_*.pl)
+  t/150_*.pl t/151_*.pl t/153_*.pl t/154_*.pl t/155_*.pl t/156_*.pl t/157_*.pl t/158_*.pl
+  t/159_*.pl)
 # The fault suites, the longest files of the run (CPU-bound: 070 and 090
 # took 6 minutes each in a chroot): each runs on this machine at READ
 # COMMITTED and in one of the chroots, at that chroot's level, not in both.

@@ -66,6 +66,14 @@ sub start {
 		unlimited_queue => $opts{unlimited_queue},
 		dir => tempdir('outbox-mosquitto-XXXXXX', TMPDIR => 1, CLEANUP => 1),
 	}, $class;
+	# The saved state in memory where the machine has it: a save survives a
+	# SIGKILL of the broker there as well, and never waits on a disk that
+	# another job keeps busy (a second's stall would hold every sink of the
+	# broker and read as a sink's fault).
+	$self->{store} =
+	  -d '/dev/shm' && -w '/dev/shm'
+	  ? tempdir('outbox-mosquitto-store-XXXXXX', DIR => '/dev/shm', CLEANUP => 1)
+	  : $self->{dir};
 	$self->_launch;
 	return $self;
 }
@@ -103,7 +111,7 @@ sub _launch {
 
 	  # The subscriber's session (its subscriptions, what waits for it)
 	  # saved every second, so that it survives a SIGKILL of the broker.
-	  "persistence true\n", "persistence_location $dir/\n", "autosave_interval 1\n";
+	  "persistence true\n", "persistence_location $self->{store}/\n", "autosave_interval 1\n";
 	print $fh "autosave_on_changes true\n" if $self->{save_every_change};
 	# No limit on what waits for the subscriber (mosquitto drops QoS 1
 	# messages beyond 1,000 queued for a client by default): under a load, a
