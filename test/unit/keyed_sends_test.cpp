@@ -285,56 +285,54 @@ TEST(KeyedSends, WhatIsNotSentByTheCutOffWaitsBehindItsKey) {
   EXPECT_TRUE(AllReady(&sends).empty());
 }
 
-TEST(KeyedSends, ALostConnectionSettlesEveryOpenSend) {
+// Two Sends of the same three messages (key k twice, then key j), the
+// first Send's first message in flight, when the connection is lost with
+// a loss that may be a message's.
+struct LostWithOneInFlight {
   Messages m;
-  m.Add("t/a", "k", "1").Add("t/a", "k", "2").Add("t/a", "j", "3");
-  std::vector<OutMessage> views = m.Views();
-  std::vector<Delivery> out1(3), out2(3);
+  std::vector<Delivery> out1 = std::vector<Delivery>(3), out2 = std::vector<Delivery>(3);
   KeyedSends sends;
-  const uint64_t t1 = sends.Open(views.data(), views.size(), out1.data(), kLater);
-  const uint64_t t2 = sends.Open(views.data(), views.size(), out2.data(), kLater);
-  SendRef ref;
-  ASSERT_TRUE(sends.NextReady(&ref));  // t1's first
-  ASSERT_TRUE(sends.MarkSent(ref, 1, kLater));
-  sends.FailOutstanding("gone", KeyedSends::Loss::kMaybeAMessage);
-  EXPECT_TRUE(sends.Done(t1));
-  EXPECT_TRUE(sends.Done(t2));
-  EXPECT_EQ(out1[0].status, DeliveryStatus::kRetriable);
-  EXPECT_EQ(out1[0].error, "gone");
-  EXPECT_EQ(out1[1].status, DeliveryStatus::kNotSent);
-  EXPECT_EQ(sends.in_flight(), 0u);
-  EXPECT_FALSE(sends.HasOutstanding());
+  uint64_t t1 = 0, t2 = 0;
+  LostWithOneInFlight() {
+    m.Add("t/a", "k", "1").Add("t/a", "k", "2").Add("t/a", "j", "3");
+    std::vector<OutMessage> views = m.Views();
+    t1 = sends.Open(views.data(), views.size(), out1.data(), kLater);
+    t2 = sends.Open(views.data(), views.size(), out2.data(), kLater);
+    SendRef ref;
+    EXPECT_TRUE(sends.NextReady(&ref));  // t1's first
+    EXPECT_TRUE(sends.MarkSent(ref, 1, kLater));
+    sends.FailOutstanding("gone", KeyedSends::Loss::kMaybeAMessage);
+  }
+};
+
+TEST(KeyedSends, ALostConnectionSettlesEveryOpenSend) {
+  LostWithOneInFlight o;
+  EXPECT_TRUE(o.sends.Done(o.t1));
+  EXPECT_TRUE(o.sends.Done(o.t2));
+  EXPECT_EQ(o.out1[0].status, DeliveryStatus::kRetriable);
+  EXPECT_EQ(o.out1[0].error, "gone");
+  EXPECT_EQ(o.out1[1].status, DeliveryStatus::kNotSent);
+  EXPECT_EQ(o.sends.in_flight(), 0u);
+  EXPECT_FALSE(o.sends.HasOutstanding());
   // The one in flight may be what the broker closed the connection over;
   // the one held back behind its key was not on it.
-  EXPECT_TRUE(out1[0].connection_lost);
-  EXPECT_FALSE(out1[1].connection_lost);
+  EXPECT_TRUE(o.out1[0].connection_lost);
+  EXPECT_FALSE(o.out1[1].connection_lost);
 }
 
 TEST(KeyedSends, MessagesNeverHandedToALostConnectionWaitWithoutSuspicion) {
   // Ready but not sent when the connection went while another was on it:
   // the loss is that one's or the broker's, never theirs. Suspected, they
   // would be sent alone in turn, each behind the culprit of a burst.
-  Messages m;
-  m.Add("t/a", "k", "1").Add("t/a", "k", "2").Add("t/a", "j", "3");
-  std::vector<OutMessage> views = m.Views();
-  std::vector<Delivery> out1(3), out2(3);
-  KeyedSends sends;
-  const uint64_t t1 = sends.Open(views.data(), views.size(), out1.data(), kLater);
-  const uint64_t t2 = sends.Open(views.data(), views.size(), out2.data(), kLater);
-  SendRef ref;
-  ASSERT_TRUE(sends.NextReady(&ref));  // t1's first
-  ASSERT_TRUE(sends.MarkSent(ref, 1, kLater));
-  sends.FailOutstanding("gone", KeyedSends::Loss::kMaybeAMessage);
-  EXPECT_TRUE(sends.Done(t1));
-  EXPECT_TRUE(sends.Done(t2));
-  EXPECT_TRUE(out1[0].connection_lost);
-  for (const Delivery *d : {&out1[2], &out2[0], &out2[2]}) {
+  LostWithOneInFlight o;
+  EXPECT_TRUE(o.out1[0].connection_lost);
+  for (const Delivery *d : {&o.out1[2], &o.out2[0], &o.out2[2]}) {
     EXPECT_EQ(d->status, DeliveryStatus::kNotSent);
     EXPECT_EQ(d->error, "not sent: gone");
     EXPECT_FALSE(d->connection_lost);
   }
-  EXPECT_EQ(out2[1].status, DeliveryStatus::kNotSent);  // behind its key's first
-  EXPECT_EQ(out2[1].error, KeyedSends::kHeldBack);
+  EXPECT_EQ(o.out2[1].status, DeliveryStatus::kNotSent);  // behind its key's first
+  EXPECT_EQ(o.out2[1].error, KeyedSends::kHeldBack);
 }
 
 TEST(KeyedSends, AMessageWhosePublishFailedCarriesTheLossNotTheOnesBehindIt) {
