@@ -90,6 +90,13 @@ struct Delivery {
   // message's doing (one the broker closes the connection over). Such a
   // failure counts an attempt against the event only once it fails alone.
   bool connection_lost = false;
+  // kRetriable only: the message never reached a connection (none could be
+  // made, or the one it waited for was lost before its turn), so the
+  // failure says nothing of the message. With connection_lost: it is not
+  // suspected (the loss was another's or the broker's) and waits as the
+  // lost ones do. Alone (Sink::SendAlone): the sink is down, whatever it
+  // answered before.
+  bool unsent = false;
 };
 
 // The system clock as Delivery::answered_at_us counts it.

@@ -136,8 +136,10 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
   RowOutcome *out = j.out;
 
   size_t delivered = 0, transient = 0, held_back = 0, target_refused = 0, target_down = 0;
-  size_t lost = 0;  // transient failures that came with a lost connection
+  size_t lost = 0;    // transient failures that came with a lost connection
+  size_t unsent = 0;  // transient failures of messages no connection took
   for (const Delivery &d : results) {
+    if (d.status == DeliveryStatus::kRetriable && d.unsent) ++unsent;
     if (d.status == DeliveryStatus::kTargetDown) ++target_down;
     if (d.status == DeliveryStatus::kDelivered) ++delivered;
     if (d.status == DeliveryStatus::kRetriable) ++transient;
@@ -166,7 +168,8 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
   // (the first on every connection; with one connection, any): those
   // events become suspects (below), and the sink is judged by what they do
   // alone. A suspect failing alone while the sink answered nothing else is
-  // the sink's trouble when it could not connect or got no answer. One lost
+  // the sink's trouble when it got no answer; one that no connection took
+  // (Delivery::unsent) is, whatever the sink answered before. One lost
   // alone with its connection, answered others or not, is the sink's
   // trouble when it was lost so before since the sink's last answer and
   // another one was too (a broker that closes every connection); otherwise
@@ -177,8 +180,11 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
                           transient + held_back + target_refused + target_down == results.size() &&
                           !interrupted_now;
   const bool lost_only = lost == transient;
-  bool down = looks_down && (j.alone ? !j.answered_others : !lost_only);
-  if (looks_down && j.alone && lost_only && !j.retired) {
+  // Alone and never sent (no connection could be made): the sink's
+  // trouble, whatever it answered just before the turn.
+  const bool alone_unsent = j.alone && unsent == transient;
+  bool down = looks_down && (j.alone ? !j.answered_others || alone_unsent : !lost_only);
+  if (looks_down && j.alone && lost_only && !alone_unsent && !j.retired) {
     // Whether or not the sink answered others just before: a broker that
     // starts closing every connection has answered others just before too.
     down = suspects_.LostAloneUnanswered(sink_name, rows[members.front()].id, SteadyMs(),
@@ -274,6 +280,12 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
                            settings, &out[i]);
       }
       BackOfTheLine(rows[i], route, sink_name, settings, &out[i]);
+      continue;
+    }
+    if (result.status == DeliveryStatus::kRetriable && result.connection_lost && result.unsent) {
+      // Never on the connection the broker closed over another message:
+      // waits as the lost ones do, suspected of nothing.
+      ParkWithoutAttempt(rows[i], route, result.error, settings, &out[i]);
       continue;
     }
     if (result.status == DeliveryStatus::kRetriable && result.connection_lost) {

@@ -32,6 +32,7 @@ void AmqpSink::Settle(Batch *b, size_t i, DeliveryStatus status, std::string err
   d.error = std::move(error);
   d.answered_at_us = answered ? UnixNowUs() : 0;
   d.connection_lost = false;
+  d.unsent = false;
   b->settled[i] = true;
   --b->unsettled;
 }

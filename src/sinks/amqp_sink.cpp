@@ -203,6 +203,10 @@ bool AmqpSink::EnsureConnected(Batch *b, InterruptCheck interrupted) {
         error = Masked(std::move(error));
         NoteDown(error);
         FailUnsettled(b, error);
+        // None of them reached a connection (Delivery::unsent).
+        for (size_t i = 0; i < b->n; ++i) {
+          if (b->out[i].status == DeliveryStatus::kRetriable) b->out[i].unsent = true;
+        }
       }
       return false;
     }

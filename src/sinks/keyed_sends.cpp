@@ -183,10 +183,12 @@ void KeyedSends::Unbind(SendRef ref) {
   }
 }
 
-void KeyedSends::Write(Delivery *d, DeliveryStatus status, const char *error) noexcept {
+void KeyedSends::Write(Delivery *d, DeliveryStatus status, const char *error,
+                       bool unsent) noexcept {
   d->status = status;
   d->answered_at_us = 0;
   d->connection_lost = false;
+  d->unsent = unsent;
   try {
     d->error = error;
   } catch (...) {
@@ -206,6 +208,7 @@ void KeyedSends::Settle(SendRef ref, DeliveryStatus status, std::string error, b
   d.error = std::move(error);
   d.answered_at_us = answered ? UnixNowUs() : 0;
   d.connection_lost = false;
+  d.unsent = false;
   if (status == DeliveryStatus::kDelivered) {
     if (slot.next != kNone) send->ready.push_back(slot.next);
     return;
@@ -281,8 +284,8 @@ void KeyedSends::FailOutstanding(const std::string &reason, Loss loss) noexcept 
     const std::string not_sent = "not sent: " + reason;
     const bool suspect = loss == Loss::kMaybeAMessage;
     // Messages that were on the connection carry the suspicion; those never
-    // handed to it wait (kNotSent) unless nothing was on it, when they are
-    // the only ones the loss may be laid to.
+    // handed to it wait with them unsuspected (unsent) unless nothing was
+    // on it, when they are the only ones the loss may be laid to.
     const bool on_wire = in_flight_ > 0 || marked_lost_;
     marked_lost_ = false;
     for (auto &[ticket, send] : sends_) {
@@ -295,12 +298,13 @@ void KeyedSends::FailOutstanding(const std::string &reason, Loss loss) noexcept 
       while (!send.ready.empty()) {
         const size_t i = send.ready.front();
         send.ready.pop_front();
-        if (send.alone || (suspect && on_wire)) {
+        if (send.alone) {
           Settle(SendRef{ticket, i}, DeliveryStatus::kNotSent, not_sent, false);
           continue;
         }
         Settle(SendRef{ticket, i}, DeliveryStatus::kRetriable, not_sent, false);
         send.out[i].connection_lost = suspect;
+        send.out[i].unsent = suspect && on_wire;
       }
     }
   } catch (...) {
@@ -309,7 +313,7 @@ void KeyedSends::FailOutstanding(const std::string &reason, Loss loss) noexcept 
   FailAllRest(reason.c_str());
 }
 
-size_t KeyedSends::FailRest(OpenSend *send, const char *reason) noexcept {
+size_t KeyedSends::FailRest(OpenSend *send, const char *reason, bool unsent) noexcept {
   size_t was_in_flight = 0;
   send->ready.clear();
   for (size_t i = 0; i < send->slots.size(); ++i) {
@@ -319,7 +323,7 @@ size_t KeyedSends::FailRest(OpenSend *send, const char *reason) noexcept {
     Land(&slot);
     slot.settled = true;
     ++send->settled;
-    Write(&send->out[i], DeliveryStatus::kRetriable, reason);
+    Write(&send->out[i], DeliveryStatus::kRetriable, reason, unsent);
   }
   return was_in_flight;
 }
@@ -329,9 +333,9 @@ size_t KeyedSends::FailRest(uint64_t ticket, const char *reason) noexcept {
   return send == nullptr ? 0 : FailRest(send, reason);
 }
 
-size_t KeyedSends::FailAllRest(const char *reason) noexcept {
+size_t KeyedSends::FailAllRest(const char *reason, bool unsent) noexcept {
   size_t was_in_flight = 0;
-  for (auto &entry : sends_) was_in_flight += FailRest(&entry.second, reason);
+  for (auto &entry : sends_) was_in_flight += FailRest(&entry.second, reason, unsent);
   return was_in_flight;
 }
 

@@ -123,17 +123,21 @@ class KeyedSends {
   // `reason`, every ready one gets "not sent: " and the reason, and those
   // behind either kNotSent. Every open Send is then done. A ready message
   // was never on the connection, so a loss that may be a message's
-  // (kMaybeAMessage) says nothing of it: kNotSent, as a Send alone's
-  // message not sent yet always is. Only when no message was on the
-  // connection (none in flight, none MarkLost since the last loss) are the
-  // ready ones kRetriable and connection_lost, the only ones the loss may
-  // be laid to. After kNotAMessage they are kRetriable, not suspected.
+  // (kMaybeAMessage) says nothing of it: kRetriable, connection_lost and
+  // unsent (it waits as the lost ones do, suspected of nothing), while a
+  // Send alone's message not sent yet is kNotSent. Only when no message was
+  // on the connection (none in flight, none MarkLost since the last loss)
+  // are the ready ones suspected (connection_lost, not unsent): the loss
+  // can be laid to nothing else. After kNotAMessage they are kRetriable,
+  // not suspected.
   void FailOutstanding(const std::string &reason, Loss loss) noexcept;
   // Every message of one Send, or of all, without an outcome gets
   // kRetriable with `reason`. Returns how many of them were in flight (the
   // broker may still answer them; their ids are forgotten).
+  // `unsent`: none of them was sent (no connection could be made), which
+  // Delivery::unsent tells the dispatcher.
   size_t FailRest(uint64_t ticket, const char *reason) noexcept;
-  size_t FailAllRest(const char *reason) noexcept;
+  size_t FailAllRest(const char *reason, bool unsent = false) noexcept;
   // FailAllRest, then every Send is forgotten (Close).
   size_t AbandonAll(const char *reason) noexcept;
 
@@ -166,8 +170,9 @@ class KeyedSends {
   static void Copy(const OutMessage *messages, size_t n, OpenSend *send);
   static void Chain(OpenSend *send);
   void Land(Slot *slot) noexcept;  // no longer in flight
-  static void Write(Delivery *d, DeliveryStatus status, const char *error) noexcept;
-  size_t FailRest(OpenSend *send, const char *reason) noexcept;
+  static void Write(Delivery *d, DeliveryStatus status, const char *error,
+                    bool unsent = false) noexcept;
+  size_t FailRest(OpenSend *send, const char *reason, bool unsent = false) noexcept;
 
   std::map<uint64_t, OpenSend> sends_;  // by ticket: oldest first
   std::unordered_map<uint64_t, SendRef> by_wire_;

@@ -21,10 +21,13 @@ constexpr size_t kMinMaskedSecret = 4;
 // of waiting that may round up past a deadline.
 constexpr int64_t kSettleMarginMs = 1000;
 
-void FailAll(size_t n, Delivery *out, const char *reason) noexcept {
+// `unsent`: no connection could be made (Delivery::unsent).
+void FailAll(size_t n, Delivery *out, const char *reason, bool unsent = false) noexcept {
   for (size_t i = 0; i < n; ++i) {
     out[i].status = DeliveryStatus::kRetriable;
     out[i].answered_at_us = 0;
+    out[i].connection_lost = false;
+    out[i].unsent = unsent;
     try {
       out[i].error = reason;
     } catch (...) {
@@ -83,7 +86,7 @@ uint64_t KeyedSink::Open(const OutMessage *messages, size_t n, Delivery *out,
     std::string error;
     if (!Connect(interrupted, &error)) {
       NoteDown(error);
-      FailAll(n, out, error.c_str());
+      FailAll(n, out, error.c_str(), /*unsent=*/true);
       return 0;
     }
     ticket =

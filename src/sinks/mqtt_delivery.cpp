@@ -58,7 +58,7 @@ void MqttSink::StepConnecting(int64_t wait_ms) {
     }
     error = Masked(std::move(error));
     if (!SettleForFewer(error)) {
-      sends_.FailAllRest(error.c_str());
+      sends_.FailAllRest(error.c_str(), /*unsent=*/true);  // none was sent
       NoteDown(error);
       Disconnect();
       return;

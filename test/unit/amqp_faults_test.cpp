@@ -52,8 +52,10 @@ TEST(AmqpSinkFaults, BrokerDownIsRetriableAndWarnedOnce) {
   EXPECT_EQ(batch.results[0].status, DeliveryStatus::kRetriable);
   EXPECT_TRUE(Contains(batch.results[0].error, "cannot connect to 127.0.0.1:"));
   EXPECT_TRUE(Contains(batch.results[0].error, "Connection refused"));
+  EXPECT_TRUE(batch.results[0].unsent);  // no connection took it
   EXPECT_EQ(batch.results[1].status, DeliveryStatus::kNotSent);
   EXPECT_EQ(batch.results[2].status, DeliveryStatus::kRetriable);
+  EXPECT_TRUE(batch.results[2].unsent);
   EXPECT_EQ(sink->State(), "down");
   std::vector<LogLine> logs = sink->TakeLogs();
   ASSERT_EQ(logs.size(), 1u);

@@ -902,6 +902,67 @@ TEST_F(DispatcherTest, ASuspectAloneThatFindsNoBrokerMakesTheSinkDownWithoutAnAt
   EXPECT_EQ(CountLogs(LogLevel::kWarning, "sink \"kafka\" is unavailable"), 1) << AllLogs();
 }
 
+TEST_F(DispatcherTest, ASuspectAloneThatCannotConnectIsNeverChargedThoughTheSinkJustAnswered) {
+  // A broker restarting during a suspect's turn: the suspect never reached
+  // a connection, so whatever the sink answered just before, the sink is
+  // down and nothing is charged (read as the cause, an innocent suspect
+  // was charged, and ended dead over a few restarts).
+  ConfigureOneSink();
+  Broker("kafka").pipelined = true;
+  auto refusing = std::make_shared<bool>(false);
+  Script lost = ClosesTheConnectionOver(Id(1));
+  Broker("kafka").script = [refusing, lost](const OutMessage &m, int call) {
+    if (!*refusing) return lost(m, call);
+    return m.id == Id(1) ? CannotConnect() : Delivered();
+  };
+  (void)Dispatch({Ev(1, "orders.a", "a"), Ev(2, "orders.a", "b")});
+  (void)Dispatch({Ev(1, "orders.a", "a"), Ev(2, "orders.a", "b")}, kNow + 2 * kMaxUs);
+  *refusing = true;
+  int alone_turns = 0;
+  int64_t now = kNow + 4 * kMaxUs;
+  for (int r = 0; r < 8; ++r, now += 2 * kMaxUs) {
+    // An innocent event each round: the sink answers just before the turn.
+    const size_t before = Broker("kafka").calls.size();
+    const auto out = Dispatch({Ev(1, "orders.a", "a"), Ev(10 + r, "orders.b", "x")}, now);
+    for (size_t c = before; c < Broker("kafka").calls.size(); ++c) {
+      if (Broker("kafka").Ids(c) == std::vector<std::string>{Id(1)}) ++alone_turns;
+    }
+    EXPECT_EQ(out[0].attempts, 0) << "round " << r << ": " << out[0].error;
+    EXPECT_FALSE(Is(out[0], Outcome::kDead));
+  }
+  EXPECT_GE(alone_turns, 3) << AllLogs();
+  EXPECT_GE(CountLogs(LogLevel::kWarning, "sink \"kafka\" is unavailable"), 1) << AllLogs();
+}
+
+TEST_F(DispatcherTest, EventsNeverSentBeforeALostConnectionAreNotSuspected) {
+  // 1 on the connection the broker closed, 2 and 3 waiting for their turn
+  // on it: only 1 is suspected (sent alone after two such losses); 2 and 3
+  // wait as it does and then go with others.
+  ConfigureOneSink();
+  Broker("kafka").pipelined = true;
+  Broker("kafka").script = [](const OutMessage &m, int call) {
+    if (call >= 2) return Delivered();
+    return m.id == Id(1) ? LostWithConnection() : NotSentBeforeTheLoss();
+  };
+  for (int round = 0; round < 2; ++round) {
+    const auto out =
+        Dispatch({Ev(1, "orders.a", "a"), Ev(2, "orders.a", "b"), Ev(3, "orders.a", "c")},
+                 kNow + 2 * round * kMaxUs);
+    for (const RowOutcome &o : out) {
+      EXPECT_TRUE(Is(o, Outcome::kPark));
+      EXPECT_EQ(o.attempts, 0);
+    }
+    EXPECT_LE(out[1].next_attempt_us, kNow + 2 * round * kMaxUs + kMaxUs) << "waits as 1 does";
+  }
+  const auto out = Dispatch(
+      {Ev(1, "orders.a", "a"), Ev(2, "orders.a", "b"), Ev(3, "orders.a", "c")}, kNow + 4 * kMaxUs);
+  ASSERT_EQ(Broker("kafka").calls.size(), 4u) << "1 alone, and 2 with 3";
+  EXPECT_EQ(Broker("kafka").Ids(2), (std::vector<std::string>{Id(2), Id(3)}));
+  EXPECT_EQ(Broker("kafka").Ids(3), std::vector<std::string>{Id(1)});
+  for (const RowOutcome &o : out) EXPECT_TRUE(Is(o, Outcome::kPublished)) << o.error;
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, "unavailable"), 0) << AllLogs();
+}
+
 TEST_F(DispatcherTest, ALoneCulpritOnAQuietSinkEndsDeadAndNeverTakesTheSinkDown) {
   // Nothing else reaches the sink (its key's next event waits behind it):
   // only what the culprit does alone can tell.

@@ -50,6 +50,19 @@ inline Delivery LostWithConnection() {
   d.connection_lost = true;
   return d;
 }
+// A message that waited for its turn on a connection lost over another.
+inline Delivery NotSentBeforeTheLoss() {
+  Delivery d = Retriable("not sent: the connection to broker was lost");
+  d.connection_lost = true;
+  d.unsent = true;
+  return d;
+}
+// No connection could be made for the message.
+inline Delivery CannotConnect() {
+  Delivery d = Retriable("cannot connect to broker: Connection refused");
+  d.unsent = true;
+  return d;
+}
 
 // Everything about one sink name: how it answers, what it was sent, how often
 // it was built. Outlives the sinks built from it (they hold a shared_ptr).

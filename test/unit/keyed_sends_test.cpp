@@ -326,10 +326,12 @@ TEST(KeyedSends, MessagesNeverHandedToALostConnectionWaitWithoutSuspicion) {
   // would be sent alone in turn, each behind the culprit of a burst.
   LostWithOneInFlight o;
   EXPECT_TRUE(o.out1[0].connection_lost);
+  EXPECT_FALSE(o.out1[0].unsent);
   for (const Delivery *d : {&o.out1[2], &o.out2[0], &o.out2[2]}) {
-    EXPECT_EQ(d->status, DeliveryStatus::kNotSent);
+    EXPECT_EQ(d->status, DeliveryStatus::kRetriable);
     EXPECT_EQ(d->error, "not sent: gone");
-    EXPECT_FALSE(d->connection_lost);
+    EXPECT_TRUE(d->connection_lost);  // they wait as the lost ones do
+    EXPECT_TRUE(d->unsent);           // suspected of nothing
   }
   EXPECT_EQ(o.out2[1].status, DeliveryStatus::kNotSent);  // behind its key's first
   EXPECT_EQ(o.out2[1].error, KeyedSends::kHeldBack);
@@ -351,10 +353,11 @@ TEST(KeyedSends, AMessageWhosePublishFailedCarriesTheLossNotTheOnesBehindIt) {
   EXPECT_TRUE(sends.Done(o.ticket));
   EXPECT_EQ(o.out[0].status, DeliveryStatus::kRetriable);
   EXPECT_TRUE(o.out[0].connection_lost);
-  EXPECT_EQ(o.out[1].status, DeliveryStatus::kNotSent);
-  EXPECT_EQ(o.out[2].status, DeliveryStatus::kNotSent);
-  EXPECT_FALSE(o.out[1].connection_lost);
-  EXPECT_FALSE(o.out[2].connection_lost);
+  EXPECT_FALSE(o.out[0].unsent);
+  for (size_t i : {1u, 2u}) {
+    EXPECT_EQ(o.out[i].status, DeliveryStatus::kRetriable);
+    EXPECT_TRUE(o.out[i].unsent);
+  }
 }
 
 TEST(KeyedSends, ALossWithNothingOnTheConnectionIsLaidToTheReadyOnes) {
@@ -371,6 +374,7 @@ TEST(KeyedSends, ALossWithNothingOnTheConnectionIsLaidToTheReadyOnes) {
     EXPECT_EQ(d.status, DeliveryStatus::kRetriable);
     EXPECT_EQ(d.error, "not sent: closed");
     EXPECT_TRUE(d.connection_lost);
+    EXPECT_FALSE(d.unsent);
   }
   // A MarkLost lays only the loss that follows it.
   Messages m2;
@@ -386,6 +390,7 @@ TEST(KeyedSends, ALossWithNothingOnTheConnectionIsLaidToTheReadyOnes) {
   o2.sends.FailOutstanding("y", KeyedSends::Loss::kMaybeAMessage);
   EXPECT_EQ(later[0].status, DeliveryStatus::kRetriable);
   EXPECT_TRUE(later[0].connection_lost);
+  EXPECT_FALSE(later[0].unsent);
 }
 
 TEST(KeyedSends, AMessageSentAloneWaitsForWhatIsInFlightAndHoldsWhatComesAfter) {

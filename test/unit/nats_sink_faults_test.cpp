@@ -220,6 +220,7 @@ TEST(NatsSink, NoServerMeansRetriableAtOnceAndTheSinkDown) {
   batch.Publish(sink.get());
   EXPECT_LT(SecondsSince(start), 3.0);
   EXPECT_EQ(batch.results[0].status, DeliveryStatus::kRetriable);
+  EXPECT_TRUE(batch.results[0].unsent);  // no connection took it
   EXPECT_TRUE(Contains(batch.results[0].error, "not connected to nats://127.0.0.1:"));
   EXPECT_NE(batch.results[1].status, DeliveryStatus::kDelivered);
   EXPECT_EQ(sink->State(), "down");
