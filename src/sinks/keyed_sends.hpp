@@ -133,7 +133,7 @@ class KeyedSends {
   void FailOutstanding(const std::string &reason, Loss loss) noexcept;
   // Every message of one Send, or of all, without an outcome gets
   // kRetriable with `reason`. Returns how many of them were in flight (the
-  // broker may still answer them; their ids are forgotten).
+  // broker may still answer them; their ids are forgotten). FailAllRest's
   // `unsent`: none of them was sent (no connection could be made), which
   // Delivery::unsent tells the dispatcher.
   size_t FailRest(uint64_t ticket, const char *reason) noexcept;

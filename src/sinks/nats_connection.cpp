@@ -127,7 +127,6 @@ bool NatsSink::EnsureConnection(std::string *error) {
       return false;
     }
     s = natsConnection_Connect(&nc_, opts.get());
-    if (s == NATS_NOT_YET_CONNECTED) NoteConnectCause(LastErrorText());
     if (s != NATS_OK && s != NATS_NOT_YET_CONNECTED) {
       nc_ = nullptr;  // libnats made none
       if (s == NATS_NO_MEMORY) throw std::bad_alloc();
@@ -212,17 +211,14 @@ std::string NatsSink::ConnectionError(const std::string &what) {
   if (nc_ != nullptr && natsConnection_GetLastError(nc_, &text) != NATS_OK && text != nullptr &&
       text[0] != '\0') {
     const std::string said(text);
-    NoteConnectCause(said);
-    if (said == kNoServerText && !connect_cause_.empty()) {
+    if (said != kNoServerText) {
+      connect_cause_ = said;
+    } else if (!connect_cause_.empty()) {
       return Masked(what + " (" + said + "; before that: " + connect_cause_ + ")");
     }
     return Masked(what + " (" + said + ")");
   }
   return Masked(what);
-}
-
-void NatsSink::NoteConnectCause(const std::string &text) {
-  if (!text.empty() && text != kNoServerText && text != "unknown error") connect_cause_ = text;
 }
 
 void NatsSink::Disconnect() noexcept {

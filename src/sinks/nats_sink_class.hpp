@@ -78,7 +78,6 @@ class NatsSink final : public KeyedSink {
   bool ConnectionLost(std::string *reason);
   uint64_t Reconnects();
   std::string ConnectionError(const std::string &what);
-  void NoteConnectCause(const std::string &text);
   static std::string LastErrorText();
 
   // nats_commands.cpp
@@ -109,7 +108,7 @@ class NatsSink final : public KeyedSink {
   uint64_t reconnects_seen_ = 0;
   uint64_t next_reply_ = 1;  // never reused: a late answer to a Send gone matches nothing
   bool connected_logged_ = false;
-  // The last error libnats gave while connecting that says more than that
+  // The last connection error read from libnats that says more than that
   // no server is available (an authorization violation, say): once libnats
   // gives up a connection it reports only the latter. Cleared once connected.
   std::string connect_cause_;
