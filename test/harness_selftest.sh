@@ -55,10 +55,24 @@ ok(1, 'a server runs');
 kill 'KILL', $$;
 PERL
 
+# A TAP file that dies mid-way (a reader choking on what it read): the
+# summary must show why, not only "exited with 255".
+cat >"$COPY/test/t/002_harness_dies.pl" <<'PERL'
+use strict;
+use warnings;
+use PostgreSQL::Test::Utils;
+use Test::More;
+ok(1, 'a first check passes');
+sub read_back { die "TAP file died on purpose: unexpected end of string at lib/Reader.pm line 30.\n" }
+read_back();
+ok(1, 'never reached');
+done_testing();
+PERL
+
 LOG=$WORK/run_all.log
 status=0
 OUTBOX_SKIP_DEPS=1 OUTBOX_SKIP_BUILD=1 OUTBOX_SUITES="unit regression isolation TAP" \
-  OUTBOX_TAP_FILES="t/00[01]_*.pl" OUTBOX_RUN_BUDGET=1200 OUTBOX_FAILURES_FILE= \
+  OUTBOX_TAP_FILES="t/00[0-2]_*.pl" OUTBOX_RUN_BUDGET=1200 OUTBOX_FAILURES_FILE= \
   bash "$COPY/test/run_all.sh" >"$LOG" 2>&1 || status=$?
 
 fail=0
@@ -83,6 +97,8 @@ check "the isolation test by name" "^--- isolation: $spec_name "
 check "the TAP file by name" '^--- TAP: t/000_harness_smoke\.pl '
 check "the TAP file's log" 'TAP file broken on purpose'
 check "the killed TAP file by name" '^--- TAP: t/001_harness_killed\.pl '
+check "the TAP file that died by name" '^--- TAP: t/002_harness_dies\.pl '
+check "why the TAP file died" 'TAP file died on purpose'
 # Nothing the killed file started is left: no process works in the copy.
 mapfile -t left < <(processes_in "$COPY")
 if ((${#left[@]} == 0)); then

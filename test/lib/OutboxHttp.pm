@@ -21,6 +21,7 @@ use Config;
 use File::Temp qw(tempdir);
 use FindBin;
 use IO::Socket::INET;
+use OutboxPorts;
 use PostgreSQL::Test::Cluster;
 use IPC::Run ();
 use JSON::PP ();
@@ -117,6 +118,7 @@ sub running { return defined $_[0]{pid} }
 sub _launch {
 	my ($self) = @_;
 	my $receiver = _tool_file($self->{tls} ? 'h2_receiver.js' : 'receiver.py');
+	delete $self->{hold};    # the port, held while it was stopped (OutboxPorts)
 	unlink "$self->{dir}/ready";
 	my $pid = fork();
 	croak "fork: $!" unless defined $pid;
@@ -167,8 +169,7 @@ sub received {
 	my ($self) = @_;
 	my $file = "$self->{dir}/received.jsonl";
 	return () unless -e $file;
-	my $json = OutboxJson::decoder()->utf8(1);
-	return map { $json->decode($_) } grep { length } split /\n/, slurp_file($file);
+	return OutboxJson::decode_lines(slurp_file($file));
 }
 
 # The answered (2xx) requests only.
@@ -218,6 +219,7 @@ sub stop {
 	if (my $pid = delete $self->{pid}) {
 		kill 'KILL', $pid;
 		waitpid($pid, 0);
+		$self->{hold} = OutboxPorts::hold($self->{port});
 	}
 	return;
 }

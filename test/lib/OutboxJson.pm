@@ -15,4 +15,15 @@ our $CLASS = eval { require JSON::XS; 'JSON::XS' } // do { require JSON::PP; 'JS
 # A decoder object: OutboxJson::decoder()->utf8(1)->decode($line).
 sub decoder { return $CLASS->new }
 
+# The records of a JSON-lines file read while its writer may be appending:
+# only lines ended by a newline, as the last may be half written (a read
+# beside a write sees what the write copied so far, and a decode of the
+# half died, ending the test file).
+sub decode_lines {
+	my ($text) = @_;
+	$text =~ s/[^\n]*\z//;
+	my $json = decoder()->utf8(1);
+	return map { $json->decode($_) } grep { length } split /\n/, $text;
+}
+
 1;

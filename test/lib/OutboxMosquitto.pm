@@ -21,8 +21,10 @@ use Config;
 use File::Temp qw(tempdir);
 use FindBin;
 use IO::Socket::INET;
+use OutboxPorts;
 use JSON::PP ();
 use OutboxJson;
+use OutboxMemoryDir qw(memory_tempdir);
 use OutboxNode qw(wait_while_progressing);
 use POSIX ();
 use Test::More ();
@@ -30,14 +32,6 @@ use PostgreSQL::Test::Utils;
 use Time::HiRes qw(time usleep);
 
 my %running;    # every broker or subscriber started and not yet stopped: dir => self
-
-sub _free_port {
-	my $sock = IO::Socket::INET->new(Listen => 1, LocalAddr => '127.0.0.1', LocalPort => 0)
-	  or die "no free port: $!";
-	my $port = $sock->sockport;
-	close $sock;
-	return $port;
-}
 
 # mqtt_tool.py: beside this module in a copy of test/ that has test/mqtt,
 # else in the repository under test (OUTBOX_REPO, which test/run_all.sh sets).
@@ -59,21 +53,15 @@ sub _tool {
 sub start {
 	my ($class, %opts) = @_;
 	my $self = bless {
-		port => _free_port(),
+		port => OutboxPorts::free_port(),
 		max_packet_size => $opts{max_packet_size},
 		deny => $opts{deny} // [],
 		save_every_change => $opts{save_every_change},
 		unlimited_queue => $opts{unlimited_queue},
 		dir => tempdir('outbox-mosquitto-XXXXXX', TMPDIR => 1, CLEANUP => 1),
 	}, $class;
-	# The saved state in memory where the machine has it: a save survives a
-	# SIGKILL of the broker there as well, and never waits on a disk that
-	# another job keeps busy (a second's stall would hold every sink of the
-	# broker and read as a sink's fault).
-	$self->{store} =
-	  -d '/dev/shm' && -w '/dev/shm'
-	  ? tempdir('outbox-mosquitto-store-XXXXXX', DIR => '/dev/shm', CLEANUP => 1)
-	  : $self->{dir};
+	# The saved state in memory (OutboxMemoryDir says why).
+	$self->{store} = memory_tempdir('outbox-mosquitto-store-XXXXXX');
 	$self->_launch;
 	return $self;
 }
@@ -124,6 +112,7 @@ sub _launch {
 	# private directory.
 	print $fh "user root\n" if $> == 0;
 	close $fh;
+	delete $self->{hold};    # the port, held while it was stopped (OutboxPorts)
 	$self->{pid} = $self->_spawn("$dir/mosquitto.log", 'mosquitto', '-c', "$dir/mosquitto.conf");
 	$running{$dir} = $self;
 	my $start = time();
@@ -165,8 +154,7 @@ sub subscribe {
 sub messages {
 	my ($self) = @_;
 	return () unless $self->{out} && -e $self->{out};
-	my $json = OutboxJson::decoder()->utf8(1);
-	return map { $json->decode($_) } grep { length } split /\n/, slurp_file($self->{out});
+	return OutboxJson::decode_lines(slurp_file($self->{out}));
 }
 
 # What the subscriber received on one topic, in its order, as
@@ -230,6 +218,7 @@ sub stop {
 	return unless $pid;
 	kill $o{graceful} ? 'TERM' : 'KILL', $pid;
 	waitpid($pid, 0);
+	$self->{hold} = OutboxPorts::hold($self->{port});
 	return;
 }
 

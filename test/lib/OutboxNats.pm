@@ -21,6 +21,7 @@ use Config;
 use File::Temp qw(tempdir);
 use FindBin;
 use IO::Socket::INET;
+use OutboxPorts;
 use IPC::Run ();
 use JSON::PP ();
 use OutboxJson;
@@ -36,14 +37,6 @@ our $PASSWORD = 'nats-Secret-4711';
 # defined first).
 my %running;
 my $tool;    # the compiled nats_tool, once per test process
-
-sub _free_port {
-	my $sock = IO::Socket::INET->new(Listen => 1, LocalAddr => '127.0.0.1', LocalPort => 0)
-	  or die "no free port: $!";
-	my $port = $sock->sockport;
-	close $sock;
-	return $port;
-}
 
 # nats_tool's source: beside this module in a copy of test/ that has
 # test/nats, else in the repository under test (OUTBOX_REPO, which
@@ -66,7 +59,7 @@ sub _tool {
 sub start {
 	my ($class, %opts) = @_;
 	my $self = bless {
-		port => _free_port(),
+		port => OutboxPorts::free_port(),
 		max_payload => $opts{max_payload},
 		dir => tempdir('outbox-nats-XXXXXX', TMPDIR => 1, CLEANUP => 1),
 	}, $class;
@@ -88,6 +81,7 @@ sub _launch {
 	print $fh "authorization { user: \"$USER\", password: \"$PASSWORD\" }\n";
 	print $fh "jetstream { store_dir: \"$self->{dir}/store\" }\n" if $jetstream;
 	close $fh;
+	delete $self->{hold};    # the port, held while it was stopped (OutboxPorts)
 	$self->{jetstream} = $jetstream;
 	my $pid = fork();
 	croak "fork: $!" unless defined $pid;
@@ -172,6 +166,7 @@ sub stop {
 	return unless $pid;
 	kill 'KILL', $pid;
 	waitpid($pid, 0);
+	$self->{hold} = OutboxPorts::hold($self->{port});
 	return;
 }
 

@@ -23,6 +23,7 @@ use File::Temp qw(tempdir);
 use IO::Socket::INET;
 use IPC::Run ();
 use OutboxJson;
+use OutboxPorts;
 use POSIX ();
 use PostgreSQL::Test::Utils;
 use Time::HiRes qw(time usleep);
@@ -31,14 +32,6 @@ use Time::HiRes qw(time usleep);
 # before File::Temp's own END removes their directories.
 my %running;
 my $counter = 0;
-
-sub _free_port {
-	my $sock = IO::Socket::INET->new(Listen => 1, LocalAddr => '127.0.0.1', LocalPort => 0)
-	  or die "no free port: $!";
-	my $port = $sock->sockport;
-	close $sock;
-	return $port;
-}
 
 # test/amqp/amqp_tool.py: beside this module's folder, in the repository or a
 # copy of test/ (run_all.sh copies lib/ and, it is hoped, amqp/), or under
@@ -83,7 +76,7 @@ sub start {
 # Fresh ports, an empty node directory, and the configuration naming them.
 sub _configure {
 	my ($self) = @_;
-	$self->{$_} = _free_port() for qw(port epmd_port dist_port);
+	$self->{$_} = OutboxPorts::free_port() for qw(port epmd_port dist_port);
 	File::Path::remove_tree("$self->{dir}/mnesia");
 	mkdir "$self->{dir}/mnesia";
 	# The default user replaces guest (which may only log in from loopback):

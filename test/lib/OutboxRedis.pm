@@ -5,8 +5,8 @@ package OutboxRedis;
 
 use strict;
 use warnings;
-use File::Temp qw(tempdir);
-use IO::Socket::INET;
+use OutboxMemoryDir qw(memory_tempdir);
+use OutboxPorts;
 use PostgreSQL::Test::Utils;
 use Time::HiRes qw(time usleep);
 
@@ -16,20 +16,14 @@ use Time::HiRes qw(time usleep);
 # pid file gone and left redis-server running after the test.
 my %running;
 
-sub _free_port {
-	my $sock = IO::Socket::INET->new(Listen => 1, LocalAddr => '127.0.0.1', LocalPort => 0)
-	  or die "no free port: $!";
-	my $port = $sock->sockport;
-	close $sock;
-	return $port;
-}
-
 sub start {
 	my ($class, %opts) = @_;
 	my $self = bless {
-		port => _free_port(),
+		port => OutboxPorts::free_port(),
 		password => $opts{password},
-		dir => tempdir('outbox-redis-XXXXXX', TMPDIR => 1, CLEANUP => 1),
+		# Its append-only file is fsynced at every write: in memory
+		# (OutboxMemoryDir says why).
+		dir => memory_tempdir('outbox-redis-XXXXXX'),
 	}, $class;
 	$self->_launch;
 	return $self;
@@ -44,6 +38,7 @@ sub _launch {
 		'--appendfsync', 'always', '--daemonize', 'yes',
 		'--pidfile', "$self->{dir}/redis.pid", '--logfile', "$self->{dir}/redis.log");
 	push @args, '--requirepass', $self->{password} if defined $self->{password};
+	delete $self->{hold};    # the port, held while it was stopped (OutboxPorts)
 	system(@args) == 0 or die "redis-server did not start";
 	# Until it answers (it loads its append-only file first): on a loaded
 	# machine that may take a while, so the deadline is the tests' generous
@@ -79,6 +74,7 @@ sub stop {
 	kill 'KILL', $pid;
 	usleep(100_000) while kill 0, $pid;
 	unlink "$self->{dir}/redis.pid";
+	$self->{hold} = OutboxPorts::hold($self->{port});
 }
 
 sub restart {

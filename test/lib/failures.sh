@@ -135,11 +135,20 @@ failures_from_prove() {
     [[ -f $log ]] || log=""
     if [[ -n $log ]]; then
       # The failed assertions with their diagnostics (the end of a TAP log
-      # is the server's shutdown); the end of the log when there are none
-      # (the file died, or was killed).
+      # is the server's shutdown) and what a file that died said (Perl's
+      # "... at FILE line N." on a line of its own, not a "#" diagnostic,
+      # with the three lines before it); the end of the log when there are
+      # none (the file was killed).
       local excerpt
-      excerpt=$(awk '/ not ok [0-9]+/ { n = 10 } /Looks like|died|BAIL/ { n = n > 1 ? n : 1 } n > 0 { print; n-- }' \
-        "$log" | head -n "$FAILURE_LINES")
+      excerpt=$(awk '
+        { ring[NR % 4] = $0 }
+        / not ok [0-9]+/ { n = 10 }
+        /Looks like|died|BAIL/ { n = n > 1 ? n : 1 }
+        n == 0 && !/^(\[[0-9:.]+\]\([0-9.]+s\) )?#/ && / at [^ ]+ line [0-9]+\.?$/ {
+          for (i = NR - 3; i < NR; i++) if (i > 0) print ring[i % 4]
+          n = 1
+        }
+        n > 0 { print; n-- }' "$log" | head -n "$FAILURE_LINES")
       if [[ -n $excerpt ]]; then
         failure_add "$suite" "$file" "$log" tail "" "$excerpt"
       else

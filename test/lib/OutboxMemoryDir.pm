@@ -1,0 +1,25 @@
+# A private temporary directory in memory (/dev/shm) where the machine has
+# one, else in TMPDIR; removed when the test ends. For what a test broker
+# saves (append-only files, stores, mnesia): what it saves there still
+# survives a SIGKILL of the broker, and its fsync never waits on a disk that
+# another job keeps busy. A second's stall of the broker's fsync holds every
+# sink of the broker and reads as the sink's fault (a Redis sink takes a
+# server silent for 2 s as down, and counts the batch as failed).
+package OutboxMemoryDir;
+
+use strict;
+use warnings;
+use Exporter qw(import);
+use File::Temp ();
+
+our @EXPORT_OK = qw(memory_tempdir);
+
+# memory_tempdir('outbox-redis-XXXXXX'): the directory's path.
+sub memory_tempdir {
+	my ($template) = @_;
+	return File::Temp::tempdir($template, DIR => '/dev/shm', CLEANUP => 1)
+	  if -d '/dev/shm' && -w '/dev/shm';
+	return File::Temp::tempdir($template, TMPDIR => 1, CLEANUP => 1);
+}
+
+1;
