@@ -14,12 +14,24 @@ use File::Temp ();
 
 our @EXPORT_OK = qw(memory_tempdir);
 
+# Free space /dev/shm must have (KiB): Redis rewrites its append-only
+# file only once it is past 64 MB (a test of 600,000 events gets there),
+# and a container's /dev/shm may hold only 64 MB in all.
+my $MIN_FREE_KB = 1024 * 1024;
+
 # memory_tempdir('outbox-redis-XXXXXX'): the directory's path.
 sub memory_tempdir {
 	my ($template) = @_;
 	return File::Temp::tempdir($template, DIR => '/dev/shm', CLEANUP => 1)
-	  if -d '/dev/shm' && -w '/dev/shm';
+	  if -d '/dev/shm' && -w '/dev/shm' && _free_kb('/dev/shm') >= $MIN_FREE_KB;
 	return File::Temp::tempdir($template, TMPDIR => 1, CLEANUP => 1);
+}
+
+# Free KiB on the file system of $dir, as df reports it (0 if unknown).
+sub _free_kb {
+	my ($dir) = @_;
+	my $out = `df -Pk '$dir' 2>/dev/null` // '';
+	return $out =~ /\n\S+\s+\d+\s+\d+\s+(\d+)/ ? $1 : 0;
 }
 
 1;
