@@ -1,5 +1,7 @@
 # A private temporary directory in memory (/dev/shm) where the machine has
-# one, else in TMPDIR; removed when the test ends. For what a test broker
+# one, else in TMPDIR; removed when the test ends, unless it failed
+# (PostgreSQL::Test::Utils then keeps every temporary directory, these
+# too, so a failed test's store stays in memory). For what a test broker
 # saves (append-only files, stores, mnesia): what it saves there still
 # survives a SIGKILL of the broker, and its fsync never waits on a disk that
 # another job keeps busy. A second's stall of the broker's fsync holds every
