@@ -108,7 +108,7 @@ void LateAnswers::Take(SinkGroup *group, const EventRow *rows, const int *route_
     if (row.has_key) {
       const std::string &pattern = (*routes_)[route_of[i]].pattern;
       guard_->Block(pattern, row.key, row.id, late.parked_until_us);
-      late_keys_.emplace(pattern, std::string(row.key));
+      late_keys_.try_emplace(RouteKey(pattern, std::string(row.key)), now_us);
     }
     if (answers_others) {
       if (!sinks_->IsSuspect(group->sink_name, row.topic, now_ms) &&

@@ -38,8 +38,9 @@ class LateAnswers {
 
   bool empty() const { return late_.empty(); }
   size_t size() const { return late_.size(); }
-  // (route, key) of the events awaiting late answers.
-  const std::set<RouteKey> &keys() const { return late_keys_; }
+  // (route, key) of the events awaiting late answers, each with when the
+  // first of them was left to its late answer (the cycle's clock).
+  const LateKeys &keys() const { return late_keys_; }
   // The ids of the events awaiting late answers (Dispatcher::LateIds).
   std::vector<std::string> Ids() const;  // may throw bad_alloc
 
@@ -183,7 +184,7 @@ class LateAnswers {
   LogBuffer *logs_;
   // Groups awaiting late answers, oldest first; the keys of their events.
   std::deque<Late> late_;
-  std::set<RouteKey> late_keys_;
+  LateKeys late_keys_;
   // Producers of sinks changed or removed while late groups awaited their
   // answers: kept until those answers are in, so that an event the broker
   // took is recorded as published rather than sent again.

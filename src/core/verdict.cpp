@@ -45,7 +45,7 @@ OutMessage MessageOf(const EventRow &row, const DispatchRoute &route, int route_
 }
 
 Verdicts::Verdicts(const std::vector<DispatchRoute> *routes, OrderGuard *guard, SinkRegistry *sinks,
-                   const std::set<RouteKey> *late_keys, LogBuffer *logs, std::mt19937_64 *rng)
+                   const LateKeys *late_keys, LogBuffer *logs, std::mt19937_64 *rng)
     : routes_(routes),
       guard_(guard),
       sinks_(sinks),
@@ -447,11 +447,14 @@ bool Verdicts::ParkBehindEarlier(const EventRow &row, const DispatchRoute &route
   }
   out->outcome = Outcome::kPark;
   out->next_attempt_us = until > now_us ? until : now_us + kBehindDueUs;
-  if (!late_keys_->empty() &&
-      late_keys_->count(RouteKey(route.pattern, std::string(row.key))) != 0) {
+  if (!late_keys_->empty()) {
     // Behind an event whose sink has not answered yet: its answer may come
     // any moment (the earlier event is parked for the sink's whole timeout).
-    out->next_attempt_us = std::min(out->next_attempt_us, now_us + kLateRecheckUs);
+    const auto late = late_keys_->find(RouteKey(route.pattern, std::string(row.key)));
+    if (late != late_keys_->end()) {
+      out->next_attempt_us =
+          std::min(out->next_attempt_us, now_us + LateRecheckUs(now_us - late->second));
+    }
   }
   SetError(out, error);
   guard_->Block(route.pattern, row.key, row.id, out->next_attempt_us);

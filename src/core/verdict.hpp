@@ -11,8 +11,10 @@
 // Dispatcher's boundaries give up the whole window then.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <random>
 #include <set>
 #include <string>
@@ -42,6 +44,9 @@ struct DispatchRoute {
   MessageFormat format = MessageFormat::kRaw;
 };
 using RouteKey = std::pair<std::string, std::string>;  // route pattern, key
+// (route, key) pairs whose earlier event awaits a late answer, each with
+// when the first of them was left to it (late_answers.hpp).
+using LateKeys = std::map<RouteKey, int64_t>;
 
 // Where `row` goes on `route`: the route's target, or else the event's
 // topic. Per key, order is kept per target.
@@ -88,7 +93,7 @@ class Verdicts {
   // routes: the routes route_of indexes; late_keys: (route, key) pairs
   // whose earlier event awaits a late answer (late_answers.hpp).
   Verdicts(const std::vector<DispatchRoute> *routes, OrderGuard *guard, SinkRegistry *sinks,
-           const std::set<RouteKey> *late_keys, LogBuffer *logs, std::mt19937_64 *rng);
+           const LateKeys *late_keys, LogBuffer *logs, std::mt19937_64 *rng);
 
   // Decide a group's rows from its sink's answers (all in), and the sink's
   // state from them. `interrupted`: shutting down leaves rows without a
@@ -123,8 +128,18 @@ class Verdicts {
   void ClearUntouched() noexcept { untouched_keys_.clear(); }
 
   // How long a later event of a key waits, at a time, behind an event of
-  // that key whose sink has not answered yet.
+  // that key whose sink has not answered yet: as long as that answer has
+  // been awaited, at least kLateRecheckMinUs and at most kLateRecheckUs
+  // (LateRecheckUs). An answer that is merely slow (a loaded machine's
+  // straggler, left late after four times its topic's usual time) comes
+  // within milliseconds, and the key goes on then, not a second later; one
+  // that does not come costs the key's events a few looks, then one a
+  // second.
   static constexpr int64_t kLateRecheckUs = 1000000;
+  static constexpr int64_t kLateRecheckMinUs = 20000;
+  static int64_t LateRecheckUs(int64_t awaited_us) {
+    return std::clamp(awaited_us, kLateRecheckMinUs, kLateRecheckUs);
+  }
   // How much later than now a later event of a key is due when what it
   // waits behind is due now (not sent for want of time, or not claimed in
   // this batch). Claims take due events in next_attempt_at order, up to
@@ -182,7 +197,7 @@ class Verdicts {
   const std::vector<DispatchRoute> *routes_;
   OrderGuard *guard_;
   SinkRegistry *sinks_;
-  const std::set<RouteKey> *late_keys_;
+  const LateKeys *late_keys_;
   LogBuffer *logs_;
   std::mt19937_64 *rng_;
   std::set<RouteKey> untouched_keys_;

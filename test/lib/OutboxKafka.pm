@@ -92,6 +92,13 @@ without tabs or newlines, a kcat limitation). C<props> are librdkafka producer
 properties (message.timeout.ms defaults to 10000). Returns true when the message was
 delivered; in list context (ok, kcat's stderr).
 
+=item OutboxKafka::first_arrivals(\@msgs, \%position)
+
+Reads consumed messages (C<consume>'s result) by their C<outbox-id> header, each
+id's first arrival only, and ids in C<%position> only (id => its place in emit
+order). Returns (the number of distinct ids that arrived, the number of first
+arrivals that came after a later event of their key).
+
 =item $k->stop
 
 Sends quit, closes stdin, waits up to 30 s, then kills. Safe to call twice.
@@ -294,6 +301,22 @@ sub consume
 		return $msgs if !$until || $until->($msgs) || time() - $start >= $deadline;
 		$timeout_ms = $timeout_ms * 2 > 60_000 ? 60_000 : $timeout_ms * 2;
 	}
+}
+
+sub first_arrivals
+{
+	my ($msgs, $position) = @_;
+	my (%last, %seen);
+	my $disorder = 0;
+	for my $m (@$msgs)
+	{
+		my ($id) = map { $_->[1] } grep { $_->[0] eq 'outbox-id' } @{ $m->{headers} };
+		next if !defined $id || !defined $position->{$id} || $seen{$id}++;
+		my $pos = $position->{$id};
+		$disorder++ if defined $last{ $m->{key} } && $pos < $last{ $m->{key} };
+		$last{ $m->{key} } = $pos;
+	}
+	return (scalar(keys %seen), $disorder);
 }
 
 sub _consume_once

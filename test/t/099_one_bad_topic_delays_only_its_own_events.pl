@@ -156,16 +156,9 @@ my $count = $node->safe_psql('postgres', q{SELECT count(*) FROM outbox.events WH
 my $msgs = $kafka->consume(topics => ['good'], count => $count);
 my %order = map { split /\|/ } split /\n/, $node->safe_psql('postgres',
 	q{SELECT id, row_number() OVER (ORDER BY id) FROM outbox.events WHERE topic IN ('good.e', 'good0.e')});
-my (%last, %seen, $disorder);
-for my $m (@$msgs) {
-	my ($id) = map { $_->[1] } grep { $_->[0] eq 'outbox-id' } @{ $m->{headers} };
-	next if !defined $id || $seen{$id}++;
-	my $n = $order{$id};
-	$disorder++ if defined $last{ $m->{key} } && $n < $last{ $m->{key} };
-	$last{ $m->{key} } = $n;
-}
-is(scalar(keys %seen), $count, "all $count healthy events arrived");
-ok(!$disorder, 'per key, in emit order');
+my ($arrived, $disorder) = OutboxKafka::first_arrivals($msgs, \%order);
+is($arrived, $count, "all $count healthy events arrived");
+is($disorder, 0, 'per key, in emit order');
 
 $node->stop;
 $kafka->stop;

@@ -2381,10 +2381,11 @@ TEST_F(SlowSinkTest, ALaterEventOfTheKeyWaitsForTheLateAnswerAndGoesAfterIt) {
   Broker("kafka").slow = true;
   Dispatch({Ev(1, "orders.a", "k")});
   // A later event of the key: not sent while the first one's fate is open,
-  // and looked at again soon (not after the sink's whole timeout).
+  // and looked at again soon (not after the sink's whole timeout): the
+  // answer has been awaited for a millisecond, so in the least recheck.
   const auto second = Dispatch({Ev(2, "orders.a", "k")}, kNow + 1000);
   ASSERT_TRUE(Is(second[0], Outcome::kPark));
-  EXPECT_EQ(second[0].next_attempt_us, kNow + 1000 + Dispatcher::kLateRecheckUs);
+  EXPECT_EQ(second[0].next_attempt_us, kNow + 1000 + Verdicts::kLateRecheckMinUs);
   EXPECT_EQ(Broker("kafka").AllIds(), (std::vector<std::string>{Id(1)}));
 
   Broker("kafka").slow = false;

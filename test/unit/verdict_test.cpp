@@ -504,7 +504,7 @@ TEST_F(VerdictTest, AnEventBehindAWaitingOneIsParkedUntilItsTimeUnlessAdmittedAf
   EXPECT_TRUE(HeldBack(3, "k"));  // it waits too, and holds later ones back
 }
 
-TEST_F(VerdictTest, AnEventBehindAnAwaitedLateAnswerIsLookedAtAgainWithinARecheck) {
+TEST_F(VerdictTest, AnEventBehindALateAnswerIsLookedAtAgainAfterAsLongAsItWasAwaited) {
   // A late group of sink "kafka" whose event 1 of key k is unanswered.
   BrokerNamed("kafka")->pipelined = true;
   BrokerNamed("kafka")->slow = true;
@@ -524,7 +524,19 @@ TEST_F(VerdictTest, AnEventBehindAnAwaitedLateAnswerIsLookedAtAgainWithinARechec
   batch_.Add(2, "orders.a", "k");
   EXPECT_TRUE(parts_.verdicts.ParkBehindEarlier(batch_.rows[0], parts_.routes[0], nullptr, kNow,
                                                 kWaitingForKey, &batch_.out[0]));
-  EXPECT_EQ(batch_.out[0].next_attempt_us, kNow + Verdicts::kLateRecheckUs);
+  EXPECT_EQ(batch_.out[0].next_attempt_us, kNow + Verdicts::kLateRecheckMinUs)
+      << "an answer awaited for no time yet: looked at again in the least recheck";
+  // Looked at again as long as the answer has been awaited: a slow answer
+  // is met soon after it comes, one that does not come costs a look a
+  // second.
+  batch_.out[0] = RowOutcome{};
+  EXPECT_TRUE(parts_.verdicts.ParkBehindEarlier(batch_.rows[0], parts_.routes[0], nullptr,
+                                                kNow + 300000, kWaitingForKey, &batch_.out[0]));
+  EXPECT_EQ(batch_.out[0].next_attempt_us, kNow + 300000 + 300000);
+  batch_.out[0] = RowOutcome{};
+  EXPECT_TRUE(parts_.verdicts.ParkBehindEarlier(batch_.rows[0], parts_.routes[0], nullptr,
+                                                kNow + 5000000, kWaitingForKey, &batch_.out[0]));
+  EXPECT_EQ(batch_.out[0].next_attempt_us, kNow + 5000000 + Verdicts::kLateRecheckUs);
   parts_.late.Drop();
 }
 
