@@ -23,8 +23,9 @@ static Datum SetRoutePaused(FunctionCallInfo fcinfo, bool paused) {
   text *pattern = RequireText(fcinfo, 0, "pattern");
   Oid types[2] = {TEXTOID, BOOLOID};
   Datum values[2] = {PointerGetDatum(pattern), BoolGetDatum(paused)};
-  if (RunCatalogStatement("UPDATE ONLY outbox.routes SET paused = $2 WHERE pattern = $1", 2, types,
-                          values, nullptr, false) == 0) {
+  if (RunCatalogStatement(
+          "UPDATE ONLY outbox.routes SET paused = $2 WHERE pattern OPERATOR(pg_catalog.=) $1", 2,
+          types, values, nullptr, false) == 0) {
     ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
                     errmsg("no route for pattern %s", QuoteText(pattern))));
   }
@@ -51,9 +52,11 @@ OUTBOX_SQL_FUNCTION(outbox_replay) {
   Datum values[2] = {PG_GETARG_DATUM(0), PG_ARGISNULL(1) ? (Datum)0 : PG_GETARG_DATUM(1)};
   const char nulls[2] = {' ', PG_ARGISNULL(1) ? 'n' : ' '};
   const uint64 n = RunCatalogStatement(
-      "UPDATE outbox.events SET status = 'pending', attempts = 0, next_attempt_at = now(),"
-      " last_error = NULL WHERE status = 'published' AND created_at >= $1"
-      " AND ($2::text IS NULL OR topic = $2)",
+      "UPDATE outbox.events SET status = 'pending', attempts = 0,"
+      " next_attempt_at = pg_catalog.now(), last_error = NULL"
+      " WHERE status OPERATOR(pg_catalog.=) 'published'::pg_catalog.text"
+      " AND created_at OPERATOR(pg_catalog.>=) $1"
+      " AND ($2::pg_catalog.text IS NULL OR topic OPERATOR(pg_catalog.=) $2)",
       2, types, values, nulls, false);
   if (n > 0) WakePublishersAtCommit();
   FinishAsSinkAdmin(admin);

@@ -102,8 +102,9 @@ void ConnectAsSinkAdmin(FunctionCallInfo fcinfo, const char *action, AdminScope 
   if (!scope->superuser) {
     bool isnull = true;
     Datum owner = (Datum)0;
-    if (SPI_execute("SELECT extowner FROM pg_catalog.pg_extension WHERE extname = 'outbox'", true,
-                    1) == SPI_OK_SELECT &&
+    if (SPI_execute("SELECT extowner FROM pg_catalog.pg_extension"
+                    " WHERE extname OPERATOR(pg_catalog.=) 'outbox'",
+                    true, 1) == SPI_OK_SELECT &&
         SPI_processed == 1) {
       owner = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
     }
@@ -320,13 +321,15 @@ OUTBOX_SQL_FUNCTION(outbox_drop_sink) {
   Oid types[1] = {TEXTOID};
   Datum values[1] = {PointerGetDatum(name)};
   // Lock the sink row first so no route can be added to it meanwhile.
-  if (RunCatalogStatement("SELECT 1 FROM ONLY outbox.sinks WHERE name = $1 FOR UPDATE", 1, types,
-                          values, nullptr, false) == 0) {
+  if (RunCatalogStatement(
+          "SELECT 1 FROM ONLY outbox.sinks WHERE name OPERATOR(pg_catalog.=) $1 FOR UPDATE", 1,
+          types, values, nullptr, false) == 0) {
     ereport(ERROR,
             (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("sink %s does not exist", QuoteText(name))));
   }
-  RunCatalogStatement("SELECT count(*) FROM ONLY outbox.routes WHERE sink = $1", 1, types, values,
-                      nullptr, true);
+  RunCatalogStatement(
+      "SELECT pg_catalog.count(*) FROM ONLY outbox.routes WHERE sink OPERATOR(pg_catalog.=) $1", 1,
+      types, values, nullptr, true);
   bool isnull = false;
   const int64 routes =
       DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
@@ -336,8 +339,8 @@ OUTBOX_SQL_FUNCTION(outbox_drop_sink) {
                            text_to_cstring(name), static_cast<long long>(routes)),
                     errhint("Remove them first with outbox.remove_route().")));
   }
-  RunCatalogStatement("DELETE FROM ONLY outbox.sinks WHERE name = $1", 1, types, values, nullptr,
-                      false);
+  RunCatalogStatement("DELETE FROM ONLY outbox.sinks WHERE name OPERATOR(pg_catalog.=) $1", 1,
+                      types, values, nullptr, false);
   ReloadConfigAtCommit();  // publishers pick the change up when it commits
   FinishAsSinkAdmin(admin);
   PG_RETURN_VOID();
@@ -369,8 +372,9 @@ OUTBOX_SQL_FUNCTION(outbox_add_route) {
   Oid types[1] = {TEXTOID};
   Datum values[1] = {PointerGetDatum(sink)};
   // KEY SHARE keeps the sink from being dropped before we insert.
-  if (RunCatalogStatement("SELECT kind FROM ONLY outbox.sinks WHERE name = $1 FOR KEY SHARE", 1,
-                          types, values, nullptr, false) == 0) {
+  if (RunCatalogStatement(
+          "SELECT kind FROM ONLY outbox.sinks WHERE name OPERATOR(pg_catalog.=) $1 FOR KEY SHARE",
+          1, types, values, nullptr, false) == 0) {
     ereport(ERROR,
             (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("sink %s does not exist", QuoteText(sink))));
   }
@@ -420,8 +424,8 @@ OUTBOX_SQL_FUNCTION(outbox_remove_route) {
   text *pattern = RequireText(fcinfo, 0, "pattern");
   Oid types[1] = {TEXTOID};
   Datum values[1] = {PointerGetDatum(pattern)};
-  if (RunCatalogStatement("DELETE FROM ONLY outbox.routes WHERE pattern = $1", 1, types, values,
-                          nullptr, false) == 0) {
+  if (RunCatalogStatement("DELETE FROM ONLY outbox.routes WHERE pattern OPERATOR(pg_catalog.=) $1",
+                          1, types, values, nullptr, false) == 0) {
     ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
                     errmsg("no route for pattern %s", QuoteText(pattern))));
   }

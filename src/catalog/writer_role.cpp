@@ -185,7 +185,7 @@ const char *UnexpectedFunction() {
                    " FROM pg_catalog.pg_proc p"
                    " JOIN pg_catalog.pg_language l ON l.oid OPERATOR(pg_catalog.=) p.prolang"
                    " WHERE p.pronamespace OPERATOR(pg_catalog.=) 'outbox'::pg_catalog.regnamespace"
-                   " OR p.oid IN (%s)",
+                   " OR p.oid OPERATOR(pg_catalog.=) ANY (%s)",
                    kFunctions),
           true, 0) != SPI_OK_SELECT) {
     elog(ERROR, "outbox: cannot list outbox's functions");
@@ -347,7 +347,7 @@ void RefusePlantedCode() {
       "d.refobjid"
       "   AND x.relnamespace OPERATOR(pg_catalog.=) 'outbox'::pg_catalog.regnamespace))"
       " AND NOT (d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass"
-      "  AND d.refobjid IN (SELECT oid FROM outbox_funcs))"
+      "  AND d.refobjid OPERATOR(pg_catalog.=) ANY (SELECT oid FROM outbox_funcs))"
       " AND NOT (d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass"
       "  AND EXISTS (SELECT FROM pg_catalog.pg_type x WHERE x.oid OPERATOR(pg_catalog.=) d.refobjid"
       "   AND x.typnamespace OPERATOR(pg_catalog.=) 'outbox'::pg_catalog.regnamespace"
@@ -381,7 +381,8 @@ void RefusePlantedCode() {
       " SELECT pg_catalog.format('table %%s inheriting from %%s', h.inhrelid::pg_catalog.regclass,"
       " h.inhparent::pg_catalog.regclass)"
       " FROM pg_catalog.pg_inherits h JOIN rels ON rels.oid OPERATOR(pg_catalog.=) h.inhparent"
-      " WHERE h.inhrelid NOT IN (SELECT relid FROM pg_catalog.pg_partition_tree("
+      " WHERE h.inhrelid OPERATOR(pg_catalog.<>) ALL (SELECT relid FROM "
+      "pg_catalog.pg_partition_tree("
       "'outbox.events'::pg_catalog.regclass))"
       " UNION ALL"
       " SELECT pg_catalog.format('%%s', c.oid::pg_catalog.regclass)"
@@ -389,7 +390,7 @@ void RefusePlantedCode() {
       " WHERE c.relnamespace OPERATOR(pg_catalog.=) 'outbox'::pg_catalog.regnamespace"
       " AND c.relkind OPERATOR(pg_catalog.<>) ALL ('{i,I,t}'::pg_catalog.\"char\"[])"
       " AND c.relname OPERATOR(pg_catalog.<>) ALL (%s::pg_catalog.name[])"
-      " AND c.oid NOT IN (SELECT relid FROM pg_catalog.pg_partition_tree("
+      " AND c.oid OPERATOR(pg_catalog.<>) ALL (SELECT relid FROM pg_catalog.pg_partition_tree("
       "'outbox.events'::pg_catalog.regclass))"
       " UNION ALL"
       " SELECT pg_catalog.format('type %%s', t.oid::pg_catalog.regtype) FROM pg_catalog.pg_type t"
