@@ -76,6 +76,7 @@ void LateAnswers::Take(SinkGroup *group, const EventRow *rows, const int *route_
                              ? std::max(settings.now_us, settings.clock_us())
                              : settings.now_us;
   late.parked_until_us = now_us + (group->sink->SettleLimitMs() + kLateMarginMs) * kUsecPerMs;
+  late.taken_us = now_us;
   late.rows.reserve(unanswered.size());
   late.handed.assign(unanswered.size(), 0);
   late.result_of.reserve(unanswered.size());
@@ -436,6 +437,14 @@ bool LateAnswers::SinkHeld(const std::string &sink) const {
     unanswered += static_cast<size_t>(std::count(l.handed.begin(), l.handed.end(), 0));
   }
   return whole >= kHeldAfterWholeGroups || unanswered >= kHeldAfterLateEvents;
+}
+
+int64_t LateAnswers::OldestLateUs(const std::string &sink, int64_t now_us) const noexcept {
+  int64_t oldest = now_us;
+  for (const Late &l : late_) {
+    if (!l.retired && l.sink_name == sink) oldest = std::min(oldest, l.taken_us);
+  }
+  return oldest;
 }
 
 void LateAnswers::NoteAnswered(SinkState *state, const std::string &sink, std::string_view topic,

@@ -85,6 +85,10 @@ class LateAnswers {
   // each given up early as its topics' trouble, their messages piling up in
   // its producer (the publisher's memory) until the outage is found.
   bool SinkHeld(const std::string &sink) const;
+  // When the oldest of the sink's late groups was left to its late answers
+  // (the cycle's clock), or `now_us` when it has none: how long a held
+  // sink has been held.
+  int64_t OldestLateUs(const std::string &sink, int64_t now_us) const noexcept;
   // The broker answered this sink's events.
   void SinkAnswers(SinkState *state, const std::string &sink);
   // The sink's broker took an event of `topic` after `latency_ms`: the
@@ -154,6 +158,7 @@ class LateAnswers {
     bool retired = false;
     bool alone = false;        // SinkGroup::alone
     int64_t sent_unix_us = 0;  // SinkGroup::sent_unix_us
+    int64_t taken_us = 0;      // when it was left to late answers (the cycle's clock)
     std::vector<LateRow> rows;
     std::vector<char> handed;       // per row: handed out already (delivered early)
     std::vector<size_t> result_of;  // per row: its answer's index in results

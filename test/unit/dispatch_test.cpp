@@ -2414,8 +2414,15 @@ TEST_F(SlowSinkTest, ASinkAnsweringNothingGetsOneProbeThenNothingMoreAndItsTopic
   const auto more = Dispatch({Ev(4, "orders.c", "third")}, kNow + 2000);
   ASSERT_TRUE(Is(more[0], Outcome::kPark));
   EXPECT_EQ(more[0].attempts, 0);
-  EXPECT_EQ(more[0].next_attempt_us, kNow + 2000 + Dispatcher::kLateRecheckUs);
+  EXPECT_EQ(more[0].next_attempt_us, kNow + 2000 + Verdicts::kLateRecheckMinUs)
+      << "held for 2 ms: looked at again in the least recheck";
   EXPECT_NE(std::string(more[0].error).find("to answer earlier events"), std::string::npos);
+  EXPECT_EQ(Broker("kafka").AllIds(), (std::vector<std::string>{Id(1), Id(2)}));
+  // Held for 300 ms: looked at again 300 ms later; for 5 s, a second later.
+  const auto later = Dispatch({Ev(4, "orders.c", "third")}, kNow + 300000);
+  EXPECT_EQ(later[0].next_attempt_us, kNow + 300000 + 300000);
+  const auto much_later = Dispatch({Ev(4, "orders.c", "third")}, kNow + 5000000);
+  EXPECT_EQ(much_later[0].next_attempt_us, kNow + 5000000 + Dispatcher::kLateRecheckUs);
   EXPECT_EQ(Broker("kafka").AllIds(), (std::vector<std::string>{Id(1), Id(2)}));
   // The claims leave its topics alone until the answers are in.
   auto topics = dispatcher_.TopicsBehindDownSinks(kNow + 2000);
