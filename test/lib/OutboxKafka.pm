@@ -92,12 +92,13 @@ without tabs or newlines, a kcat limitation). C<props> are librdkafka producer
 properties (message.timeout.ms defaults to 10000). Returns true when the message was
 delivered; in list context (ok, kcat's stderr).
 
-=item OutboxKafka::first_arrivals(\@msgs, \%position)
+=item $k->arrivals_in_emit_order($node, $where, topics => [...], others => N)
 
-Reads consumed messages (C<consume>'s result) by their C<outbox-id> header, each
-id's first arrival only, and ids in C<%position> only (id => its place in emit
-order). Returns (the number of distinct ids that arrived, the number of first
-arrivals that came after a later event of their key).
+The events of C<outbox.events> that SQL condition C<$where> selects, read back
+from Kafka C<topics> (which also hold C<others> messages of other events):
+each id's first arrival only, by its C<outbox-id> header. Returns (how many
+events C<$where> selects, how many of them arrived, how many first arrivals
+came after a later event of their key in emit order).
 
 =item $k->stop
 
@@ -303,7 +304,21 @@ sub consume
 	}
 }
 
-sub first_arrivals
+sub arrivals_in_emit_order
+{
+	my ($self, $node, $where, %opts) = @_;
+	my $count = $node->safe_psql('postgres', "SELECT count(*) FROM outbox.events WHERE $where");
+	my $msgs = $self->consume(topics => $opts{topics}, count => $count + ($opts{others} // 0));
+	my %position = map { split /\|/ } split /\n/, $node->safe_psql('postgres',
+		"SELECT id, row_number() OVER (ORDER BY id) FROM outbox.events WHERE $where");
+	my ($arrived, $disorder) = _first_arrivals($msgs, \%position);
+	return ($count, $arrived, $disorder);
+}
+
+# Of consumed messages, each id's first arrival, ids in %$position only
+# (id => place in emit order): (distinct ids arrived, first arrivals after a
+# later event of their key).
+sub _first_arrivals
 {
 	my ($msgs, $position) = @_;
 	my (%last, %seen);

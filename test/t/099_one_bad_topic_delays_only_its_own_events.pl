@@ -152,11 +152,8 @@ cmp_ok($p99_unlimited, '<', $bound0,
 	"D: with message.timeout.ms=0, a topic the cluster lacks leaves the sink's other topics' p99 under $bound0 ms");
 
 # Per key, the healthy events arrived in emit order (first arrivals).
-my $count = $node->safe_psql('postgres', q{SELECT count(*) FROM outbox.events WHERE topic IN ('good.e', 'good0.e')});
-my $msgs = $kafka->consume(topics => ['good'], count => $count);
-my %order = map { split /\|/ } split /\n/, $node->safe_psql('postgres',
-	q{SELECT id, row_number() OVER (ORDER BY id) FROM outbox.events WHERE topic IN ('good.e', 'good0.e')});
-my ($arrived, $disorder) = OutboxKafka::first_arrivals($msgs, \%order);
+my ($count, $arrived, $disorder) =
+  $kafka->arrivals_in_emit_order($node, q{topic IN ('good.e', 'good0.e')}, topics => ['good']);
 is($arrived, $count, "all $count healthy events arrived");
 is($disorder, 0, 'per key, in emit order');
 
