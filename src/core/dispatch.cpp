@@ -198,13 +198,12 @@ void Dispatcher::Decide(Flight *flight, size_t i, std::set<std::string> *admitte
   }
   if (!late_.empty() && late_.SinkHeld(route.sink)) {
     // It answers nothing of its earlier groups: nothing more goes to it.
-    // Looked at again as a key behind a late answer is (LateRecheckUs):
+    // Looked at again as a key behind a late answer is (LateRecheckDueUs):
     // soon after a sink that was merely slow answers, once a second when
     // it stays silent (its topics are left alone by the claims meanwhile).
     out[i].outcome = Outcome::kPark;
-    out[i].next_attempt_us =
-        settings.now_us +
-        Verdicts::LateRecheckUs(settings.now_us - late_.OldestLateUs(route.sink, settings.now_us));
+    out[i].next_attempt_us = Verdicts::LateRecheckDueUs(
+        settings.now_us, settings.now_us - late_.OldestLateUs(route.sink, settings.now_us));
     SetError(&out[i], "waiting for sink \"" + route.sink + "\" to answer earlier events");
     if (row.has_key) guard_.Block(route.pattern, row.key, row.id, out[i].next_attempt_us);
     sinks_.NoteBehindDown(row.topic, route.sink);

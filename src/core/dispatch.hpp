@@ -61,9 +61,10 @@
 // they come, are judged as usual and handed out as late outcomes
 // (SettleLate, NextLateOutcome), which the caller writes if the row is still
 // as parked. A later event of a key whose earlier event awaits a late
-// answer is parked, at a time, for as long as that answer has been awaited
-// (Verdicts::LateRecheckUs: 20 ms to kLateRecheckUs), and goes once that
-// answer is in. Two cases, told apart by whether the sink answers anything:
+// answer is parked, at a time, for about as long as that answer has been
+// awaited (Verdicts::LateRecheckDueUs: 16 ms to a second, the waiting keys
+// due together), and goes once that answer is in. Two cases, told apart by
+// whether the sink answers anything:
 // - The sink answers others (some of the group, or another group within an
 //   ack wait before this one was sent): the trouble is the unanswered
 //   events' topic or partition (a topic the cluster lacks, a partition
@@ -215,9 +216,10 @@ class Dispatcher {
   bool SettleLate(const DispatchSettings &settings) noexcept;
   bool NextLateOutcome(LateOutcome *out) noexcept;
   // The bounds of "Slow sinks", as verdict.hpp (kLateRecheckUs: the
-  // longest a later event of a key waits, at a time, behind an event of
-  // that key whose sink has not answered yet, and how long an event waits
-  // for a sink that answers nothing) and late_answers.hpp define them.
+  // step at which a later event of a key is looked at again, at the most,
+  // behind an event of that key whose sink has not answered yet, and at
+  // which an event of a sink that answers nothing is) and late_answers.hpp
+  // define them.
   static constexpr int64_t kLateRecheckUs = Verdicts::kLateRecheckUs;
   static constexpr int64_t kLateMarginMs = LateAnswers::kLateMarginMs;
   static constexpr size_t kMaxLateGroups = LateAnswers::kMaxLateGroups;

@@ -453,7 +453,7 @@ bool Verdicts::ParkBehindEarlier(const EventRow &row, const DispatchRoute &route
     const auto late = late_keys_->find(RouteKey(route.pattern, std::string(row.key)));
     if (late != late_keys_->end()) {
       out->next_attempt_us =
-          std::min(out->next_attempt_us, now_us + LateRecheckUs(now_us - late->second));
+          std::min(out->next_attempt_us, LateRecheckDueUs(now_us, now_us - late->second));
     }
   }
   SetError(out, error);

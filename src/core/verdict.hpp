@@ -127,18 +127,29 @@ class Verdicts {
   const std::set<RouteKey> &untouched() const { return untouched_keys_; }
   void ClearUntouched() noexcept { untouched_keys_.clear(); }
 
-  // How long a later event of a key waits, at a time, behind an event of
-  // that key whose sink has not answered yet: as long as that answer has
-  // been awaited, at least kLateRecheckMinUs and at most kLateRecheckUs
-  // (LateRecheckUs). An answer that is merely slow (a loaded machine's
-  // straggler, left late after four times its topic's usual time) comes
-  // within milliseconds, and the key goes on then, not a second later; one
-  // that does not come costs the key's events a few looks, then one a
-  // second.
+  // When a later event of a key waiting behind an event whose sink has not
+  // answered yet (or an event of a sink held for its answers) is looked at
+  // again: after about as long as that answer has been awaited. The step is
+  // kLateRecheckMinUs doubled until it covers the wait, at most
+  // kLateRecheckUs; the event is due at the step's next multiple on the
+  // clock past half a step from now. An answer that is merely slow (a
+  // loaded machine's straggler, left late after four times its topic's
+  // usual time) comes within milliseconds, and the key goes on then, not a
+  // second later; one that does not come costs the key's events a few
+  // looks, then one a second. The steps divide one another and the second,
+  // so all the events waiting the same step are due at one moment, however
+  // far apart they were parked: one claim looks at them together, where
+  // keys on schedules of their own each cost a wake-up and a transaction.
   static constexpr int64_t kLateRecheckUs = 1000000;
-  static constexpr int64_t kLateRecheckMinUs = 20000;
-  static int64_t LateRecheckUs(int64_t awaited_us) {
-    return std::clamp(awaited_us, kLateRecheckMinUs, kLateRecheckUs);
+  static constexpr int64_t kLateRecheckMinUs = kLateRecheckUs / 64;
+  static int64_t LateRecheckStepUs(int64_t awaited_us) {
+    int64_t step = kLateRecheckMinUs;
+    while (step < awaited_us && step < kLateRecheckUs) step *= 2;
+    return step;
+  }
+  static int64_t LateRecheckDueUs(int64_t now_us, int64_t awaited_us) {
+    const int64_t step = LateRecheckStepUs(awaited_us);
+    return (now_us + step / 2) / step * step + step;
   }
   // How much later than now a later event of a key is due when what it
   // waits behind is due now (not sent for want of time, or not claimed in

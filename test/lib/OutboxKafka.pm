@@ -92,9 +92,10 @@ without tabs or newlines, a kcat limitation). C<props> are librdkafka producer
 properties (message.timeout.ms defaults to 10000). Returns true when the message was
 delivered; in list context (ok, kcat's stderr).
 
-=item $k->arrivals_in_emit_order($node, $where, topics => [...], others => N)
+=item $k->arrivals_in_emit_order($node, $where, topics => [...], others => N, db => NAME)
 
-The events of C<outbox.events> that SQL condition C<$where> selects, read back
+The events of C<outbox.events> (in database C<db>, C<postgres> unless given)
+that SQL condition C<$where> selects, read back
 from Kafka C<topics> (which also hold C<others> messages of other events):
 each id's first arrival only, by its C<outbox-id> header. Returns (how many
 events C<$where> selects, how many of them arrived, how many first arrivals
@@ -307,9 +308,10 @@ sub consume
 sub arrivals_in_emit_order
 {
 	my ($self, $node, $where, %opts) = @_;
-	my $count = $node->safe_psql('postgres', "SELECT count(*) FROM outbox.events WHERE $where");
+	my $db = $opts{db} // 'postgres';
+	my $count = $node->safe_psql($db, "SELECT count(*) FROM outbox.events WHERE $where");
 	my $msgs = $self->consume(topics => $opts{topics}, count => $count + ($opts{others} // 0));
-	my %position = map { split /\|/ } split /\n/, $node->safe_psql('postgres',
+	my %position = map { split /\|/ } split /\n/, $node->safe_psql($db,
 		"SELECT id, row_number() OVER (ORDER BY id) FROM outbox.events WHERE $where");
 	my ($arrived, $disorder) = _first_arrivals($msgs, \%position);
 	return ($count, $arrived, $disorder);

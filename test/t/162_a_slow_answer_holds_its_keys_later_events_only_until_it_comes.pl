@@ -5,8 +5,8 @@
 # topic's usual time, which the other partitions' fast answers keep low)
 # were left late over and over, and every key on them moved once a second
 # (a loaded machine's healthy topic in TAP 099: p99 a second). Now such an
-# event is looked at again after as long as the answer has been awaited
-# (20 ms, 40 ms, ... up to a second), so it goes soon after the answer.
+# event is looked at again after about as long as the answer has been
+# awaited (16 ms, 31 ms, ... up to a second), so it goes soon after the answer.
 #
 # 20 keys, 100 events a second from one session for 7 s; after 2 s, broker
 # 1 answers 200 ms late for 300 ms out of every 600 (each time, its answers

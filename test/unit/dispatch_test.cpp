@@ -2382,10 +2382,10 @@ TEST_F(SlowSinkTest, ALaterEventOfTheKeyWaitsForTheLateAnswerAndGoesAfterIt) {
   Dispatch({Ev(1, "orders.a", "k")});
   // A later event of the key: not sent while the first one's fate is open,
   // and looked at again soon (not after the sink's whole timeout): the
-  // answer has been awaited for a millisecond, so in the least recheck.
+  // answer has been awaited for a millisecond, so in the least step.
   const auto second = Dispatch({Ev(2, "orders.a", "k")}, kNow + 1000);
   ASSERT_TRUE(Is(second[0], Outcome::kPark));
-  EXPECT_EQ(second[0].next_attempt_us, kNow + 1000 + Verdicts::kLateRecheckMinUs);
+  EXPECT_EQ(second[0].next_attempt_us, kNow + Verdicts::kLateRecheckMinUs);
   EXPECT_EQ(Broker("kafka").AllIds(), (std::vector<std::string>{Id(1)}));
 
   Broker("kafka").slow = false;
@@ -2414,13 +2414,14 @@ TEST_F(SlowSinkTest, ASinkAnsweringNothingGetsOneProbeThenNothingMoreAndItsTopic
   const auto more = Dispatch({Ev(4, "orders.c", "third")}, kNow + 2000);
   ASSERT_TRUE(Is(more[0], Outcome::kPark));
   EXPECT_EQ(more[0].attempts, 0);
-  EXPECT_EQ(more[0].next_attempt_us, kNow + 2000 + Verdicts::kLateRecheckMinUs)
-      << "held for 2 ms: looked at again in the least recheck";
+  EXPECT_EQ(more[0].next_attempt_us, kNow + Verdicts::kLateRecheckMinUs)
+      << "held for 2 ms: looked at again at the least step's next multiple";
   EXPECT_NE(std::string(more[0].error).find("to answer earlier events"), std::string::npos);
   EXPECT_EQ(Broker("kafka").AllIds(), (std::vector<std::string>{Id(1), Id(2)}));
-  // Held for 300 ms: looked at again 300 ms later; for 5 s, a second later.
+  // Held for 300 ms: looked at again on the 500 ms step (at the first of
+  // its multiples past 250 ms from now); for 5 s, a second later.
   const auto later = Dispatch({Ev(4, "orders.c", "third")}, kNow + 300000);
-  EXPECT_EQ(later[0].next_attempt_us, kNow + 300000 + 300000);
+  EXPECT_EQ(later[0].next_attempt_us, kNow + 1000000);
   const auto much_later = Dispatch({Ev(4, "orders.c", "third")}, kNow + 5000000);
   EXPECT_EQ(much_later[0].next_attempt_us, kNow + 5000000 + Dispatcher::kLateRecheckUs);
   EXPECT_EQ(Broker("kafka").AllIds(), (std::vector<std::string>{Id(1), Id(2)}));

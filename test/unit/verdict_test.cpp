@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <set>
@@ -525,19 +526,74 @@ TEST_F(VerdictTest, AnEventBehindALateAnswerIsLookedAtAgainAfterAsLongAsItWasAwa
   EXPECT_TRUE(parts_.verdicts.ParkBehindEarlier(batch_.rows[0], parts_.routes[0], nullptr, kNow,
                                                 kWaitingForKey, &batch_.out[0]));
   EXPECT_EQ(batch_.out[0].next_attempt_us, kNow + Verdicts::kLateRecheckMinUs)
-      << "an answer awaited for no time yet: looked at again in the least recheck";
-  // Looked at again as long as the answer has been awaited: a slow answer
-  // is met soon after it comes, one that does not come costs a look a
-  // second.
+      << "an answer awaited for no time yet: looked at again in the least step";
+  // Looked at again after about as long as the answer has been awaited (on
+  // the 500 ms step after 300 ms): a slow answer is met soon after it
+  // comes, one that does not come costs a look a second.
   batch_.out[0] = RowOutcome{};
   EXPECT_TRUE(parts_.verdicts.ParkBehindEarlier(batch_.rows[0], parts_.routes[0], nullptr,
                                                 kNow + 300000, kWaitingForKey, &batch_.out[0]));
-  EXPECT_EQ(batch_.out[0].next_attempt_us, kNow + 300000 + 300000);
+  EXPECT_EQ(batch_.out[0].next_attempt_us, kNow + 1000000);
   batch_.out[0] = RowOutcome{};
   EXPECT_TRUE(parts_.verdicts.ParkBehindEarlier(batch_.rows[0], parts_.routes[0], nullptr,
                                                 kNow + 5000000, kWaitingForKey, &batch_.out[0]));
   EXPECT_EQ(batch_.out[0].next_attempt_us, kNow + 5000000 + Verdicts::kLateRecheckUs);
   parts_.late.Drop();
+}
+
+TEST_F(VerdictTest, KeysBehindLateAnswersParkedAtDifferentMomentsAreLookedAtAgainTogether) {
+  // Keys k and j each wait for a late answer of sink "kafka", left late
+  // 700 ms apart (a partition without a leader, keys written now and then).
+  BrokerNamed("kafka")->pipelined = true;
+  BrokerNamed("kafka")->slow = true;
+  PartsBatch first;
+  first.Add(1, "orders.a", "k");
+  first.Add(2, "orders.a", "j");
+  std::vector<SinkGroup> groups(2);
+  for (size_t i = 0; i < groups.size(); ++i) {
+    SinkGroup &group = groups[i];
+    group.sink_name = "kafka";
+    group.members = {i};
+    group.messages.push_back(MessageOf(first.rows[i], parts_.routes[0], 0, ""));
+    group.results.resize(1);
+    group.sink = parts_.sinks.SinkFor("kafka", &parts_.sinks["kafka"]);
+    group.sink_ticket = group.sink->Send(group.messages.data(), 1, group.results.data(), nullptr);
+    DispatchSettings at = settings_;
+    at.now_us = kNow + static_cast<int64_t>(i) * 700000;
+    parts_.late.Take(&group, first.rows.data(), first.route_of.data(), first.out.data(), at,
+                     nullptr);
+  }
+  ASSERT_EQ(parts_.late.keys().size(), 2u);
+
+  // Their later events, parked 800 ms apart, are due at one moment, so one
+  // claim looks at both (not a wake-up and a transaction per key).
+  batch_.Add(3, "orders.a", "k");
+  batch_.Add(4, "orders.a", "j");
+  EXPECT_TRUE(parts_.verdicts.ParkBehindEarlier(batch_.rows[0], parts_.routes[0], nullptr,
+                                                kNow + 2600000, kWaitingForKey, &batch_.out[0]));
+  EXPECT_TRUE(parts_.verdicts.ParkBehindEarlier(batch_.rows[1], parts_.routes[0], nullptr,
+                                                kNow + 3400000, kWaitingForKey, &batch_.out[1]));
+  EXPECT_EQ(batch_.out[0].next_attempt_us, kNow + 4000000);
+  EXPECT_EQ(batch_.out[1].next_attempt_us, kNow + 4000000);
+  parts_.late.Drop();
+}
+
+TEST(LateRecheckTest, TheStepCoversTheWaitAndTheDueTimeIsItsMultipleAboutAStepFromNow) {
+  for (int64_t now = kNow - 3000000; now < kNow + 3000000; now += 7919) {
+    for (const int64_t awaited :
+         {int64_t{0}, int64_t{15000}, int64_t{15625}, int64_t{40000}, int64_t{300000},
+          int64_t{999999}, int64_t{1000000}, int64_t{60000000}}) {
+      const int64_t step = Verdicts::LateRecheckStepUs(awaited);
+      const int64_t due = Verdicts::LateRecheckDueUs(now, awaited);
+      ASSERT_GE(step, std::min(awaited, Verdicts::kLateRecheckUs)) << awaited;
+      ASSERT_LE(step, std::max(2 * awaited, Verdicts::kLateRecheckMinUs)) << awaited;
+      ASSERT_LE(step, Verdicts::kLateRecheckUs);
+      ASSERT_EQ(Verdicts::kLateRecheckUs % step, 0) << "steps divide the second";
+      ASSERT_EQ(due % step, 0) << now << " " << awaited;
+      ASSERT_GT(due, now + step / 2) << now << " " << awaited;
+      ASSERT_LE(due, now + step / 2 + step) << now << " " << awaited;
+    }
+  }
 }
 
 TEST_F(VerdictTest, ADeliveryPastAnEarlierFailureOfItsKeyIsLoggedAsOvertaken) {
