@@ -62,8 +62,8 @@
 // (SettleLate, NextLateOutcome), which the caller writes if the row is still
 // as parked. A later event of a key whose earlier event awaits a late
 // answer is parked, at a time, for about as long as that answer has been
-// awaited (Verdicts::LateRecheckDueUs: 16 ms to a second, the waiting keys
-// due together), and goes once that answer is in. Two cases, told apart by
+// awaited (Verdicts::LateRecheckDueUs: 8 ms to 1.5 s, the waiting keys due
+// together), and goes once that answer is in. Two cases, told apart by
 // whether the sink answers anything:
 // - The sink answers others (some of the group, or another group within an
 //   ack wait before this one was sent): the trouble is the unanswered
@@ -80,8 +80,8 @@
 //   answered nothing lately (OnlySuspectsLeft), so it does not hold the
 //   cycle (whether the sink is slow is judged as for any group).
 // - It answers nothing: the sink is slow as a whole (a broker that stopped
-//   answering). No new group is sent to it: its events are parked (at most
-//   kLateRecheckUs) and its topics are left alone by the claims
+//   answering). No new group is sent to it: its events are parked (as a key
+//   behind a late answer is) and its topics are left alone by the claims
 //   (TopicsBehindDownSinks), so it holds one window's batches, not one per
 //   cycle.
 // A sink changed or removed (Configure) while some of its groups await late

@@ -132,14 +132,16 @@ class Verdicts {
   // again: after about as long as that answer has been awaited. The step is
   // kLateRecheckMinUs doubled until it covers the wait, at most
   // kLateRecheckUs; the event is due at the step's next multiple on the
-  // clock past half a step from now. An answer that is merely slow (a
-  // loaded machine's straggler, left late after four times its topic's
-  // usual time) comes within milliseconds, and the key goes on then, not a
-  // second later; one that does not come costs the key's events a few
-  // looks, then one a second. The steps divide one another and the second,
-  // so all the events waiting the same step are due at one moment, however
-  // far apart they were parked: one claim looks at them together, where
-  // keys on schedules of their own each cost a wake-up and a transaction.
+  // clock past half a step from now: between half a step and a step and a
+  // half later (half to three times the wait, at least 8 ms, at most
+  // 1.5 s). An answer that is merely slow (a loaded machine's straggler,
+  // left late after four times its topic's usual time) comes within
+  // milliseconds, and the key goes on then, not a second later; one that
+  // does not come costs the key's events a few looks, then one a second.
+  // The steps divide one another and the second, so all the events waiting
+  // the same step are due at one moment, however far apart they were
+  // parked: one claim looks at them together, where keys on schedules of
+  // their own each cost a wake-up and a transaction.
   static constexpr int64_t kLateRecheckUs = 1000000;
   static constexpr int64_t kLateRecheckMinUs = kLateRecheckUs / 64;
   static int64_t LateRecheckStepUs(int64_t awaited_us) {

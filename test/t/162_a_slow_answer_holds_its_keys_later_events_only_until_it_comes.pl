@@ -6,7 +6,8 @@
 # were left late over and over, and every key on them moved once a second
 # (a loaded machine's healthy topic in TAP 099: p99 a second). Now such an
 # event is looked at again after about as long as the answer has been
-# awaited (16 ms, 31 ms, ... up to a second), so it goes soon after the answer.
+# awaited (half to three times as long, 8 ms to 1.5 s), so it goes soon
+# after the answer.
 #
 # 20 keys, 100 events a second from one session for 7 s; after 2 s, broker
 # 1 answers 200 ms late for 300 ms out of every 600 (each time, its answers

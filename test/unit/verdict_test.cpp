@@ -505,7 +505,7 @@ TEST_F(VerdictTest, AnEventBehindAWaitingOneIsParkedUntilItsTimeUnlessAdmittedAf
   EXPECT_TRUE(HeldBack(3, "k"));  // it waits too, and holds later ones back
 }
 
-TEST_F(VerdictTest, AnEventBehindALateAnswerIsLookedAtAgainAfterAsLongAsItWasAwaited) {
+TEST_F(VerdictTest, AnEventBehindALateAnswerIsLookedAtAgainAfterAboutAsLongAsItWasAwaited) {
   // A late group of sink "kafka" whose event 1 of key k is unanswered.
   BrokerNamed("kafka")->pipelined = true;
   BrokerNamed("kafka")->slow = true;
