@@ -103,32 +103,6 @@ int64_t Suspects::TriedUntilMs(std::string_view sink, int64_t renew_ms) const no
 void Suspects::SinkAnswered(std::string_view sink) noexcept {
   auto it = tried_.find(sink);
   if (it != tried_.end()) tried_.erase(it);
-  auto failed = failed_turns_.find(sink);
-  if (failed != failed_turns_.end()) failed_turns_.erase(failed);
-}
-
-void Suspects::TurnFailed(std::string_view sink, std::string_view id) {
-  auto it = failed_turns_.find(sink);
-  // May throw: nothing changed yet.
-  if (it == failed_turns_.end()) it = failed_turns_.emplace(std::string(sink), FailedTurns()).first;
-  if (it->second.ids.size() < kFailedTurnsOfASinkDown) it->second.ids.emplace(std::string(id));
-}
-
-bool Suspects::DeliversNothing(std::string_view sink) const noexcept {
-  auto it = failed_turns_.find(sink);
-  return it != failed_turns_.end() && it->second.ids.size() >= kFailedTurnsOfASinkDown;
-}
-
-bool Suspects::NewEventsKeepComing(std::string_view sink, int64_t newest_written_us,
-                                   int64_t now_us) noexcept {
-  auto it = failed_turns_.find(sink);
-  if (it == failed_turns_.end()) return false;
-  FailedTurns &failed = it->second;
-  const bool fresh = failed.last_lost_us >= 0 && newest_written_us > failed.last_lost_us;
-  failed.fresh_in_a_row = fresh ? failed.fresh_in_a_row + 1 : 0;
-  failed.last_lost_us = now_us;
-  return failed.ids.size() >= kFailedTurnsOfASinkDown &&
-         failed.fresh_in_a_row >= kFreshGroupsOfAStream;
 }
 
 bool Suspects::Out(std::string_view sink, int64_t now_ms, uint64_t *ticket) const noexcept {

@@ -59,9 +59,6 @@ class Suspects {
   // The least time between two events' turns alone on a sink when waiting
   // ones are spread out (TurnSpacingMs).
   static constexpr int64_t kMinTurnSpacingMs = 10;
-  // Events whose turns alone failed in a row, nothing delivered, from
-  // which a sink delivers nothing (DeliversNothing).
-  static constexpr size_t kFailedTurnsOfASinkDown = 32;
 
   bool empty() const noexcept { return by_id_.empty(); }
   size_t size() const noexcept { return by_id_.size(); }
@@ -125,28 +122,6 @@ class Suspects {
   // Every batch and late group was given up: nobody is out alone.
   void ClearTurns() noexcept { out_.clear(); }
 
-  // Event `id`'s turn alone on `sink` failed, nothing delivered. Once
-  // kFailedTurnsOfASinkDown different events failed so one after another
-  // (SinkAnswered ends the row) the sink delivers nothing, whoever is sent
-  // alone: a broker that closes every connection, or a burst of culprits on
-  // a sink sent nothing else.
-  void TurnFailed(std::string_view sink, std::string_view id);
-  bool DeliversNothing(std::string_view sink) const noexcept;
-  // A group of `sink`'s events, the newest written at newest_written_us, was
-  // lost with others at now_us, within a row of failed turns. Returns
-  // whether the sink delivers nothing and new events keep coming: the last
-  // kFreshGroupsOfAStream such groups each held an event written after the
-  // one before was lost. Then the sink rests between tries
-  // (Verdicts::Rest): a stream of new events, each a fresh suspect, had a
-  // turn after another as fast as the broker closed connections (hundreds
-  // of connections and commits a second). A burst of culprits, written
-  // before it was sent (claimed a batch at a time or all at once), keeps its
-  // pace, alone or with one another, and its events end dead after
-  // outbox.max_attempts.
-  bool NewEventsKeepComing(std::string_view sink, int64_t newest_written_us,
-                           int64_t now_us) noexcept;
-  static constexpr int kFreshGroupsOfAStream = 2;
-
  private:
   struct Suspect {
     std::string sink;
@@ -176,15 +151,6 @@ class Suspects {
     int64_t since_ms;  // when the first of them was (SteadyMs)
   };
   std::map<std::string, Tried, std::less<>> tried_;  // by sink
-  // By sink: the events whose turns alone failed in a row (up to the
-  // bound), when the last group lost with others meanwhile was, and how
-  // many such groups in a row held an event written after the one before.
-  struct FailedTurns {
-    IdSet ids;
-    int64_t last_lost_us = -1;  // none yet
-    int fresh_in_a_row = 0;
-  };
-  std::map<std::string, FailedTurns, std::less<>> failed_turns_;
 };
 
 }  // namespace outbox

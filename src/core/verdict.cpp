@@ -120,23 +120,6 @@ void Verdicts::NoteOvertaken(const Judging &j) noexcept {
   }
 }
 
-void Verdicts::Rest(const std::string &sink_name, const std::string &error,
-                    const DispatchSettings &settings, SinkState *state) {
-  state->failures++;
-  const int64_t wait_ms =
-      BackoffMs(state->failures, settings.backoff_min_ms,
-                std::min(settings.backoff_max_ms, kNothingDeliveredRestMs), Random());
-  state->retry_at_us = settings.now_us + wait_ms * kUsecPerMs;
-  state->last_error = error;
-  if (!state->down) {
-    Log(LogLevel::kWarning,
-        "sink \"" + sink_name + "\" delivers nothing (" + error + "; " +
-            std::to_string(Suspects::kFailedTurnsOfASinkDown) +
-            " events in a row failed sent alone): it rests between tries, its events wait");
-  }
-  state->down = true;
-}
-
 void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
   NoteOvertaken(j);
   Sink *sink = j.solo_sink;
@@ -174,11 +157,6 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
     for (size_t i : members) suspects_.Judged(sink_name, rows[i].id, SteadyMs());
   }
   if (delivered > 0 && !j.retired) suspects_.SinkAnswered(sink_name);
-  // A turn alone that failed once its message was on a connection (one no
-  // connection took says so of the sink, below).
-  if (j.alone && delivered == 0 && transient > unsent && !j.retired && !interrupted_now) {
-    suspects_.TurnFailed(sink_name, rows[members.front()].id);
-  }
 
   // Nothing delivered and nothing refused, only transient failures (beside
   // targets a broker refused, which say nothing of the others: a refused
@@ -211,29 +189,6 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
     // starts closing every connection has answered others just before too.
     down = suspects_.LostAloneUnanswered(sink_name, rows[members.front()].id, SteadyMs(),
                                          settings.backoff_max_ms);
-  }
-  // Turns alone that failed one after another, nothing delivered, and new
-  // events that keep coming lost with others too
-  // (Suspects::NewEventsKeepComing): whoever is sent, the sink delivers
-  // nothing (a broker that closes every connection, under a stream of new
-  // events). The group is judged as any (events lost with others are not
-  // charged), and the sink rests: down, its other events parked without an
-  // attempt, for a backoff of at most kNothingDeliveredRestMs, after which
-  // the new events of the meantime go with others and a suspect has its
-  // turn alone. Without the rest, each new event (a fresh suspect once lost
-  // with others twice) had a turn after another as fast as the broker
-  // closed connections: a connection, a cycle and a commit each, hundreds a
-  // second. A burst of culprits goes on at its pace, alone or with one
-  // another (resting it left hundreds of them waiting minutes): only its
-  // own keys wait for it, and its events end dead after
-  // outbox.max_attempts.
-  if (!down && looks_down && !j.alone && !j.retired) {
-    int64_t newest = 0;
-    for (size_t i : members) newest = std::max(newest, rows[i].created_at);
-    if (suspects_.NewEventsKeepComing(sink_name, newest, settings.now_us)) {
-      Rest(sink_name, results.front().error, settings, state);
-      for (size_t i : members) sinks_->NoteBehindDown(rows[i].topic, sink_name);
-    }
   }
   if (down) {
     state->failures++;
@@ -269,11 +224,9 @@ void Verdicts::Judge(const Judging &j, Sink::InterruptCheck interrupted) {
     return;
   }
 
-  // Lost connections, a suspect's failure alone, or messages held back
-  // unsent (nothing else in the group) say nothing of whether the sink is
-  // back.
-  const bool says_nothing =
-      delivered == 0 && (transient > 0 ? j.alone || lost_only : held_back == results.size());
+  // Lost connections, or a suspect's failure alone, say nothing of whether
+  // the sink is back.
+  const bool says_nothing = delivered == 0 && transient > 0 && (j.alone || lost_only);
   if (delivered > 0 || (!interrupted_now && !says_nothing)) {
     if (state->down) {
       Log(LogLevel::kInfo, "sink \"" + sink_name + "\" is available again");

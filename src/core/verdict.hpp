@@ -169,11 +169,6 @@ class Verdicts {
   // event lost with its connection is forgiven before each counts an
   // attempt (suspects.hpp).
   static constexpr int kForgivenAlone = 1;
-  // The longest rest of a sink that delivers nothing
-  // (Suspects::NewEventsKeepComing) between two tries, whatever
-  // outbox.backoff_max says: a try is the new events of the meantime sent
-  // with others, and a suspect's turn alone.
-  static constexpr int64_t kNothingDeliveredRestMs = 250;
 
   // Events lost with a connection, and which of them go alone (suspects.hpp).
   Suspects &suspects() noexcept { return suspects_; }
@@ -199,11 +194,6 @@ class Verdicts {
   double Random();
   void Log(LogLevel level, std::string text) { logs_->Add(level, std::move(text)); }
   void NoteUntouched(const DispatchRoute &route, const EventRow &row);
-  // A sink that delivers nothing while new events keep coming
-  // (Suspects::NewEventsKeepComing) rests: down for its backoff, at most
-  // kNothingDeliveredRestMs (Judge).
-  void Rest(const std::string &sink_name, const std::string &error,
-            const DispatchSettings &settings, SinkState *state);
   // An event whose failure may not be its own, parked without an attempt
   // (behind an earlier event of its key, or for the first step of backoff).
   void ParkWithoutAttempt(const EventRow &row, const DispatchRoute &route, std::string_view error,

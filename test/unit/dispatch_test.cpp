@@ -39,7 +39,6 @@ struct Event {
   std::vector<std::pair<std::string, std::string>> headers;
   std::string headers_json = "{}";
   int attempts = 0;
-  int64_t created_at = 0;  // when written (EventRow::created_at)
 };
 
 Event Ev(int n, std::string topic, std::optional<std::string> key = std::nullopt,
@@ -88,37 +87,6 @@ class DispatcherTest : public ::testing::Test {
   void TearDown() override { g_interrupted = false; }
 
   FakeBroker &Broker(const std::string &name) { return *BrokerNamed(name); }
-
-  // A broker that closes every connection: every event is lost with others
-  // twice, then tried alone, and fails. Returns the time of the last of
-  // Suspects::kFailedTurnsOfASinkDown turns alone (one per Dispatch), which
-  // fail one after another with nothing delivered.
-  int64_t FailARowOfTurnsAlone(const std::vector<Event> &events) {
-    (void)Dispatch(events);
-    (void)Dispatch(events, kNow + 2 * kMaxUs);  // lost with others twice: alone from now on
-    int64_t now = kNow + 2 * kMaxUs;
-    for (size_t turn = 0; turn < Suspects::kFailedTurnsOfASinkDown; ++turn) {
-      now += 2 * kMaxUs;
-      const size_t before = Broker("kafka").calls.size();
-      (void)Dispatch(events, now);  // one turn alone each, and it fails
-      EXPECT_EQ(Broker("kafka").calls.size(), before + 1) << "turn " << turn;
-    }
-    return now;
-  }
-
-  // One sink whose broker closes every connection, and events on keys of
-  // their own, more than the row takes, after FailARowOfTurnsAlone: returns
-  // them, *now_us the time of the row's last turn.
-  std::vector<Event> AfterARowOfFailedTurnsAlone(int64_t *now_us) {
-    ConfigureOneSink();
-    Broker("kafka").script = [](const OutMessage &, int) { return LostWithConnection(); };
-    std::vector<Event> events;
-    for (size_t n = 1; n <= Suspects::kFailedTurnsOfASinkDown + 8; ++n) {
-      events.push_back(Ev(static_cast<int>(n), "orders.a", "k" + std::to_string(n)));
-    }
-    *now_us = FailARowOfTurnsAlone(events);
-    return events;
-  }
 
   void Configure(const std::vector<RouteDef> &routes, const std::vector<SinkDef> &sinks) {
     std::vector<RouteRow> route_rows;
@@ -174,7 +142,6 @@ class DispatcherTest : public ::testing::Test {
     row.header_count = headers->size();
     row.headers_json = e.headers_json;
     row.attempts = e.attempts;
-    row.created_at = e.created_at;
     return row;
   }
 
@@ -965,80 +932,6 @@ TEST_F(DispatcherTest, ASuspectAloneThatCannotConnectIsNeverChargedThoughTheSink
   }
   EXPECT_GE(alone_turns, 3) << AllLogs();
   EXPECT_GE(CountLogs(LogLevel::kWarning, "sink \"kafka\" is unavailable"), 1) << AllLogs();
-}
-
-TEST_F(DispatcherTest, ASinkDeliveringNothingRestsBetweenTriesWhileNewEventsAreLostToo) {
-  // After a row of failed turns alone, nothing delivered, new events that
-  // keep coming are lost with others too: the sink rests, down for at most
-  // Verdicts::kNothingDeliveredRestMs, nothing sent meanwhile; each try
-  // after a rest sends the new events with others and one turn alone.
-  int64_t now = 0;
-  std::vector<Event> events = AfterARowOfFailedTurnsAlone(&now);
-  EXPECT_EQ(CountLogs(LogLevel::kWarning, "delivers nothing"), 0) << "culprits alone go on";
-  for (int round = 0; round < 10; ++round) {
-    now += 2 * kMaxUs;
-    events.push_back(Ev(1000 + round, "orders.a", "new" + std::to_string(round)));
-    events.back().created_at = now - 1000;
-    const size_t before = Broker("kafka").calls.size();
-    (void)Dispatch(events, now);  // the new event with others, and a turn alone
-    if (round < Suspects::kFreshGroupsOfAStream) {
-      // The first group lost with others, and the first written after it:
-      // not yet a stream.
-      EXPECT_EQ(CountLogs(LogLevel::kWarning, "delivers nothing"), 0) << "round " << round;
-      continue;
-    }
-    ASSERT_LE(Broker("kafka").calls.size(), before + 2) << "round " << round;
-    const auto resting = Dispatch(events, now + 1000);
-    ASSERT_LE(Broker("kafka").calls.size(), before + 2) << "nothing is sent while it rests";
-    for (const RowOutcome &o : resting) {
-      EXPECT_TRUE(Is(o, Outcome::kPark)) << o.error;
-      EXPECT_LE(o.next_attempt_us, now + 1000 + Verdicts::kNothingDeliveredRestMs * 1000)
-          << "a rest, not outbox.backoff_max";
-    }
-  }
-  EXPECT_EQ(CountLogs(LogLevel::kWarning, "sink \"kafka\" delivers nothing"), 1) << AllLogs();
-  // It delivers: the row is over, and it is available again.
-  Broker("kafka").script = [](const OutMessage &, int) { return Delivered(); };
-  const auto back = Dispatch(events, now + 4 * kMaxUs);
-  EXPECT_EQ(CountLogs(LogLevel::kInfo, "is available again"), 1) << AllLogs();
-  size_t published = 0;
-  for (const RowOutcome &o : back) published += Is(o, Outcome::kPublished) ? 1 : 0;
-  EXPECT_GT(published, 0U);
-}
-
-TEST_F(DispatcherTest, CulpritsLeftWithNothingElseToSendKeepTheirTurnsPace) {
-  // The same row of failed turns alone, but nothing new to send (a burst of
-  // culprits left on a sink sent nothing else): no rest, a turn per cycle,
-  // so they end dead after outbox.max_attempts soon, holding only their
-  // own keys.
-  int64_t now = 0;
-  std::vector<Event> events = AfterARowOfFailedTurnsAlone(&now);
-  for (int turn = 0; turn < 8; ++turn) {
-    now += 2 * kMaxUs;
-    const size_t before = Broker("kafka").calls.size();
-    (void)Dispatch(events, now);
-    EXPECT_EQ(Broker("kafka").calls.size(), before + 1) << "turn " << turn;
-  }
-  EXPECT_EQ(CountLogs(LogLevel::kWarning, "delivers nothing"), 0) << AllLogs();
-}
-
-TEST_F(DispatcherTest, ABurstOfCulpritsKeepsItsPaceThoughSentWithOthers) {
-  // The same row of failed turns alone, then a burst of new culprits, all
-  // written before it is sent (claimed now, a batch at a time), sent with
-  // others and lost again and again: no rest, the burst goes on at its
-  // pace (resting it left hundreds of culprits waiting minutes).
-  int64_t now = 0;
-  std::vector<Event> events = AfterARowOfFailedTurnsAlone(&now);
-  for (int n = 0; n < 6; ++n) {
-    events.push_back(Ev(2000 + n, "orders.a", "burst" + std::to_string(n)));
-    events.back().created_at = now + 1;
-  }
-  for (int round = 0; round < 4; ++round) {
-    now += 2 * kMaxUs;
-    const auto out = Dispatch(events, now);
-    for (const RowOutcome &o : out) EXPECT_FALSE(Contains(o.error, "unavailable")) << o.error;
-  }
-  EXPECT_EQ(CountLogs(LogLevel::kWarning, "delivers nothing"), 0) << AllLogs();
 }
 
 TEST_F(DispatcherTest, EventsNeverSentBeforeALostConnectionAreNotSuspected) {

@@ -167,46 +167,6 @@ TEST(SuspectsTest, ATriedEventWaitsForUntriedOnesOnlyUntilTheRenewalTime) {
   EXPECT_FALSE(s.WaitsForUntried("mq", Id(1), 1100, 500)) << "an answer forgets who was tried";
 }
 
-TEST(SuspectsTest, ASinkWhoseTurnsFailInARowDeliversNothingUntilItAnswers) {
-  Suspects s;
-  for (size_t n = 1; n < Suspects::kFailedTurnsOfASinkDown; ++n) {
-    s.TurnFailed("mq", Id(static_cast<int>(n)));
-  }
-  EXPECT_FALSE(s.DeliversNothing("mq")) << "a burst of culprits keeps its pace at first";
-  for (int again = 0; again < 100; ++again) s.TurnFailed("mq", Id(1));
-  EXPECT_FALSE(s.DeliversNothing("mq")) << "one event failing again and again is one culprit";
-  s.TurnFailed("mq", Id(static_cast<int>(Suspects::kFailedTurnsOfASinkDown)));
-  EXPECT_TRUE(s.DeliversNothing("mq"));
-  EXPECT_FALSE(s.DeliversNothing("other")) << "per sink";
-  // The sink delivered something: the row starts again.
-  s.SinkAnswered("mq");
-  EXPECT_FALSE(s.DeliversNothing("mq"));
-  s.TurnFailed("mq", Id(1));
-  EXPECT_FALSE(s.DeliversNothing("mq")) << "a new row";
-}
-
-TEST(SuspectsTest, NewEventsKeepComingWhenGroupsLostInARowEachHoldOneWrittenAfterTheOneBefore) {
-  Suspects s;
-  EXPECT_FALSE(s.NewEventsKeepComing("mq", 100, 200)) << "no row of failed turns";
-  for (size_t n = 1; n <= Suspects::kFailedTurnsOfASinkDown; ++n) {
-    s.TurnFailed("mq", Id(static_cast<int>(n)));
-  }
-  // A burst written at 100, lost with others at 1000, 2000, 3000: never
-  // written after the group before was lost.
-  EXPECT_FALSE(s.NewEventsKeepComing("mq", 100, 1000));
-  EXPECT_FALSE(s.NewEventsKeepComing("mq", 100, 2000));
-  EXPECT_FALSE(s.NewEventsKeepComing("mq", 100, 3000));
-  // New events: written at 3500 (after 3000) and 4500 (after 4000).
-  EXPECT_FALSE(s.NewEventsKeepComing("mq", 3500, 4000)) << "one fresh group is not a stream";
-  EXPECT_TRUE(s.NewEventsKeepComing("mq", 4500, 5000));
-  EXPECT_TRUE(s.NewEventsKeepComing("mq", 5100, 6000));
-  EXPECT_FALSE(s.NewEventsKeepComing("mq", 5900, 7000)) << "nothing written since 6000";
-  EXPECT_FALSE(s.NewEventsKeepComing("other", 9000, 9500)) << "per sink";
-  // The sink delivered: the row and what came are forgotten.
-  s.SinkAnswered("mq");
-  EXPECT_FALSE(s.NewEventsKeepComing("mq", 8000, 8500));
-}
-
 TEST(SuspectsTest, PastItsBoundTheOldestEventsAreForgottenFirst) {
   Suspects s;
   for (size_t n = 1; n <= Suspects::kMaxSuspects + 2; ++n) {
