@@ -62,6 +62,10 @@ struct DispatchSettings {
   int64_t (*clock_us)() = nullptr;
 };
 
+// next_attempt_us of an event that waits until routes change (no route, a
+// paused route, a route naming a missing sink): PostgreSQL's 'infinity'.
+constexpr int64_t kInfinityUs = INT64_MAX;
+
 enum class Outcome {
   kPublished,    // acknowledged: status published
   kRetry,        // failed attempt: attempts + 1, retried at next_attempt_us
