@@ -3,7 +3,7 @@
 // the row's next state. PostgreSQL-free (unit-tested with a fake sink); the
 // publisher's claim code reads rows into EventRow and writes RowOutcome back.
 //
-// Rules (contract and issue "The publisher"):
+// Rules (the contract's, and what the publisher keeps beyond it):
 // - No route, or a paused route: the event waits (next_attempt_at =
 //   infinity) and flows once routes change (a route added or resumed).
 // - Per-key order: an event is never sent while an earlier event of the same
