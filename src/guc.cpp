@@ -32,6 +32,7 @@ int poll_interval_ms = 1000;
 int wake_interval_ms = 5;
 int workers = 1;
 int max_databases = 0;
+int max_databases_per_owner = 2;
 int max_payload_bytes = 1024 * 1024;
 int maintenance_lock_timeout_ms = 100;
 bool emit_direct_insert = true;
@@ -217,6 +218,17 @@ void Define() {
       "publisher, with a WARNING, and their events wait; those that have one keep it. "
       "Bounds the background workers outbox takes: max_databases * outbox.workers + 1.",
       &max_databases, 0, 0, 10000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+
+  // PGC_SIGHUP as max_databases. Databases that superusers own are never
+  // counted: a role that may CREATE DATABASE (and so copy one, and own the
+  // copy) is the one this bounds.
+  DefineCustomIntVariable(
+      "outbox.max_databases_per_owner",
+      "Most databases owned by one role that is not a superuser that have publishers at once.",
+      "0 means no limit. Beyond it, that role's databases with the extension get no publisher, "
+      "with a WARNING, and their events wait; those that have one keep it. Databases "
+      "superusers own are not counted.",
+      &max_databases_per_owner, 2, 0, 10000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
 
   DefineCustomIntVariable("outbox.max_payload_bytes",
                           "Largest payload outbox.emit() accepts, measured as JSON text.",

@@ -25,7 +25,8 @@ extern int poll_interval_ms;
 extern int wake_interval_ms;
 extern int ack_wait_ms;
 extern int workers;
-extern int max_databases;  // 0: no limit (launcher.cpp)
+extern int max_databases;            // 0: no limit (launcher.cpp)
+extern int max_databases_per_owner;  // 0: no limit (launcher.cpp)
 extern int max_payload_bytes;
 extern int maintenance_lock_timeout_ms;
 extern bool emit_direct_insert;

@@ -41,6 +41,8 @@
 // transaction owns.
 #include "publisher/publisher.hpp"
 
+#include <algorithm>
+
 #include "fault_injection.hpp"
 #include "guc.hpp"
 #include "shmem/shmem.hpp"
@@ -61,6 +63,7 @@ extern "C" {
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "tcop/tcopprot.h"
+#include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
@@ -92,6 +95,13 @@ struct Publisher {
 struct Running {
   Oid dboid;
   Publisher publishers[kMaxWorkersPerDatabase];  // by index; the first outbox.workers used
+  // It had a publisher with the extension present: it keeps its place among
+  // outbox.max_databases and its owner's outbox.max_databases_per_owner
+  // while its publishers restart (after an exit, a terminate) or step aside
+  // (a pause for CREATE DATABASE ... TEMPLATE of it), so a database waiting
+  // for a place never takes it meanwhile. Cleared with the entry: when the
+  // database is dropped or found without the extension (or as a copy).
+  bool placed;
 };
 
 Running *running = nullptr;  // one per shared slot, in TopMemoryContext
@@ -168,12 +178,19 @@ void ClearLauncher(int code, Datum arg) {
 struct DatabaseList {
   Oid *oids;
   char **names;
+  Oid *owners;         // datdba
+  bool *trusted;       // owned by a superuser
+  char **owner_names;  // quoted, for the WARNINGs; read here, in the transaction
   int count;
 };
 
-// Databases that accept connections and are not templates.
+// Databases that accept connections and are not templates: those superusers
+// own first, then the others, each in OID order (oldest first). Where
+// outbox.max_databases leaves fewer places than databases that want one (at
+// start-up, when the limit is raised), a DBA's databases get them before
+// those a role with CREATEDB made, whatever their order in pg_database.
 DatabaseList ListDatabases(MemoryContext into) {
-  DatabaseList list{nullptr, nullptr, 0};
+  DatabaseList list{nullptr, nullptr, nullptr, nullptr, nullptr, 0};
   StartTransactionCommand();
   (void)GetTransactionSnapshot();
   Relation rel = table_open(DatabaseRelationId, AccessShareLock);
@@ -182,6 +199,9 @@ DatabaseList ListDatabases(MemoryContext into) {
   MemoryContext old = MemoryContextSwitchTo(into);
   list.oids = static_cast<Oid *>(palloc(sizeof(Oid) * capacity));
   list.names = static_cast<char **>(palloc(sizeof(char *) * capacity));
+  list.owners = static_cast<Oid *>(palloc(sizeof(Oid) * capacity));
+  list.trusted = static_cast<bool *>(palloc(sizeof(bool) * capacity));
+  list.owner_names = static_cast<char **>(palloc(sizeof(char *) * capacity));
   MemoryContextSwitchTo(old);
   HeapTuple tup;
   while ((tup = heap_getnext(scan, ForwardScanDirection)) != nullptr) {
@@ -196,16 +216,56 @@ DatabaseList ListDatabases(MemoryContext into) {
       capacity *= 2;
       list.oids = static_cast<Oid *>(repalloc(list.oids, sizeof(Oid) * capacity));
       list.names = static_cast<char **>(repalloc(list.names, sizeof(char *) * capacity));
+      list.owners = static_cast<Oid *>(repalloc(list.owners, sizeof(Oid) * capacity));
+      list.trusted = static_cast<bool *>(repalloc(list.trusted, sizeof(bool) * capacity));
+      list.owner_names =
+          static_cast<char **>(repalloc(list.owner_names, sizeof(char *) * capacity));
     }
     list.oids[list.count] = db->oid;
     list.names[list.count] = pstrdup(NameStr(db->datname));
-    list.count++;
+    list.owners[list.count] = db->datdba;
+    list.trusted[list.count] = superuser_arg(db->datdba);
+    const char *owner = GetUserNameFromId(db->datdba, true);
+    list.owner_names[list.count] =
+        pstrdup(owner != nullptr ? quote_identifier(owner) : "(a dropped role)");
     MemoryContextSwitchTo(old);
+    list.count++;
   }
   table_endscan(scan);
   table_close(rel, AccessShareLock);
   CommitTransactionCommand();
-  return list;
+
+  // capacity >= count, and at least 16: no allocation of zero bytes.
+  MemoryContext sorted_in = MemoryContextSwitchTo(into);
+  int *order = static_cast<int *>(palloc(sizeof(int) * capacity));
+  for (int i = 0; i < list.count; ++i) order[i] = i;
+  std::sort(order, order + list.count, [&list](int a, int b) {
+    if (list.trusted[a] != list.trusted[b]) return list.trusted[a];
+    return list.oids[a] < list.oids[b];
+  });
+  DatabaseList sorted = list;
+  sorted.oids = static_cast<Oid *>(palloc(sizeof(Oid) * capacity));
+  sorted.names = static_cast<char **>(palloc(sizeof(char *) * capacity));
+  sorted.owners = static_cast<Oid *>(palloc(sizeof(Oid) * capacity));
+  sorted.trusted = static_cast<bool *>(palloc(sizeof(bool) * capacity));
+  sorted.owner_names = static_cast<char **>(palloc(sizeof(char *) * capacity));
+  for (int i = 0; i < list.count; ++i) {
+    sorted.owner_names[i] = list.owner_names[order[i]];
+    sorted.oids[i] = list.oids[order[i]];
+    sorted.names[i] = list.names[order[i]];
+    sorted.owners[i] = list.owners[order[i]];
+    sorted.trusted[i] = list.trusted[order[i]];
+  }
+  MemoryContextSwitchTo(sorted_in);
+  return sorted;
+}
+
+// Where the database is in the list, or -1.
+int IndexOf(const DatabaseList &dbs, Oid dboid) {
+  for (int j = 0; j < dbs.count; ++j) {
+    if (dbs.oids[j] == dboid) return j;
+  }
+  return -1;
 }
 
 Running *FindRunning(Oid dboid) {
@@ -298,6 +358,51 @@ void WarnOverLimit(Oid dboid, const char *datname, TimestampTz now) {
            errhint("Raise outbox.max_databases in postgresql.conf and reload.")));
 }
 
+// Outside any transaction: the owner's name was read with the list.
+void WarnOverOwnerLimit(Oid dboid, const char *datname, const char *owner, TimestampTz now) {
+  if (!ShouldWarn(dboid, now)) return;
+  ereport(WARNING,
+          (errmsg("outbox: no publisher for database \"%s\": its owner %s has "
+                  "outbox.max_databases_per_owner (%d) databases with publishers already",
+                  datname, owner, guc::max_databases_per_owner),
+           errdetail("Its events wait as pending; publishing starts once another of that "
+                     "role's databases stops publishing or the limit is raised. Databases "
+                     "superusers own are not counted."),
+           errhint("Raise outbox.max_databases_per_owner in postgresql.conf and reload, or "
+                   "give the database to another owner.")));
+}
+
+// Once a minute at most: databases left unprobed because the limits are
+// reached (whether they have the extension is not known until probed).
+TimestampTz unchecked_warned_at = 0;
+
+void WarnUnchecked(int at_limit, int at_owner_limit, TimestampTz now) {
+  if (at_limit + at_owner_limit == 0 || now - unchecked_warned_at < kWarnIntervalMs * 1000L) {
+    return;
+  }
+  unchecked_warned_at = now;
+  if (at_limit > 0) {
+    ereport(WARNING,
+            (errmsg("outbox: %d database%s not checked for the extension: "
+                    "outbox.max_databases (%d) databases have publishers already",
+                    at_limit, at_limit == 1 ? "" : "s", guc::max_databases),
+             errdetail("Any of them that has the extension gets no publisher; its events wait "
+                       "as pending."),
+             errhint("Raise outbox.max_databases in postgresql.conf and reload.")));
+  }
+  if (at_owner_limit > 0) {
+    ereport(WARNING,
+            (errmsg("outbox: %d database%s not checked for the extension: %s owner%s "
+                    "outbox.max_databases_per_owner (%d) databases with publishers already",
+                    at_owner_limit, at_owner_limit == 1 ? "" : "s",
+                    at_owner_limit == 1 ? "its" : "their", at_owner_limit == 1 ? " has" : "s have",
+                    guc::max_databases_per_owner),
+             errdetail("Any of them that has the extension gets no publisher; its events wait "
+                       "as pending. Databases superusers own are not counted."),
+             errhint("Raise outbox.max_databases_per_owner in postgresql.conf and reload.")));
+  }
+}
+
 // A publisher that was started here and is gone: note why.
 void NoteExit(Publisher *p, int w, const char *datname, uint64 word, bool paused, TimestampTz now) {
   pfree(p->handle);  // allocated by RegisterDynamicBackgroundWorker in TopMemoryContext
@@ -379,17 +484,34 @@ long Reconcile(MemoryContext scratch) {
     if (Holds(slot, 0) || (r != nullptr && IsAlive(r->publishers[0]))) ++probes;
   }
 
-  // Databases with a publisher now, for outbox.max_databases: a database
-  // that has none gets one only below the limit (probes included: a probe
-  // that finds the extension stays as its publisher).
+  // Databases with a publisher now (or keeping their place while it
+  // restarts: Running::placed), for outbox.max_databases, and the owners of
+  // those a superuser does not own, for outbox.max_databases_per_owner: a
+  // database that has none gets one only below both limits (probes
+  // included: a probe that finds the extension stays as its publisher).
   int publishing = 0;
+  Oid *owners_publishing =
+      static_cast<Oid *>(MemoryContextAlloc(scratch, sizeof(Oid) * shared->nslots));
+  int nowners_publishing = 0;
   for (int i = 0; i < shared->nslots; ++i) {
     DatabaseSlot *slot = &shared->slots[i];
     if (!OidIsValid(slot->dboid)) continue;
     const Running *r = FindRunning(slot->dboid);
-    if ((r != nullptr && AnyAlive(*r)) || AnyPublisher(slot)) ++publishing;
+    if ((r != nullptr && (AnyAlive(*r) || r->placed)) || AnyPublisher(slot)) {
+      ++publishing;
+      const int j = IndexOf(dbs, slot->dboid);
+      if (j >= 0 && !dbs.trusted[j]) owners_publishing[nowners_publishing++] = dbs.owners[j];
+    }
   }
   const bool limited = guc::max_databases > 0;
+  // Whether database j's owner has its share of places already.
+  auto owner_full = [&](int j) {
+    if (guc::max_databases_per_owner <= 0 || dbs.trusted[j]) return false;
+    int n = 0;
+    for (int k = 0; k < nowners_publishing; ++k) n += owners_publishing[k] == dbs.owners[j];
+    return n >= guc::max_databases_per_owner;
+  };
+  int unchecked_at_limit = 0, unchecked_at_owner_limit = 0;
 
   bool workers_left = true;
   int unprobed = 0;
@@ -399,7 +521,15 @@ long Reconcile(MemoryContext scratch) {
     DatabaseSlot *slot = FindSlot(dboid);
     if (slot == nullptr) {
       if (Contains(absent, dboid) || probes >= kMaxProbes) continue;
-      if (limited && publishing >= guc::max_databases) continue;  // not even probed
+      // Not even probed: a probe that finds the extension stays.
+      if (limited && publishing >= guc::max_databases) {
+        ++unchecked_at_limit;
+        continue;
+      }
+      if (owner_full(j)) {
+        ++unchecked_at_owner_limit;
+        continue;
+      }
       slot = SlotFor(dboid);  // a fresh slot: state unknown, to be probed
       if (slot == nullptr) {
         ++unprobed;  // we do not know whether it has the extension
@@ -436,8 +566,20 @@ long Reconcile(MemoryContext scratch) {
       continue;
     }
     Remove(&absent, dboid);
-    if (limited && publishing >= guc::max_databases && !AnyAlive(*r) && !AnyPublisher(slot)) {
-      WarnOverLimit(dboid, datname, now);
+    const bool has_place = AnyAlive(*r) || AnyPublisher(slot) || r->placed;
+    if (state == ExtensionState::kPresent && has_place) r->placed = true;
+    const bool over_limit = limited && publishing >= guc::max_databases;
+    if (!has_place && (over_limit || owner_full(j))) {
+      if (over_limit) {
+        WarnOverLimit(dboid, datname, now);
+      } else {
+        WarnOverOwnerLimit(dboid, datname, dbs.owner_names[j], now);
+      }
+      // A slot that an announcement (CREATE EXTENSION, publish_here())
+      // took, never probed: given back, so that databases waiting over the
+      // limits cannot hold every shared slot and leave none for a database
+      // under them. This scan's loop finds it again once a place is free.
+      if (state == ExtensionState::kUnknown && ReleaseSlotIf(dboid, word)) r->dboid = InvalidOid;
       continue;
     }
     for (int w = 0; w < guc::workers; ++w) {
@@ -453,15 +595,21 @@ long Reconcile(MemoryContext scratch) {
         ++probes;
       }
       p->started_generation = GenerationOf(word);
-      const bool first = !AnyAlive(*r) && !AnyPublisher(slot);
+      const bool first = !AnyAlive(*r) && !AnyPublisher(slot) && !r->placed;
       if (!StartPublisher(dboid, w, p, datname)) {
         WarnCannotStart(dboid, datname, now, "no background worker slot is free");
         workers_left = false;  // none for the databases after it either
         break;
       }
-      if (first) ++publishing;
+      if (first) {
+        ++publishing;
+        if (!dbs.trusted[j] && nowners_publishing < shared->nslots) {
+          owners_publishing[nowners_publishing++] = dbs.owners[j];
+        }
+      }
     }
   }
+  WarnUnchecked(unchecked_at_limit, unchecked_at_owner_limit, now);
 
   if (unprobed > 0 && ShouldWarn(InvalidOid, now)) {
     // One line for them all: most of them probably lack the extension.
