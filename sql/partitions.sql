@@ -111,3 +111,24 @@ DELETE FROM outbox.events WHERE topic = 'p.inf';
 SELECT error_of($$SELECT outbox.maintain(NULL)$$);
 SELECT error_of($$SELECT outbox.maintain('infinity')$$);
 SELECT error_of($$SELECT outbox.maintain('-infinity')$$);
+
+-- A view on a partition past retention (any role may create one, a
+-- temporary one included) keeps that partition, with a WARNING naming the
+-- view; maintenance goes on with the rest: the other day past retention is
+-- dropped and the next day made. Once the view is gone, so is the day.
+-- (Every event published first: no other day is kept with a WARNING.)
+UPDATE outbox.events SET status = 'published', published_at = now()
+ WHERE status <> 'published';
+SET outbox.premake = 0;
+SELECT outbox.maintain('2031-01-01 12:00:00+00');
+SELECT outbox.maintain('2031-01-02 12:00:00+00');
+CREATE TEMP VIEW regress_pin AS SELECT id FROM outbox.events_p20310101;
+SET outbox.retention = '0';
+SELECT outbox.maintain('2031-01-03 12:00:00+00');
+SELECT name FROM outbox.partitions WHERE range_start >= '2031-01-01' ORDER BY name;
+DROP VIEW regress_pin;
+SELECT outbox.maintain('2031-01-03 12:00:00+00');
+SELECT name FROM outbox.partitions WHERE range_start >= '2031-01-01' ORDER BY name;
+RESET outbox.retention;
+RESET outbox.premake;
+SELECT outbox.maintain();

@@ -132,9 +132,13 @@ const char *LockHolders() {
 // returns false (logged, retried next run); so does, when `made_elsewhere`,
 // a relation of the same name that another session created first (a
 // restore's CREATE TABLE of the partition, before its ATTACH PARTITION; or a
-// concurrent maintain()): that session's work, not an error of ours. Any
-// other error propagates.
-bool RunGuarded(const char *what, StepFn step, void *arg, bool made_elsewhere = false) {
+// concurrent maintain()): that session's work, not an error of ours; and,
+// when `kept_by_dependents`, objects of others that depend on the relation
+// (a view on a partition, which any role may create, a temporary one
+// included): a WARNING names them, and the other steps go on. Any other
+// error propagates.
+bool RunGuarded(const char *what, StepFn step, void *arg, bool made_elsewhere = false,
+                bool kept_by_dependents = false) {
   MemoryContext oldcontext = CurrentMemoryContext;
   ResourceOwner oldowner = CurrentResourceOwner;
   volatile bool done = false;
@@ -173,8 +177,20 @@ bool RunGuarded(const char *what, StepFn step, void *arg, bool made_elsewhere = 
     // or, when both got past that check, on the catalogs' unique index.
     const bool elsewhere = made_elsewhere && (edata->sqlerrcode == ERRCODE_DUPLICATE_TABLE ||
                                               edata->sqlerrcode == ERRCODE_UNIQUE_VIOLATION);
-    if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE && !elsewhere) ReThrowError(edata);
-    if (elsewhere) {
+    const bool dependents =
+        kept_by_dependents && edata->sqlerrcode == ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST;
+    if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE && !elsewhere && !dependents) {
+      ReThrowError(edata);
+    }
+    if (dependents) {
+      ereport(WARNING,
+              (errmsg("outbox: could not %s: other objects depend on it; kept, and tried "
+                      "again at the next maintenance",
+                      what),
+               errdetail("%s", edata->detail != nullptr ? edata->detail : edata->message),
+               errhint("Drop the objects that depend on it (a temporary view goes with the "
+                       "session that made it).")));
+    } else if (elsewhere) {
       ereport(LOG, (errmsg("outbox: did not %s: another session is creating it (a restore?); "
                            "will look again at the next maintenance",
                            what)));
@@ -352,7 +368,8 @@ void DropIfPublished(const char *name, int64_t day) {
   }
   DropArg arg{name, day, 0};
   snprintf(what, sizeof what, "drop partition outbox.%s", name);
-  if (!RunGuarded(what, DropStep, &arg) && arg.unpublished > 0) {
+  if (!RunGuarded(what, DropStep, &arg, /*made_elsewhere=*/false, /*kept_by_dependents=*/true) &&
+      arg.unpublished > 0) {
     snprintf(what, sizeof what, "partition outbox.%s", name);
     WarnKept(what, arg.unpublished);
   }
