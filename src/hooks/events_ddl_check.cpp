@@ -145,6 +145,14 @@ void RefuseLockingDdlOfNonOwners(Node *stmt) {
     case T_RuleStmt:
       RequireOwnerOf(castNode(RuleStmt, stmt)->relation, schema);
       break;
+    case T_AlterObjectDependsStmt: {
+      // ALTER INDEX / MATERIALIZED VIEW / TRIGGER ... DEPENDS ON EXTENSION
+      // finds its object (an ACCESS EXCLUSIVE lock on the relation, whatever
+      // kind the relation turns out to be) before it checks ownership.
+      AlterObjectDependsStmt *depends = castNode(AlterObjectDependsStmt, stmt);
+      if (depends->relation != nullptr) RequireOwnerOf(depends->relation, schema);
+      break;
+    }
     case T_CreateStmt:
     case T_CreateForeignTableStmt: {
       // A foreign table's statement begins with a CreateStmt, and goes

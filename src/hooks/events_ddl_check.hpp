@@ -23,8 +23,9 @@ void WarnOfDdlEmitWouldRefuse(Node *stmt);
 // Called by the ProcessUtility hook before `stmt` runs: raises 42501, as
 // PostgreSQL would, when `stmt` names one of outbox's relations and the
 // current user may not do that to it: "must be owner of table ..." for
-// CREATE TRIGGER, CREATE RULE, CREATE TABLE ... PARTITION OF / INHERITS and
-// ALTER TABLE ... ATTACH / DETACH PARTITION or INHERIT naming it;
+// CREATE TRIGGER, CREATE RULE, CREATE TABLE ... PARTITION OF / INHERITS,
+// ALTER TABLE ... ATTACH / DETACH PARTITION or INHERIT naming it, and ALTER
+// INDEX / MATERIALIZED VIEW / TRIGGER ... DEPENDS ON EXTENSION on it;
 // "permission denied for table ..." for a foreign key referencing it
 // (CREATE TABLE or ALTER TABLE, without the REFERENCES privilege).
 // PostgreSQL takes those statements' locks (exclusive or share row

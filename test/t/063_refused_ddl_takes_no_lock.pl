@@ -16,7 +16,10 @@
 # OF and CREATE FOREIGN TABLE ... PARTITION OF on outbox.events; on a table
 # of the role's own, a foreign key referencing outbox.events (ALTER TABLE,
 # or CREATE TABLE with REFERENCES), ATTACH and DETACH PARTITION of today's
-# partition; each fails at once with a refusal (42501 or 42P07), not after
+# partition; ALTER INDEX or MATERIALIZED VIEW ... DEPENDS ON EXTENSION
+# naming today's partition or outbox.events (which any login role could
+# send to queue every emit() behind its lock request, found by an outside
+# review); each fails at once with a refusal (42501 or 42P07), not after
 # waiting for a lock; an emit() made meanwhile does not wait; the partition
 # is untouched.
 use strict;
@@ -86,6 +89,12 @@ my %statements = (
 	  "ALTER TABLE public.ROLE_parted ATTACH PARTITION outbox.$today FOR VALUES FROM (MINVALUE) TO (MAXVALUE)",
 	"DETACH PARTITION of today's partition from its own table" =>
 	  "ALTER TABLE public.ROLE_parted DETACH PARTITION outbox.$today",
+	# PostgreSQL finds the object of DEPENDS ON EXTENSION (ACCESS EXCLUSIVE
+	# on the relation, of whatever kind) before it checks ownership.
+	"ALTER INDEX ... DEPENDS ON EXTENSION naming today's partition" =>
+	  "ALTER INDEX outbox.$today DEPENDS ON EXTENSION outbox",
+	'ALTER MATERIALIZED VIEW ... DEPENDS ON EXTENSION naming outbox.events' =>
+	  'ALTER MATERIALIZED VIEW outbox.events DEPENDS ON EXTENSION outbox',
 );
 for my $role ('intruder', 'creator') {
 	for my $what (sort keys %statements) {
