@@ -14,6 +14,8 @@
 // values.
 #include "publisher/claim.hpp"
 
+#include <algorithm>
+
 #include "shmem/emit_horizon.hpp"
 #include "fault_injection.hpp"
 #include "guc.hpp"
@@ -277,8 +279,17 @@ int ClaimAndPublish(Dispatcher *dispatcher, Sink::InterruptCheck interrupted,
       retries_left = retry.n == batch || retry.cut;
     }
     const int nretry = retry.n;
-    // No route delivers: nothing to take from the ready index.
-    const int ready_limit = DeliverableCount() > 0 ? batch - nretry : 0;
+    // No route delivers: nothing to take from the ready index. Otherwise
+    // never-tried events get at least a quarter of a batch whatever the
+    // retries take: a key's followers parked behind its failing first event
+    // are due again at its every retry, and a role that emits a poison
+    // event and a few hundred thousand followers on one key would otherwise
+    // fill every claim with them, every other application's events waiting
+    // until they are all parked again. Per-key order does not rest on this:
+    // a never-tried event behind a due retry left unclaimed is parked by the
+    // order guard, which holds it until that retry is settled.
+    const int ready_limit =
+        DeliverableCount() > 0 ? std::max(batch - nretry, std::max(batch / 4, 1)) : 0;
     if (w == 1) ceiling = bound;
     ClaimedRows ready;
     bool holder_committed = false;  // this batch's ready claim may miss a passed one's events
