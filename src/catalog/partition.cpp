@@ -454,18 +454,21 @@ void AlignPartitionOwners() {
   const Oid parent = OidIsValid(nsp) ? get_relname_relid("events", nsp) : InvalidOid;
   if (!OidIsValid(parent)) return;
   if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "outbox: SPI_connect failed");
+  // Every level: a day partitioned further has partitions of its own, which
+  // the outcome updates reach through it.
   const char *sql = psprintf(
       "SELECT c.relname::pg_catalog.text, pg_catalog.quote_ident(r.rolname::pg_catalog.text)"
-      " FROM pg_catalog.pg_inherits i"
-      " JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid"
-      " JOIN pg_catalog.pg_class p ON p.oid OPERATOR(pg_catalog.=) i.inhparent"
+      " FROM pg_catalog.pg_partition_tree('%u'::pg_catalog.oid::pg_catalog.regclass) t"
+      " JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) t.relid"
+      " JOIN pg_catalog.pg_class p ON p.oid OPERATOR(pg_catalog.=) '%u'::pg_catalog.oid"
       " JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) p.relowner"
-      " WHERE i.inhparent OPERATOR(pg_catalog.=) '%u'::pg_catalog.oid"
+      " WHERE t.relid OPERATOR(pg_catalog.<>) p.oid"
       " AND c.relowner OPERATOR(pg_catalog.<>) p.relowner"
       // Only outbox's own partitions: one attached from another schema is
       // not ours to give away (and the publisher never updates it by name).
-      " AND c.relnamespace OPERATOR(pg_catalog.=) '%u'::pg_catalog.oid",
-      parent, nsp);
+      " AND c.relnamespace OPERATOR(pg_catalog.=) '%u'::pg_catalog.oid"
+      " ORDER BY t.level, c.relname",
+      parent, parent, nsp);
   if (ExecFresh(sql, 0) != SPI_OK_SELECT) elog(ERROR, "outbox: cannot list partition owners");
   const int n = static_cast<int>(SPI_processed);
   OwnerArg *args = static_cast<OwnerArg *>(palloc(sizeof(OwnerArg) * (n + 1)));

@@ -95,6 +95,9 @@ uint64 loaded_config_version = 0;
 bool config_loaded = false;
 bool announced = false;     // the "publishing from" line is logged once per process
 bool home_checked = false;  // outbox.home named this database (database_home.hpp)
+// The last cycle failed for want of a privilege: a partition the writer does
+// not own, most likely (AlignPartitionOwnersNow before the next).
+bool align_owners = false;
 TimestampTz last_maintenance = 0;
 TimestampTz last_overdue_check = 0;
 TimestampTz last_cycle_start = 0;  // of the last publish cycle a commit asked for
@@ -291,6 +294,20 @@ int RunCycle() {
   return claimed;
 }
 
+// Partitions of outbox.events that its owner does not own (restored with
+// --no-owner, made by a superuser by hand) refuse the outcome updates, which
+// name them, after their events were sent: given to the owner at once, as
+// the superuser this process connects as, rather than at the next
+// maintenance, each cycle meanwhile sending the same events again. Outside
+// any transaction.
+void AlignPartitionOwnersNow() {
+  StartTransactionCommand();
+  PushActiveSnapshot(GetTransactionSnapshot());
+  if (ExtensionInstalled()) AlignPartitionOwners();
+  PopActiveSnapshot();
+  CommitTransactionCommand();
+}
+
 void RunMaintenance() {
   SetCurrentStatementStartTimestamp();
   StartTransactionCommand();
@@ -454,6 +471,7 @@ void PublisherMain(Datum main_arg) {
     }
     consecutive_errors++;
     config_loaded = false;  // reload routes and order state from the database
+    if (sqlerrcode == ERRCODE_INSUFFICIENT_PRIVILEGE) align_owners = true;
     long wait = kErrorBackoffMinMs << (consecutive_errors < 10 ? consecutive_errors - 1 : 9);
     if (wait > kErrorBackoffMaxMs) wait = kErrorBackoffMaxMs;
     ReportState("backing off after an error");
@@ -484,6 +502,11 @@ void PublisherMain(Datum main_arg) {
         GetCurrentTimestamp() - last_maintenance >= kMaintenanceIntervalMs * 1000L) {
       last_maintenance = GetCurrentTimestamp();
       if (MaintainsPartitions()) RunMaintenance();
+    }
+
+    if (align_owners && home_checked) {
+      align_owners = false;
+      AlignPartitionOwnersNow();
     }
 
     const bool suppress = KeepingCommitsAway();
