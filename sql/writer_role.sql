@@ -134,7 +134,18 @@ DROP ROLE regress_writer_admin, regress_writer_stranger;
 
 DROP EXTENSION outbox;
 CREATE EXTENSION outbox VERSION '0.2.0';
+-- A role given CREATE on schema outbox under 0.2.0 could take the name of a
+-- day's partition before maintenance made it: the update takes it back
+-- (USAGE stays).
+CREATE ROLE regress_writer_creator;
+GRANT CREATE, USAGE ON SCHEMA outbox TO regress_writer_creator;
 ALTER EXTENSION outbox UPDATE;
+SELECT a.grantee::regrole AS grantee, a.privilege_type
+  FROM pg_namespace n, aclexplode(n.nspacl) a
+ WHERE n.nspname = 'outbox' AND a.grantee <> 'outbox_writer'::regrole
+ ORDER BY 1, 2;
+REVOKE USAGE ON SCHEMA outbox FROM regress_writer_creator;
+DROP ROLE regress_writer_creator;
 SELECT * FROM public.initial_privileges_of_others;
 DROP EXTENSION outbox;
 CREATE EXTENSION outbox;

@@ -19,6 +19,7 @@
 // ereport); SPI statements are schema-qualified, operators included.
 #include "pg_bridge.hpp"
 
+#include "catalog/writer_grants.hpp"
 #include "emit/writer_code_rule.hpp"
 
 #include <cstring>
@@ -444,48 +445,6 @@ void Run(const char *sql, int expected) {
   if (SPI_execute(sql, false, 0) != expected) elog(ERROR, "outbox: cannot run: %s", sql);
 }
 
-// Take away what other roles were granted on outbox's tables (and on its
-// views, all but SELECT): only the writer writes them, and outbox.sinks holds
-// secrets. Grants on functions (EXECUTE on emit() for applications) stay.
-void RevokeOthersTablePrivileges(Oid writer) {
-  const char *sql = psprintf(
-      "WITH rels AS (%s)"
-      " SELECT DISTINCT pg_catalog.format('REVOKE %%s ON TABLE %%s FROM %%s',"
-      " CASE WHEN c.relkind OPERATOR(pg_catalog.=) 'v'"
-      " THEN 'INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER' ELSE 'ALL' END,"
-      " c.oid::pg_catalog.regclass,"
-      " CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'"
-      " ELSE a.grantee::pg_catalog.regrole::pg_catalog.text END)"
-      " FROM pg_catalog.pg_class c JOIN rels ON rels.oid OPERATOR(pg_catalog.=) c.oid,"
-      " LATERAL pg_catalog.aclexplode(c.relacl) a"
-      " WHERE a.grantee OPERATOR(pg_catalog.<>) %u::pg_catalog.oid"
-      " AND NOT (c.relkind OPERATOR(pg_catalog.=) 'v'"
-      " AND a.privilege_type OPERATOR(pg_catalog.=) 'SELECT')"
-      " UNION"
-      " SELECT pg_catalog.format('REVOKE ALL (%%I) ON TABLE %%s FROM %%s', t.attname,"
-      " t.attrelid::pg_catalog.regclass,"
-      " CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'"
-      " ELSE a.grantee::pg_catalog.regrole::pg_catalog.text END)"
-      " FROM pg_catalog.pg_attribute t JOIN rels ON rels.oid OPERATOR(pg_catalog.=) t.attrelid,"
-      " LATERAL pg_catalog.aclexplode(t.attacl) a"
-      " WHERE a.grantee OPERATOR(pg_catalog.<>) %u::pg_catalog.oid"
-      " ORDER BY 1",
-      kRelations, writer, writer);
-  if (SPI_execute(sql, false, 0) != SPI_OK_SELECT) elog(ERROR, "outbox: cannot list grants");
-  SPITupleTable *revokes = SPI_tuptable;
-  const uint64 count = SPI_processed;
-  for (uint64 i = 0; i < count; ++i) {
-    const char *statement = SPI_getvalue(revokes->vals[i], revokes->tupdesc, 1);
-    // A WARNING: extension scripts run with client_min_messages at least
-    // WARNING, and the DBA should hear of it.
-    ereport(WARNING, (errmsg("outbox: %s", statement),
-                      errdetail("outbox's tables are written by %s alone; grant SELECT on the "
-                                "views to roles that monitor.",
-                                kWriter)));
-    Run(statement, SPI_OK_UTILITY);
-  }
-}
-
 // Give the schema and every relation, statistics object and function of
 // outbox to the writer. The initial privileges pg_dump compares an
 // extension's objects with (pg_init_privs) are then set to a fresh install's,
@@ -522,7 +481,7 @@ void GiveToWriter() {
   }
   // Now that the writer owns them (ALTER ... OWNER moved the old owner's
   // privileges to it).
-  RevokeOthersTablePrivileges(writer);
+  RevokeOthersPrivileges(writer, kRelations);
   Run(psprintf(
           "WITH w AS (SELECT %u::pg_catalog.oid AS w)"
           " UPDATE pg_catalog.pg_init_privs i SET initprivs = CASE"
