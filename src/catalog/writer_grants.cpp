@@ -14,8 +14,20 @@ namespace {
 
 constexpr const char *kWriter = "outbox_writer";
 
-void RunRevoke(const char *sql) {
-  if (SPI_execute(sql, false, 0) != SPI_OK_UTILITY) elog(ERROR, "outbox: cannot run: %s", sql);
+// Run each REVOKE statement `list_sql` returns, each said in a WARNING with
+// `detail` (extension scripts run with client_min_messages at least
+// WARNING, and the DBA should hear of it).
+void RevokeEach(const char *list_sql, const char *detail) {
+  if (SPI_execute(list_sql, false, 0) != SPI_OK_SELECT) elog(ERROR, "outbox: cannot list grants");
+  SPITupleTable *revokes = SPI_tuptable;
+  const uint64 count = SPI_processed;
+  for (uint64 i = 0; i < count; ++i) {
+    const char *statement = SPI_getvalue(revokes->vals[i], revokes->tupdesc, 1);
+    ereport(WARNING, (errmsg("outbox: %s", statement), errdetail("%s", detail)));
+    if (SPI_execute(statement, false, 0) != SPI_OK_UTILITY) {
+      elog(ERROR, "outbox: cannot run: %s", statement);
+    }
+  }
 }
 
 // Take away what other roles were granted on outbox's tables (and on its
@@ -45,19 +57,9 @@ void RevokeOthersTablePrivileges(Oid writer, const char *relations) {
       " WHERE a.grantee OPERATOR(pg_catalog.<>) %u::pg_catalog.oid"
       " ORDER BY 1",
       relations, writer, writer);
-  if (SPI_execute(sql, false, 0) != SPI_OK_SELECT) elog(ERROR, "outbox: cannot list grants");
-  SPITupleTable *revokes = SPI_tuptable;
-  const uint64 count = SPI_processed;
-  for (uint64 i = 0; i < count; ++i) {
-    const char *statement = SPI_getvalue(revokes->vals[i], revokes->tupdesc, 1);
-    // A WARNING: extension scripts run with client_min_messages at least
-    // WARNING, and the DBA should hear of it.
-    ereport(WARNING, (errmsg("outbox: %s", statement),
-                      errdetail("outbox's tables are written by %s alone; grant SELECT on the "
-                                "views to roles that monitor.",
-                                kWriter)));
-    RunRevoke(statement);
-  }
+  RevokeEach(sql, psprintf("outbox's tables are written by %s alone; grant SELECT on the views "
+                           "to roles that monitor.",
+                           kWriter));
 }
 
 // Take away CREATE on schema outbox from every role but the writer (USAGE,
@@ -76,15 +78,7 @@ void RevokeOthersSchemaPrivileges(Oid writer) {
       " AND a.privilege_type OPERATOR(pg_catalog.=) 'CREATE'"
       " ORDER BY 1",
       writer);
-  if (SPI_execute(sql, false, 0) != SPI_OK_SELECT) elog(ERROR, "outbox: cannot list grants");
-  SPITupleTable *revokes = SPI_tuptable;
-  const uint64 count = SPI_processed;
-  for (uint64 i = 0; i < count; ++i) {
-    const char *statement = SPI_getvalue(revokes->vals[i], revokes->tupdesc, 1);
-    ereport(WARNING, (errmsg("outbox: %s", statement),
-                      errdetail("Only %s creates in schema outbox.", kWriter)));
-    RunRevoke(statement);
-  }
+  RevokeEach(sql, psprintf("Only %s creates in schema outbox.", kWriter));
 }
 
 }  // namespace
