@@ -433,7 +433,15 @@ bool LateAnswers::SinkHeld(const std::string &sink) const {
   size_t unanswered = 0;
   for (const Late &l : late_) {
     if (l.retired || l.sink_name != sink) continue;
-    if (l.whole) ++whole;
+    // A group of nothing but topics already suspect on the sink (a
+    // partition without a leader, sent alone while the sink's other topics
+    // were quiet) says nothing of the sink: were it counted, the sink's
+    // other topics would wait for its answers after every quiet spell. The
+    // events it holds still count below, which bounds them.
+    const bool only_suspects = std::all_of(l.rows.begin(), l.rows.end(), [&](const LateRow &row) {
+      return sinks_->Suspected(sink, row.topic);
+    });
+    if (l.whole && !only_suspects) ++whole;
     unanswered += static_cast<size_t>(std::count(l.handed.begin(), l.handed.end(), 0));
   }
   return whole >= kHeldAfterWholeGroups || unanswered >= kHeldAfterLateEvents;

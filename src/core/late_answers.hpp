@@ -79,8 +79,9 @@ class LateAnswers {
   bool SinkHasLate(const std::string &sink) const;
   // Whether one of them got no answer at all (the sink is slow as a whole).
   bool SinkHasWholeLate(const std::string &sink) const noexcept;
-  // kHeldAfterWholeGroups late groups without an answer (see "Slow sinks"),
-  // or kHeldAfterLateEvents events awaiting late answers: a sink that went
+  // kHeldAfterWholeGroups late groups without an answer (see "Slow sinks";
+  // one of topics all suspect on the sink is not counted), or
+  // kHeldAfterLateEvents events awaiting late answers: a sink that went
   // down right after it answered would otherwise take a group per cycle,
   // each given up early as its topics' trouble, their messages piling up in
   // its producer (the publisher's memory) until the outage is found.

@@ -72,7 +72,7 @@ void KafkaSink::Record(const rd_kafka_message_t *message) noexcept {
       }
       Settle(batch, slot, status, std::move(text));
       if (err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT && message->rkt != nullptr && !NeedsRecreate()) {
-        batch->timed_out.emplace_back(slot, message->rkt);
+        batch->timed_out.push_back(Batch::TimedOut{slot, message->rkt, message->partition});
       }
     } catch (...) {
       Settle(batch, slot, StatusOf(err), rd_kafka_err2name(err));
@@ -178,11 +178,14 @@ bool KafkaSink::Wait(uint64_t ticket, int64_t wait_ms, InterruptCheck interrupte
 
 // Messages that timed out in librdkafka's queue may have waited for a topic
 // the cluster does not have (librdkafka holds them until message.timeout.ms
-// before it gives up on a topic's metadata), or for brokers that are down.
-// Only the brokers can tell: ask them about each such topic. A broker that
-// answers "unknown topic" or "not authorised" makes those messages
-// kTargetRefused (an attempt each; the sink is not down); no answer leaves
-// them retriable (an outage). Never throws.
+// before it gives up on a topic's metadata), for a partition without a
+// leader, or for brokers that are down. Only the brokers can tell: ask them
+// about each such topic. A broker that answers "unknown topic" or "not
+// authorised" makes those messages kTargetRefused (an attempt each; the
+// sink is not down); one that answers that the message's partition has no
+// leader makes them kTargetDown (no attempt; the topic waits out a backoff
+// of its own, the sink is not down: the cluster answered, and its other
+// topics go on); no answer leaves them retriable (an outage). Never throws.
 void KafkaSink::ExplainTimeouts(Batch *batch) noexcept {
   if (batch->timed_out.empty()) return;
   // No broker reachable: nobody can answer, and asking would only wait.
@@ -198,17 +201,33 @@ void KafkaSink::ExplainTimeouts(Batch *batch) noexcept {
   }
   try {
     if (md != nullptr) {
-      for (const auto &[slot, topic] : batch->timed_out) {
-        const char *name = rd_kafka_topic_name(topic);
+      for (const Batch::TimedOut &timed_out : batch->timed_out) {
+        const char *name = rd_kafka_topic_name(timed_out.topic);
         for (int t = 0; t < md->topic_cnt; ++t) {
           const rd_kafka_metadata_topic &m = md->topics[t];
           if (m.topic == nullptr || strcmp(m.topic, name) != 0) continue;
-          if (ClassifyKafkaError(m.err) != DeliveryStatus::kTargetRefused) break;
-          std::string text = KafkaErrorText(m.err);
-          text += " (topic \"";
-          text += name;
-          text += "\")";
-          Settle(batch, slot, DeliveryStatus::kTargetRefused, text.c_str());
+          if (ClassifyKafkaError(m.err) == DeliveryStatus::kTargetRefused) {
+            std::string text = KafkaErrorText(m.err);
+            text += " (topic \"";
+            text += name;
+            text += "\")";
+            Settle(batch, timed_out.slot, DeliveryStatus::kTargetRefused, text.c_str());
+            break;
+          }
+          for (int p = 0; p < m.partition_cnt; ++p) {
+            const rd_kafka_metadata_partition &part = m.partitions[p];
+            if (part.id != timed_out.partition) continue;
+            if (part.leader < 0 || part.err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+              std::string text = "partition " + std::to_string(part.id) + " of topic \"" + name +
+                                 "\" has no leader (" +
+                                 KafkaErrorText(part.err != RD_KAFKA_RESP_ERR_NO_ERROR
+                                                    ? part.err
+                                                    : RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE) +
+                                 ")";
+              Settle(batch, timed_out.slot, DeliveryStatus::kTargetDown, text.c_str());
+            }
+            break;
+          }
           break;
         }
       }

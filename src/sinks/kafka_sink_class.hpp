@@ -87,9 +87,14 @@ class KafkaSink final : public Sink {
     std::vector<unsigned char> settled;  // per slot: has an outcome
     size_t unsettled = 0;                // handed to librdkafka, no outcome yet
     Clock::time_point deadline;
-    // Slots whose report said _MSG_TIMED_OUT, with their topic (see
-    // ExplainTimeouts).
-    std::vector<std::pair<size_t, rd_kafka_topic_t *>> timed_out;
+    // Slots whose report said _MSG_TIMED_OUT, with their topic and
+    // partition (see ExplainTimeouts).
+    struct TimedOut {
+      size_t slot;
+      rd_kafka_topic_t *topic;
+      int32_t partition;  // RD_KAFKA_PARTITION_UA when none was chosen yet
+    };
+    std::vector<TimedOut> timed_out;
   };
   bool Wait(uint64_t ticket, int64_t wait_ms, InterruptCheck interrupted);
   void ExplainTimeouts(Batch *batch) noexcept;

@@ -711,6 +711,29 @@ TEST(KafkaSink, UnknownTopicIsRefusedOnceTheBrokerSaysSo) {
   EXPECT_LT(SecondsSince(start), 1.5 + 5.0);
 }
 
+TEST(KafkaSink, APartitionWithoutALeaderIsItsTopicsTroubleNotTheSinks) {
+  // librdkafka holds a message for a partition without a leader until
+  // message.timeout.ms and reports a timeout, as it would with brokers down;
+  // the sink asks the cluster, which answers (it is up) that the partition
+  // has no leader: the topic's trouble (no attempt, the sink not down), so
+  // that the sink's other topics go on.
+  MockCluster cluster;
+  cluster.CreateTopic("lone", 1);
+  cluster.CreateTopic("events", 1);
+  auto sink = MakeSink(cluster, {Opt("message.timeout.ms", "1500")});
+  ASSERT_NE(sink, nullptr);
+  WarmUp(*sink, "lone", std::string("k"), "{}");
+  cluster.SetLeader("lone", 0, -1);
+  Batch batch;
+  batch.Add("lone", std::string("k"), "{}");
+  batch.Add("events", std::string("k2"), "{}");
+  const auto &results = batch.PublishTo(*sink);
+  EXPECT_EQ(results[0].status, DeliveryStatus::kTargetDown) << results[0].error;
+  EXPECT_TRUE(Contains(results[0].error, "partition 0 of topic \"lone\" has no leader"))
+      << results[0].error;
+  EXPECT_EQ(results[1].status, DeliveryStatus::kDelivered) << results[1].error;
+}
+
 TEST(KafkaSink, TimeoutsWithBrokersDownStayRetriable) {
   MockCluster cluster;
   cluster.CreateTopic("events", 1);
