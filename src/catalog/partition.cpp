@@ -441,10 +441,60 @@ struct OwnerArg {
   const char *owner;      // quoted
 };
 
+// The rows of `sql` (a partition's name, a role's quoted name) as steps'
+// arguments, in the current memory context.
+OwnerArg *ListOwnerArgs(const char *sql, int *n) {
+  if (ExecFresh(sql, 0) != SPI_OK_SELECT) elog(ERROR, "outbox: cannot list partitions");
+  *n = static_cast<int>(SPI_processed);
+  OwnerArg *args = static_cast<OwnerArg *>(palloc(sizeof(OwnerArg) * (*n + 1)));
+  for (int i = 0; i < *n; ++i) {
+    args[i].partition =
+        quote_identifier(SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
+    args[i].owner = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
+  }
+  return args;
+}
+
 bool AlignStep(void *p) {
   const OwnerArg *arg = static_cast<const OwnerArg *>(p);
   Exec(psprintf("ALTER TABLE outbox.%s OWNER TO %s", arg->partition, arg->owner));
   return true;
+}
+
+bool RegrantStep(void *p) {
+  const OwnerArg *arg = static_cast<const OwnerArg *>(p);
+  Exec(psprintf("GRANT ALL ON TABLE outbox.%s TO %s", arg->partition, arg->owner));
+  return true;
+}
+
+// The partitions (every level, in schema outbox) whose owner, the owner of
+// outbox.events, lacks what the publisher's statements need on them (a
+// superuser revoked it): as RunGuarded steps, the privileges given back.
+void RegrantOwners(Oid parent, Oid nsp) {
+  const char *sql = psprintf(
+      "SELECT c.relname::pg_catalog.text, pg_catalog.quote_ident(r.rolname::pg_catalog.text)"
+      " FROM pg_catalog.pg_partition_tree('%u'::pg_catalog.oid::pg_catalog.regclass) t"
+      " JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) t.relid"
+      " JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) c.relowner"
+      " WHERE c.relnamespace OPERATOR(pg_catalog.=) '%u'::pg_catalog.oid"
+      " AND NOT (pg_catalog.has_table_privilege(c.relowner, c.oid, 'SELECT')"
+      " AND pg_catalog.has_table_privilege(c.relowner, c.oid, 'UPDATE')"
+      " AND pg_catalog.has_table_privilege(c.relowner, c.oid, 'INSERT')"
+      " AND pg_catalog.has_table_privilege(c.relowner, c.oid, 'DELETE'))"
+      " ORDER BY t.level, c.relname",
+      parent, nsp);
+  int n = 0;
+  OwnerArg *args = ListOwnerArgs(sql, &n);
+  for (int i = 0; i < n; ++i) {
+    char what[160];
+    snprintf(what, sizeof what, "give %s back its privileges on outbox.%s", args[i].owner,
+             args[i].partition);
+    if (RunGuarded(what, RegrantStep, &args[i])) {
+      ereport(LOG, (errmsg("outbox: %s, the owner of partition outbox.%s, has its privileges on "
+                           "it again",
+                           args[i].owner, args[i].partition)));
+    }
+  }
 }
 
 }  // namespace
@@ -469,14 +519,8 @@ void AlignPartitionOwners() {
       " AND c.relnamespace OPERATOR(pg_catalog.=) '%u'::pg_catalog.oid"
       " ORDER BY t.level, c.relname",
       parent, parent, nsp);
-  if (ExecFresh(sql, 0) != SPI_OK_SELECT) elog(ERROR, "outbox: cannot list partition owners");
-  const int n = static_cast<int>(SPI_processed);
-  OwnerArg *args = static_cast<OwnerArg *>(palloc(sizeof(OwnerArg) * (n + 1)));
-  for (int i = 0; i < n; ++i) {
-    args[i].partition =
-        quote_identifier(SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
-    args[i].owner = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
-  }
+  int n = 0;
+  OwnerArg *args = ListOwnerArgs(sql, &n);
   for (int i = 0; i < n; ++i) {
     char what[160];
     snprintf(what, sizeof what, "give partition outbox.%s to %s", args[i].partition, args[i].owner);
@@ -486,6 +530,7 @@ void AlignPartitionOwners() {
                            args[i].partition, args[i].owner)));
     }
   }
+  RegrantOwners(parent, nsp);
   SPI_finish();
 }
 

@@ -41,20 +41,14 @@
 // transaction owns.
 #include "publisher/publisher.hpp"
 
-#include <algorithm>
-
 #include "fault_injection.hpp"
 #include "guc.hpp"
 #include "shmem/shmem.hpp"
+#include "publisher/launcher_databases.hpp"
 #include "publisher/worker_session.hpp"
 
 extern "C" {
-#include "access/heapam.h"
-#include "access/htup_details.h"
-#include "access/table.h"
-#include "access/tableam.h"
 #include "access/xact.h"
-#include "catalog/pg_database.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -63,7 +57,6 @@ extern "C" {
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "tcop/tcopprot.h"
-#include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
@@ -82,7 +75,6 @@ constexpr int kMaxProbes = 2;                 // databases probed at once
 // itself there or the absent set is forgotten (kReprobeIntervalMs): it must
 // not hold a shared slot and restart a process every 10 s forever.
 constexpr int kMaxProbeFailures = 3;
-constexpr long kWarnIntervalMs = 60000;
 
 struct Publisher {
   BackgroundWorkerHandle *handle;  // nullptr: none started by this launcher, or it exited
@@ -102,6 +94,14 @@ struct Running {
   // for a place never takes it meanwhile. Cleared with the entry: when the
   // database is dropped or found without the extension (or as a copy).
   bool placed;
+  // Its owner when it took its place: a place counts against the owner's
+  // share, and giving the database to another role (ALTER DATABASE ...
+  // OWNER TO, which a role with CREATEDB may do towards any role it is a
+  // member of) must not free a share while the place stays.
+  Oid placed_owner;
+  // Its publishers were told to stop for that (its owner over its share):
+  // until they are gone they hold no place, and are not started again.
+  bool evicted;
 };
 
 Running *running = nullptr;  // one per shared slot, in TopMemoryContext
@@ -120,14 +120,6 @@ uint32 seen_unslotted = 0;
 // CREATE EXTENSION whose announcement found no free slot) is looked at again.
 constexpr long kReprobeIntervalMs = 10 * 60 * 1000;
 TimestampTz absent_since = 0;
-
-// When each database was last named in a "cannot start" WARNING.
-struct Warned {
-  Oid dboid;
-  TimestampTz at;
-};
-Warned *warned = nullptr;
-int nwarned = 0, warned_capacity = 0;
 
 bool Contains(const OidSet &set, Oid oid) {
   for (int i = 0; i < set.count; ++i) {
@@ -153,119 +145,8 @@ void Remove(OidSet *set, Oid oid) {
   }
 }
 
-// Once a minute per database at most.
-bool ShouldWarn(Oid dboid, TimestampTz now) {
-  for (int i = 0; i < nwarned; ++i) {
-    if (warned[i].dboid != dboid) continue;
-    if (now - warned[i].at < kWarnIntervalMs * 1000L) return false;
-    warned[i].at = now;
-    return true;
-  }
-  if (nwarned == warned_capacity) {
-    warned_capacity = warned_capacity == 0 ? 16 : warned_capacity * 2;
-    warned = static_cast<Warned *>(
-        warned == nullptr ? MemoryContextAlloc(TopMemoryContext, sizeof(Warned) * warned_capacity)
-                          : repalloc(warned, sizeof(Warned) * warned_capacity));
-  }
-  warned[nwarned++] = Warned{dboid, now};
-  return true;
-}
-
 void ClearLauncher(int code, Datum arg) {
   if (Shared() != nullptr) pg_atomic_write_u32(&Shared()->launcher_procno, kNoProc);
-}
-
-struct DatabaseList {
-  Oid *oids;
-  char **names;
-  Oid *owners;         // datdba
-  bool *trusted;       // owned by a superuser
-  char **owner_names;  // quoted, for the WARNINGs; read here, in the transaction
-  int count;
-};
-
-// Databases that accept connections and are not templates: those superusers
-// own first, then the others, each in OID order (oldest first). Where
-// outbox.max_databases leaves fewer places than databases that want one (at
-// start-up, when the limit is raised), a DBA's databases get them before
-// those a role with CREATEDB made, whatever their order in pg_database.
-DatabaseList ListDatabases(MemoryContext into) {
-  DatabaseList list{nullptr, nullptr, nullptr, nullptr, nullptr, 0};
-  StartTransactionCommand();
-  (void)GetTransactionSnapshot();
-  Relation rel = table_open(DatabaseRelationId, AccessShareLock);
-  TableScanDesc scan = table_beginscan_catalog(rel, 0, nullptr);
-  int capacity = 16;
-  MemoryContext old = MemoryContextSwitchTo(into);
-  list.oids = static_cast<Oid *>(palloc(sizeof(Oid) * capacity));
-  list.names = static_cast<char **>(palloc(sizeof(char *) * capacity));
-  list.owners = static_cast<Oid *>(palloc(sizeof(Oid) * capacity));
-  list.trusted = static_cast<bool *>(palloc(sizeof(bool) * capacity));
-  list.owner_names = static_cast<char **>(palloc(sizeof(char *) * capacity));
-  MemoryContextSwitchTo(old);
-  HeapTuple tup;
-  while ((tup = heap_getnext(scan, ForwardScanDirection)) != nullptr) {
-    Form_pg_database db = reinterpret_cast<Form_pg_database>(GETSTRUCT(tup));
-    if (!db->datallowconn || db->datistemplate) continue;
-#ifdef DATCONNLIMIT_INVALID_DB
-    // Left behind by an interrupted DROP DATABASE: nobody may connect to it.
-    if (database_is_invalid_form(db)) continue;
-#endif
-    old = MemoryContextSwitchTo(into);
-    if (list.count == capacity) {
-      capacity *= 2;
-      list.oids = static_cast<Oid *>(repalloc(list.oids, sizeof(Oid) * capacity));
-      list.names = static_cast<char **>(repalloc(list.names, sizeof(char *) * capacity));
-      list.owners = static_cast<Oid *>(repalloc(list.owners, sizeof(Oid) * capacity));
-      list.trusted = static_cast<bool *>(repalloc(list.trusted, sizeof(bool) * capacity));
-      list.owner_names =
-          static_cast<char **>(repalloc(list.owner_names, sizeof(char *) * capacity));
-    }
-    list.oids[list.count] = db->oid;
-    list.names[list.count] = pstrdup(NameStr(db->datname));
-    list.owners[list.count] = db->datdba;
-    list.trusted[list.count] = superuser_arg(db->datdba);
-    const char *owner = GetUserNameFromId(db->datdba, true);
-    list.owner_names[list.count] =
-        pstrdup(owner != nullptr ? quote_identifier(owner) : "(a dropped role)");
-    MemoryContextSwitchTo(old);
-    list.count++;
-  }
-  table_endscan(scan);
-  table_close(rel, AccessShareLock);
-  CommitTransactionCommand();
-
-  // capacity >= count, and at least 16: no allocation of zero bytes.
-  MemoryContext sorted_in = MemoryContextSwitchTo(into);
-  int *order = static_cast<int *>(palloc(sizeof(int) * capacity));
-  for (int i = 0; i < list.count; ++i) order[i] = i;
-  std::sort(order, order + list.count, [&list](int a, int b) {
-    if (list.trusted[a] != list.trusted[b]) return list.trusted[a];
-    return list.oids[a] < list.oids[b];
-  });
-  DatabaseList sorted = list;
-  sorted.oids = static_cast<Oid *>(palloc(sizeof(Oid) * capacity));
-  sorted.names = static_cast<char **>(palloc(sizeof(char *) * capacity));
-  sorted.owners = static_cast<Oid *>(palloc(sizeof(Oid) * capacity));
-  sorted.trusted = static_cast<bool *>(palloc(sizeof(bool) * capacity));
-  sorted.owner_names = static_cast<char **>(palloc(sizeof(char *) * capacity));
-  for (int i = 0; i < list.count; ++i) {
-    sorted.owner_names[i] = list.owner_names[order[i]];
-    sorted.oids[i] = list.oids[order[i]];
-    sorted.names[i] = list.names[order[i]];
-    sorted.owners[i] = list.owners[order[i]];
-    sorted.trusted[i] = list.trusted[order[i]];
-  }
-  MemoryContextSwitchTo(sorted_in);
-  return sorted;
-}
-
-// Where the database is in the list, or -1.
-int IndexOf(const DatabaseList &dbs, Oid dboid) {
-  for (int j = 0; j < dbs.count; ++j) {
-    if (dbs.oids[j] == dboid) return j;
-  }
-  return -1;
 }
 
 Running *FindRunning(Oid dboid) {
@@ -333,74 +214,6 @@ bool StartPublisher(Oid dboid, int index, Publisher *p, const char *datname) {
   p->started_at = GetCurrentTimestamp();
   OUTBOX_FAULT("launcher.after_start");
   return true;
-}
-
-void WarnCannotStart(Oid dboid, const char *datname, TimestampTz now, const char *why) {
-  if (!ShouldWarn(dboid, now)) return;
-  ereport(WARNING,
-          (errmsg("outbox: cannot start a publisher for database \"%s\": %s", datname, why),
-           errdetail("Its events wait as pending; publishing starts once a "
-                     "background worker is free."),
-           errhint("Raise max_worker_processes (now %d); every database with "
-                   "the extension needs outbox.workers (%d) of them, plus one "
-                   "for the launcher.",
-                   max_worker_processes, guc::workers)));
-}
-
-void WarnOverLimit(Oid dboid, const char *datname, TimestampTz now) {
-  if (!ShouldWarn(dboid, now)) return;
-  ereport(WARNING,
-          (errmsg("outbox: no publisher for database \"%s\": outbox.max_databases (%d) "
-                  "databases have publishers already",
-                  datname, guc::max_databases),
-           errdetail("Its events wait as pending; publishing starts once another database's "
-                     "publishers stop (DROP EXTENSION, DROP DATABASE) or the limit is raised."),
-           errhint("Raise outbox.max_databases in postgresql.conf and reload.")));
-}
-
-// Outside any transaction: the owner's name was read with the list.
-void WarnOverOwnerLimit(Oid dboid, const char *datname, const char *owner, TimestampTz now) {
-  if (!ShouldWarn(dboid, now)) return;
-  ereport(WARNING,
-          (errmsg("outbox: no publisher for database \"%s\": its owner %s has "
-                  "outbox.max_databases_per_owner (%d) databases with publishers already",
-                  datname, owner, guc::max_databases_per_owner),
-           errdetail("Its events wait as pending; publishing starts once another of that "
-                     "role's databases stops publishing or the limit is raised. Databases "
-                     "superusers own are not counted."),
-           errhint("Raise outbox.max_databases_per_owner in postgresql.conf and reload, or "
-                   "give the database to another owner.")));
-}
-
-// Once a minute at most: databases left unprobed because the limits are
-// reached (whether they have the extension is not known until probed).
-TimestampTz unchecked_warned_at = 0;
-
-void WarnUnchecked(int at_limit, int at_owner_limit, TimestampTz now) {
-  if (at_limit + at_owner_limit == 0 || now - unchecked_warned_at < kWarnIntervalMs * 1000L) {
-    return;
-  }
-  unchecked_warned_at = now;
-  if (at_limit > 0) {
-    ereport(WARNING,
-            (errmsg("outbox: %d database%s not checked for the extension: "
-                    "outbox.max_databases (%d) databases have publishers already",
-                    at_limit, at_limit == 1 ? "" : "s", guc::max_databases),
-             errdetail("Any of them that has the extension gets no publisher; its events wait "
-                       "as pending."),
-             errhint("Raise outbox.max_databases in postgresql.conf and reload.")));
-  }
-  if (at_owner_limit > 0) {
-    ereport(WARNING,
-            (errmsg("outbox: %d database%s not checked for the extension: %s owner%s "
-                    "outbox.max_databases_per_owner (%d) databases with publishers already",
-                    at_owner_limit, at_owner_limit == 1 ? "" : "s",
-                    at_owner_limit == 1 ? "its" : "their", at_owner_limit == 1 ? " has" : "s have",
-                    guc::max_databases_per_owner),
-             errdetail("Any of them that has the extension gets no publisher; its events wait "
-                       "as pending. Databases superusers own are not counted."),
-             errhint("Raise outbox.max_databases_per_owner in postgresql.conf and reload.")));
-  }
 }
 
 // A publisher that was started here and is gone: note why.
@@ -507,9 +320,8 @@ long Reconcile(MemoryContext scratch) {
   // Whether database j's owner has its share of places already.
   auto owner_full = [&](int j) {
     if (guc::max_databases_per_owner <= 0 || dbs.trusted[j]) return false;
-    int n = 0;
-    for (int k = 0; k < nowners_publishing; ++k) n += owners_publishing[k] == dbs.owners[j];
-    return n >= guc::max_databases_per_owner;
+    return OwnersCount(owners_publishing, nowners_publishing, dbs.owners[j]) >=
+           guc::max_databases_per_owner;
   };
   int unchecked_at_limit = 0, unchecked_at_owner_limit = 0;
 
@@ -566,8 +378,37 @@ long Reconcile(MemoryContext scratch) {
       continue;
     }
     Remove(&absent, dboid);
-    const bool has_place = AnyAlive(*r) || AnyPublisher(slot) || r->placed;
-    if (state == ExtensionState::kPresent && has_place) r->placed = true;
+    if (r->evicted && !AnyAlive(*r) && !AnyPublisher(slot)) r->evicted = false;
+    const bool has_place = (!r->evicted && (AnyAlive(*r) || AnyPublisher(slot))) || r->placed;
+    if (state == ExtensionState::kPresent && has_place && !r->placed) {
+      r->placed = true;
+      r->placed_owner = dbs.owners[j];
+    }
+    if (r->placed && r->placed_owner != dbs.owners[j]) {
+      // Given to another owner since it took its place: counted against
+      // that owner now (owners_publishing has it under the new one). Over
+      // the new owner's share, it gives its place up, its publishers
+      // stopped; the next scans give the owner's places to its oldest
+      // databases again.
+      if (!dbs.trusted[j] && guc::max_databases_per_owner > 0 &&
+          OwnersCount(owners_publishing, nowners_publishing, dbs.owners[j]) >
+              guc::max_databases_per_owner) {
+        for (int w = 0; w < kMaxWorkersPerDatabase; ++w) {
+          if (r->publishers[w].handle != nullptr)
+            TerminateBackgroundWorker(r->publishers[w].handle);
+        }
+        r->placed = false;
+        r->evicted = true;
+        ereport(WARNING,
+                (errmsg("outbox: database \"%s\" was given to %s, which has more than "
+                        "outbox.max_databases_per_owner (%d) databases with publishers: its "
+                        "publishers stop",
+                        datname, dbs.owner_names[j], guc::max_databases_per_owner),
+                 errdetail("Its events wait as pending until that owner has a place free.")));
+        continue;
+      }
+      r->placed_owner = dbs.owners[j];
+    }
     const bool over_limit = limited && publishing >= guc::max_databases;
     if (!has_place && (over_limit || owner_full(j))) {
       if (over_limit) {

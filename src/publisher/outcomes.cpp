@@ -33,10 +33,13 @@ const char *OutcomeStatus(Outcome o) { return o == Outcome::kDead ? "dead" : "pe
 // per partition (a cycle that sends a single event would otherwise spend
 // most of its time parsing and planning them). A few partitions are live at
 // a time (today's, and the days retries or a backlog reach back to); the
-// oldest entry gives way when all are taken. Keyed by OID and name: the SQL
-// names the partition, so a renamed one is prepared again.
+// oldest entry gives way when all are taken. Keyed by OID, schema and
+// name: the SQL names the partition, so one renamed or moved to another
+// schema (ALTER TABLE ... SET SCHEMA by a superuser) is prepared again, under
+// the name it has now.
 struct OutcomePlans {
   Oid partition = InvalidOid;
+  Oid schema = InvalidOid;
   NameData name;
   SPIPlanPtr published = nullptr;
   SPIPlanPtr failed = nullptr;
@@ -47,22 +50,27 @@ int next_outcome_slot = 0;
 
 const OutcomePlans &PlansFor(Oid partition) {
   const char *name = get_rel_name(partition);
-  if (name == nullptr) elog(ERROR, "outbox: partition %u vanished under a claim", partition);
+  const Oid schema = get_rel_namespace(partition);
+  const char *schema_name = OidIsValid(schema) ? get_namespace_name(schema) : nullptr;
+  if (name == nullptr || schema_name == nullptr) {
+    elog(ERROR, "outbox: partition %u vanished under a claim", partition);
+  }
   for (const OutcomePlans &p : outcome_plans) {
-    if (p.partition == partition && strcmp(NameStr(p.name), name) == 0) return p;
+    if (p.partition == partition && p.schema == schema && strcmp(NameStr(p.name), name) == 0) {
+      return p;
+    }
   }
   OutcomePlans &slot = outcome_plans[next_outcome_slot];
   next_outcome_slot = (next_outcome_slot + 1) % kOutcomePlanSlots;
   if (slot.published != nullptr) SPI_freeplan(slot.published);
   if (slot.failed != nullptr) SPI_freeplan(slot.failed);
   slot = OutcomePlans();
-  const char *qname = quote_identifier(name);
+  const char *qname = quote_qualified_identifier(schema_name, name);
   Oid published_types[1] = {TIDARRAYOID};
   slot.published = KeepPlan(
-      psprintf(
-          "UPDATE outbox.%s SET status = 'published', published_at = pg_catalog.clock_timestamp(),"
-          " last_error = NULL WHERE ctid OPERATOR(pg_catalog.=) ANY ($1)",
-          qname),
+      psprintf("UPDATE %s SET status = 'published', published_at = pg_catalog.clock_timestamp(),"
+               " last_error = NULL WHERE ctid OPERATOR(pg_catalog.=) ANY ($1)",
+               qname),
       1, published_types);
   Oid failed_types[5] = {TIDARRAYOID, TEXTARRAYOID, INT4ARRAYOID, TIMESTAMPTZARRAYOID,
                          TEXTARRAYOID};
@@ -70,7 +78,7 @@ const OutcomePlans &PlansFor(Oid partition) {
   // know how many rows unnest() yields and hash-joins a scan of the whole
   // partition, where a handful of failures wants a nested loop.
   slot.failed = KeepPlan(
-      psprintf("UPDATE outbox.%s e SET status = u.status, attempts = u.attempts,"
+      psprintf("UPDATE %s e SET status = u.status, attempts = u.attempts,"
                " next_attempt_at = u.next, last_error = u.error"
                " FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
                " pg_catalog.unnest($3), pg_catalog.unnest($4), pg_catalog.unnest($5))"
@@ -78,6 +86,7 @@ const OutcomePlans &PlansFor(Oid partition) {
                qname),
       5, failed_types, CURSOR_OPT_CUSTOM_PLAN);
   slot.partition = partition;
+  slot.schema = schema;
   namestrcpy(&slot.name, name);
   return slot;
 }

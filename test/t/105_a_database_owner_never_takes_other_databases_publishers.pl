@@ -40,11 +40,13 @@ sub publishers {
 	return sql('postgres', q{SELECT coalesce(string_agg(DISTINCT datname, ',' ORDER BY datname), '')
 		FROM pg_stat_activity WHERE backend_type = 'outbox publisher'});
 }
-sub mallorys_publishing {
-	return sql('postgres', q{SELECT count(DISTINCT a.datname) FROM pg_stat_activity a
+sub publishing_of {
+	my ($owner) = @_;
+	return sql('postgres', qq{SELECT count(DISTINCT a.datname) FROM pg_stat_activity a
 		JOIN pg_database d ON d.datname = a.datname JOIN pg_roles r ON r.oid = d.datdba
-		WHERE a.backend_type = 'outbox publisher' AND r.rolname = 'mallory'});
+		WHERE a.backend_type = 'outbox publisher' AND r.rolname = '$owner'});
 }
+sub mallorys_publishing { return publishing_of('mallory') }
 sub set_conf {
 	$node->append_conf('postgresql.conf', join('', map { "$_\n" } @_));
 	$node->reload;
@@ -147,6 +149,25 @@ sql('tenant_z', sink_sql('z'));
 ok(delivers('tenant_z', 'z'), 'a tenant created after them gets a publisher');
 is(sql('tenant_a', q{SELECT count(*) FROM outbox.events WHERE status <> 'published'}), '0',
 	"tenant_a's events are all published");
+
+# 5. She gives her databases that publish to a role she is a member of
+# (ALTER DATABASE ... OWNER TO needs only that and CREATEDB), so that her
+# share frees up for more copies; and again. A place counts against the
+# database's owner now: one given to an owner over its share stops.
+sql('postgres', 'CREATE ROLE games NOLOGIN; GRANT games TO mallory');
+for my $round (1 .. 3) {
+	for my $db (split /\n/, sql('postgres', q{SELECT DISTINCT a.datname FROM pg_stat_activity a
+		JOIN pg_database d ON d.datname = a.datname JOIN pg_roles r ON r.oid = d.datdba
+		WHERE a.backend_type = 'outbox publisher' AND r.rolname = 'mallory'})) {
+		sql('postgres', "ALTER DATABASE $db OWNER TO games", 'mallory');
+	}
+	sleep 4;
+}
+sleep 6;
+cmp_ok(publishing_of('games'), '<=', 2, 'the role she gave them to has at most its share of databases publishing')
+  or diag('publishers: ' . publishers());
+cmp_ok(publishing_of('mallory'), '<=', 2, '... and so has she');
+ok(delivers('tenant_z', 'z'), 'the tenant still publishes');
 
 $node->stop;
 $redis->stop;

@@ -13,7 +13,9 @@
 # Proves: with today's partition made the superuser's while the publisher
 # runs, five events reach Redis once each (at most once more: the first
 # cycle's), within seconds; today's partition and both levels of a day
-# partitioned further belong to outbox_writer afterwards.
+# partitioned further belong to outbox_writer afterwards. The same when a
+# superuser revokes UPDATE on today's partition from outbox_writer: the
+# publisher grants it back.
 use strict;
 use warnings;
 use FindBin;
@@ -56,6 +58,20 @@ is($node->safe_psql('postgres', qq{SELECT string_agg(c.relname || '=' || pg_cata
 	FROM pg_class c WHERE c.relname IN ('$today', 'events_p20310110', 'events_p20310110_all')}),
 	join(',', map { "$_=outbox_writer" } sort ($today, 'events_p20310110', 'events_p20310110_all')),
 	'the partitions, both levels of the one partitioned further, belong to outbox_writer');
+
+# UPDATE revoked from the owner itself.
+$node->safe_psql('postgres', qq{REVOKE UPDATE ON outbox.$today FROM outbox_writer});
+my $before = $redis->cli('XLEN', 'ev');
+$node->safe_psql('postgres', q{SELECT outbox.emit('ev.r', pg_catalog.jsonb_build_object('n', n), 'r' || n)
+	FROM generate_series(1, 5) n});
+ok(defined wait_until(sub {
+	$node->safe_psql('postgres', q{SELECT count(*) FROM outbox.events WHERE status = 'published'}) eq '11' }, 30),
+	'with UPDATE revoked from the writer, the five events are marked published');
+sleep 3;
+$copies = $redis->cli('XLEN', 'ev') - $before;
+cmp_ok($copies, '<=', 10, "... none went out again and again ($copies copies of 5)");
+is($node->safe_psql('postgres', qq{SELECT has_table_privilege('outbox_writer', 'outbox.$today', 'UPDATE')}), 't',
+	'outbox_writer has UPDATE on its partition again');
 
 $node->stop;
 $redis->stop;
