@@ -41,6 +41,8 @@
 // transaction owns.
 #include "publisher/publisher.hpp"
 
+#include <csignal>
+
 #include "fault_injection.hpp"
 #include "guc.hpp"
 #include "shmem/shmem.hpp"
@@ -94,13 +96,9 @@ struct Running {
   // for a place never takes it meanwhile. Cleared with the entry: when the
   // database is dropped or found without the extension (or as a copy).
   bool placed;
-  // Its owner when it took its place: a place counts against the owner's
-  // share, and giving the database to another role (ALTER DATABASE ...
-  // OWNER TO, which a role with CREATEDB may do towards any role it is a
-  // member of) must not free a share while the place stays.
-  Oid placed_owner;
-  // Its publishers were told to stop for that (its owner over its share):
-  // until they are gone they hold no place, and are not started again.
+  // Its publishers were told to stop (its owner over its share, or the
+  // database no longer in the list): until they are gone it holds no place,
+  // and none is started.
   bool evicted;
 };
 
@@ -184,6 +182,23 @@ bool AnyAlive(const Running &r) {
 
 bool Holds(DatabaseSlot *slot, int w) {
   return pg_atomic_read_u32(&slot->worker_procno[w]) != kNoProc;
+}
+
+// Tell every publisher of the database to stop: those this launcher started
+// through their handles, those a previous launcher started through the
+// process that holds their place (its pid read from its PGPROC while it
+// holds the place).
+void StopPublishers(Running *r, DatabaseSlot *slot) {
+  for (int w = 0; w < kMaxWorkersPerDatabase; ++w) {
+    if (r != nullptr && r->publishers[w].handle != nullptr) {
+      TerminateBackgroundWorker(r->publishers[w].handle);
+      continue;
+    }
+    const uint32 procno = pg_atomic_read_u32(&slot->worker_procno[w]);
+    if (procno == kNoProc) continue;
+    const int pid = GetPGProcByNumber(procno)->pid;
+    if (pid != 0) (void)kill(pid, SIGTERM);
+  }
 }
 
 bool StartPublisher(Oid dboid, int index, Publisher *p, const char *datname) {
@@ -271,7 +286,13 @@ long Reconcile(MemoryContext scratch) {
     for (int j = 0; j < dbs.count && !exists; ++j) exists = dbs.oids[j] == dboid;
     if (exists) continue;
     Running *r = FindRunning(dboid);
-    if (r != nullptr && AnyAlive(*r)) continue;
+    if ((r != nullptr && AnyAlive(*r)) || AnyPublisher(&shared->slots[i])) {
+      // Dropped, or made a template or closed to connections by its owner
+      // (ALTER DATABASE ... IS_TEMPLATE, ALLOW_CONNECTIONS false): its
+      // publishers, connected before, would go on uncounted. They stop.
+      StopPublishers(r, &shared->slots[i]);
+      continue;
+    }
     if (ReleaseSlotIf(dboid, seen[i]) && r != nullptr) r->dboid = InvalidOid;
   }
   for (int i = 0; i < nrunning; ++i) {
@@ -327,12 +348,19 @@ long Reconcile(MemoryContext scratch) {
 
   bool workers_left = true;
   int unprobed = 0;
-  for (int j = 0; j < dbs.count && workers_left; ++j) {
+  // Per owner that is not a superuser, its databases with places met so far
+  // in this scan (oldest first): those past its share give them up, however
+  // they came by them (an owner change, a launcher restart).
+  Oid *ranked_owner = static_cast<Oid *>(MemoryContextAlloc(scratch, sizeof(Oid) * shared->nslots));
+  int nranked = 0;
+  // Every database is looked at, also once no background worker is free:
+  // the places past an owner's share are given up all the same.
+  for (int j = 0; j < dbs.count; ++j) {
     const Oid dboid = dbs.oids[j];
     const char *datname = dbs.names[j];
     DatabaseSlot *slot = FindSlot(dboid);
     if (slot == nullptr) {
-      if (Contains(absent, dboid) || probes >= kMaxProbes) continue;
+      if (!workers_left || Contains(absent, dboid) || probes >= kMaxProbes) continue;
       // Not even probed: a probe that finds the extension stays.
       if (limited && publishing >= guc::max_databases) {
         ++unchecked_at_limit;
@@ -356,7 +384,7 @@ long Reconcile(MemoryContext scratch) {
     for (int w = 0; w < kMaxWorkersPerDatabase; ++w) {
       Publisher *p = &r->publishers[w];
       if (p->handle != nullptr && !IsAlive(*p) && !Holds(slot, w)) {
-        NoteExit(p, w, datname, word, paused, now);
+        NoteExit(p, w, datname, word, paused || r->evicted, now);
       }
     }
     const bool probe_failed =
@@ -380,34 +408,24 @@ long Reconcile(MemoryContext scratch) {
     Remove(&absent, dboid);
     if (r->evicted && !AnyAlive(*r) && !AnyPublisher(slot)) r->evicted = false;
     const bool has_place = (!r->evicted && (AnyAlive(*r) || AnyPublisher(slot))) || r->placed;
-    if (state == ExtensionState::kPresent && has_place && !r->placed) {
-      r->placed = true;
-      r->placed_owner = dbs.owners[j];
-    }
-    if (r->placed && r->placed_owner != dbs.owners[j]) {
-      // Given to another owner since it took its place: counted against
-      // that owner now (owners_publishing has it under the new one). Over
-      // the new owner's share, it gives its place up, its publishers
-      // stopped; the next scans give the owner's places to its oldest
-      // databases again.
-      if (!dbs.trusted[j] && guc::max_databases_per_owner > 0 &&
-          OwnersCount(owners_publishing, nowners_publishing, dbs.owners[j]) >
-              guc::max_databases_per_owner) {
-        for (int w = 0; w < kMaxWorkersPerDatabase; ++w) {
-          if (r->publishers[w].handle != nullptr)
-            TerminateBackgroundWorker(r->publishers[w].handle);
-        }
+    if (state == ExtensionState::kPresent && has_place) r->placed = true;
+    if (has_place && !dbs.trusted[j] && guc::max_databases_per_owner > 0) {
+      // Its owner's databases with places, oldest first: past the share
+      // (the database was given to this owner, or the share was lowered, or
+      // a restarted launcher found them all running), it gives its place
+      // up and its publishers stop; the owner's older ones keep theirs.
+      if (OwnersCount(ranked_owner, nranked, dbs.owners[j]) >= guc::max_databases_per_owner) {
+        StopPublishers(r, slot);
         r->placed = false;
         r->evicted = true;
         ereport(WARNING,
-                (errmsg("outbox: database \"%s\" was given to %s, which has more than "
-                        "outbox.max_databases_per_owner (%d) databases with publishers: its "
-                        "publishers stop",
+                (errmsg("outbox: database \"%s\" gives up its publishers: its owner %s has "
+                        "outbox.max_databases_per_owner (%d) older databases with publishers",
                         datname, dbs.owner_names[j], guc::max_databases_per_owner),
                  errdetail("Its events wait as pending until that owner has a place free.")));
         continue;
       }
-      r->placed_owner = dbs.owners[j];
+      if (nranked < shared->nslots) ranked_owner[nranked++] = dbs.owners[j];
     }
     const bool over_limit = limited && publishing >= guc::max_databases;
     if (!has_place && (over_limit || owner_full(j))) {
@@ -416,13 +434,17 @@ long Reconcile(MemoryContext scratch) {
       } else {
         WarnOverOwnerLimit(dboid, datname, dbs.owner_names[j], now);
       }
-      // A slot that an announcement (CREATE EXTENSION, publish_here())
-      // took, never probed: given back, so that databases waiting over the
-      // limits cannot hold every shared slot and leave none for a database
-      // under them. This scan's loop finds it again once a place is free.
-      if (state == ExtensionState::kUnknown && ReleaseSlotIf(dboid, word)) r->dboid = InvalidOid;
+      // Its slot (an announcement's, CREATE EXTENSION or publish_here(), or
+      // one kept from before) goes back once no publisher holds it, so that
+      // databases waiting over the limits cannot hold every shared slot and
+      // leave none for a database under them. This loop finds it again,
+      // and probes it, once a place is free.
+      if (!AnyAlive(*r) && !AnyPublisher(slot) && ReleaseSlotIf(dboid, word)) {
+        r->dboid = InvalidOid;
+      }
       continue;
     }
+    if (r->evicted || !workers_left) continue;
     for (int w = 0; w < guc::workers; ++w) {
       Publisher *p = &r->publishers[w];
       // Alive if we started it and it runs, or if any publisher holds its

@@ -169,6 +169,23 @@ cmp_ok(publishing_of('games'), '<=', 2, 'the role she gave them to has at most i
 cmp_ok(publishing_of('mallory'), '<=', 2, '... and so has she');
 ok(delivers('tenant_z', 'z'), 'the tenant still publishes');
 
+# 6. One of hers made a template leaves the launcher's list: its publishers
+# stop rather than run uncounted while another copy takes her share; made
+# an ordinary database again, her share still holds.
+my ($hidden) = split /\n/, sql('postgres', q{SELECT DISTINCT a.datname FROM pg_stat_activity a
+	JOIN pg_database d ON d.datname = a.datname JOIN pg_roles r ON r.oid = d.datdba
+	WHERE a.backend_type = 'outbox publisher' AND r.rolname IN ('mallory', 'games') ORDER BY 1});
+sql('postgres', "ALTER DATABASE $hidden WITH IS_TEMPLATE true", 'mallory');
+ok(defined wait_until(sub {
+	sql('postgres', qq{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'outbox publisher'
+		AND datname = '$hidden'}) eq '0' }, 30),
+	'a database she makes a template loses its publishers');
+sleep 6;
+sql('postgres', "ALTER DATABASE $hidden WITH IS_TEMPLATE false", 'mallory');
+sleep 8;
+cmp_ok(publishing_of('games'), '<=', 2, 'made ordinary again, the shares still hold (games)');
+cmp_ok(publishing_of('mallory'), '<=', 2, '... (mallory)');
+
 $node->stop;
 $redis->stop;
 done_testing();
