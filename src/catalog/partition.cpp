@@ -130,13 +130,10 @@ const char *LockHolders() {
 // Run step(arg) in a subtransaction with lock_timeout set to
 // outbox.maintenance_lock_timeout. A lock timeout rolls the step back and
 // returns false (logged, retried next run); so does, when `made_elsewhere`,
-// a relation of the same name that another session created first (a
-// restore's CREATE TABLE of the partition, before its ATTACH PARTITION; or a
-// concurrent maintain()): that session's work, not an error of ours; and,
-// when `kept_by_dependents`, objects of others that depend on the relation
-// (a view on a partition, which any role may create, a temporary one
-// included): a WARNING names them, and the other steps go on. Any other
-// error propagates.
+// a relation of that name another session created first (a restore's CREATE
+// TABLE before its ATTACH PARTITION, a concurrent maintain()); and, when
+// `kept_by_dependents`, others' objects that depend on the relation (a view,
+// which any role may create): a WARNING names them. Other errors propagate.
 bool RunGuarded(const char *what, StepFn step, void *arg, bool made_elsewhere = false,
                 bool kept_by_dependents = false) {
   MemoryContext oldcontext = CurrentMemoryContext;
@@ -441,8 +438,22 @@ struct OwnerArg {
   const char *owner;      // quoted
 };
 
-// The rows of `sql` (a partition's name, a role's quoted name) as steps'
-// arguments, in the current memory context.
+// Every partition below `parent` as a subquery of (relid, level), read from
+// pg_inherits: pg_partition_tree() locks each one, which deadlocks with a
+// restore's ATTACH PARTITION (it holds outbox.events, waits for the one).
+const char *PartitionTree(Oid parent) {
+  return psprintf(
+      "(WITH RECURSIVE tree(relid, level) AS ("
+      " SELECT i.inhrelid, 1 FROM pg_catalog.pg_inherits i"
+      " WHERE i.inhparent OPERATOR(pg_catalog.=) '%u'::pg_catalog.oid"
+      " UNION ALL SELECT i.inhrelid, tree.level OPERATOR(pg_catalog.+) 1"
+      " FROM pg_catalog.pg_inherits i JOIN tree"
+      " ON i.inhparent OPERATOR(pg_catalog.=) tree.relid)"
+      " SELECT relid, level FROM tree)",
+      parent);
+}
+
+// `sql`'s rows (a partition, a role's quoted name), in the current context.
 OwnerArg *ListOwnerArgs(const char *sql, int *n) {
   if (ExecFresh(sql, 0) != SPI_OK_SELECT) elog(ERROR, "outbox: cannot list partitions");
   *n = static_cast<int>(SPI_processed);
@@ -467,13 +478,11 @@ bool RegrantStep(void *p) {
   return true;
 }
 
-// The partitions (every level, in schema outbox) whose owner, the owner of
-// outbox.events, lacks what the publisher's statements need on them (a
-// superuser revoked it): as RunGuarded steps, the privileges given back.
+// Privileges a superuser revoked from the owner on a partition: given back.
 void RegrantOwners(Oid parent, Oid nsp) {
   const char *sql = psprintf(
       "SELECT c.relname::pg_catalog.text, pg_catalog.quote_ident(r.rolname::pg_catalog.text)"
-      " FROM pg_catalog.pg_partition_tree('%u'::pg_catalog.oid::pg_catalog.regclass) t"
+      " FROM %s t"
       " JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) t.relid"
       " JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) c.relowner"
       " WHERE c.relnamespace OPERATOR(pg_catalog.=) '%u'::pg_catalog.oid"
@@ -482,7 +491,7 @@ void RegrantOwners(Oid parent, Oid nsp) {
       " AND pg_catalog.has_table_privilege(c.relowner, c.oid, 'INSERT')"
       " AND pg_catalog.has_table_privilege(c.relowner, c.oid, 'DELETE'))"
       " ORDER BY t.level, c.relname",
-      parent, nsp);
+      PartitionTree(parent), nsp);
   int n = 0;
   OwnerArg *args = ListOwnerArgs(sql, &n);
   for (int i = 0; i < n; ++i) {
@@ -508,17 +517,16 @@ void AlignPartitionOwners() {
   // the outcome updates reach through it.
   const char *sql = psprintf(
       "SELECT c.relname::pg_catalog.text, pg_catalog.quote_ident(r.rolname::pg_catalog.text)"
-      " FROM pg_catalog.pg_partition_tree('%u'::pg_catalog.oid::pg_catalog.regclass) t"
+      " FROM %s t"
       " JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) t.relid"
       " JOIN pg_catalog.pg_class p ON p.oid OPERATOR(pg_catalog.=) '%u'::pg_catalog.oid"
       " JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) p.relowner"
-      " WHERE t.relid OPERATOR(pg_catalog.<>) p.oid"
-      " AND c.relowner OPERATOR(pg_catalog.<>) p.relowner"
+      " WHERE c.relowner OPERATOR(pg_catalog.<>) p.relowner"
       // Only outbox's own partitions: one attached from another schema is
       // not ours to give away (and the publisher never updates it by name).
       " AND c.relnamespace OPERATOR(pg_catalog.=) '%u'::pg_catalog.oid"
       " ORDER BY t.level, c.relname",
-      parent, parent, nsp);
+      PartitionTree(parent), parent, nsp);
   int n = 0;
   OwnerArg *args = ListOwnerArgs(sql, &n);
   for (int i = 0; i < n; ++i) {
