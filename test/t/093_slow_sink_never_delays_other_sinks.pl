@@ -83,8 +83,12 @@ is($node->safe_psql('postgres',
 
 my $log = slurp_file($node->logfile, $log_start);
 unlike($log, qr/sink "kafka" is unavailable/, 'the sink is never reported unavailable for one topic');
-like($log, qr/sink "kafka" has not answered within outbox\.ack_wait/,
-	'the log says the sink is slow and the others go ahead');
+# Which line depends on what else a batch held: a batch of nothing but the
+# unknown topic's events, with nothing else of the sink answered in the wait
+# before, says the sink has not answered; one with the topic that exists
+# says that topic's events wait.
+like($log, qr/sink "kafka" (has not answered within outbox\.ack_wait|answers, but not for topic\(s\) "lost\.order")/,
+	'the log says the sink (or the topic) is slow and the others go ahead');
 
 # --- Slow brokers: every Kafka answer comes after the ack wait.
 $kafka->command_ok('rtt all 1000');
