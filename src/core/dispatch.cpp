@@ -397,10 +397,17 @@ void Dispatcher::SendGroup(const Flight &flight, SinkGroup *group,
                            Sink::InterruptCheck interrupted) {
   SinkState *state = &sinks_[group->sink_name];
   group->results.resize(group->members.size());
-  // A sink with batches in flight is not recreated under them: a failed one
-  // refuses this batch at once (retriable), and is recreated once idle.
-  // Its late groups keep the failed producer (LateAnswers::Retire).
-  Sink *sink = sinks_.SinkFor(group->sink_name, state, flights_.size() == 1);
+  // A sink with batches in flight is not recreated under them (another
+  // batch's, or this batch's group sent before, awaiting its answers): a
+  // failed one refuses this batch at once (retriable), and is recreated
+  // once idle. Its late groups keep the old producer (LateAnswers::Retire).
+  const Sink *current = state->sink.get();
+  const bool idle =
+      flights_.size() == 1 &&
+      std::none_of(flight.groups.begin(), flight.groups.end(), [current](const SinkGroup &g) {
+        return current != nullptr && g.sink == current;
+      });
+  Sink *sink = sinks_.SinkFor(group->sink_name, state, idle);
   if (sink == nullptr) {
     for (Delivery &d : group->results) d = Delivery{DeliveryStatus::kRetriable, state->last_error};
     return;
@@ -429,7 +436,8 @@ void Dispatcher::SettleGroup(const Flight &flight, SinkGroup *group,
   for (size_t k = 0; k < group->results.size() && k < group->messages.size(); ++k) {
     if (group->results[k].status == DeliveryStatus::kDelivered) {
       late_.NoteAnswered(&state, group->sink_name, group->messages[k].topic,
-                         (group->results[k].answered_at_us - group->sent_unix_us) / 1000);
+                         (group->results[k].answered_at_us - group->sent_unix_us) / 1000,
+                         flight.settings.ack_wait_ms);
     }
   }
   if (std::any_of(group->results.begin(), group->results.end(), FromBroker)) {

@@ -48,7 +48,8 @@ void LateAnswers::Take(SinkGroup *group, const EventRow *rows, const int *route_
       results.push_back(group->results[k]);
       if (group->results[k].status == DeliveryStatus::kDelivered) {
         NoteAnswered(&state, group->sink_name, group->messages[k].topic,
-                     (group->results[k].answered_at_us - group->sent_unix_us) / 1000);
+                     (group->results[k].answered_at_us - group->sent_unix_us) / 1000,
+                     settings.ack_wait_ms);
       }
     }
     Judging j;
@@ -185,7 +186,7 @@ LateOutcome LateAnswers::OutcomeOf(const Late &late, size_t k, const RowOutcome 
 // The broker took these events: published, whatever becomes of the rest of
 // their group (a verdict on the group never turns a delivery into anything
 // else). Their answers also measure their topics.
-void LateAnswers::HandOutDelivered(Late *late) {
+void LateAnswers::HandOutDelivered(Late *late, int64_t ack_wait_ms) {
   SinkState *state = late->retired ? nullptr : sinks_->Find(late->sink_name);
   for (size_t k = 0; k < late->rows.size(); ++k) {
     if (!DeliveredEarly(*late, k)) continue;
@@ -199,7 +200,7 @@ void LateAnswers::HandOutDelivered(Late *late) {
     if (state != nullptr) {
       state->last_answer_ms = SteadyMs();
       NoteAnswered(state, late->sink_name, r.topic,
-                   (answer.answered_at_us - late->sent_unix_us) / 1000);
+                   (answer.answered_at_us - late->sent_unix_us) / 1000, ack_wait_ms);
     }
     if (!r.has_key) continue;
     guard_->Release(r.pattern, r.key, r.id);
@@ -216,7 +217,7 @@ void LateAnswers::Settle(const DispatchSettings &settings) {
   (void)Arrived();
   for (auto it = late_.begin(); it != late_.end();) {
     if (!it->complete) {
-      HandOutDelivered(&*it);
+      HandOutDelivered(&*it, settings.ack_wait_ms);
       ++it;
       continue;
     }
@@ -271,7 +272,8 @@ void LateAnswers::Settle(const DispatchSettings &settings) {
       for (size_t x = 0; x < members.size(); ++x) {
         if (results[x].status == DeliveryStatus::kDelivered && !late.handed[members[x]]) {
           NoteAnswered(state, late.sink_name, late.rows[members[x]].topic,
-                       (results[x].answered_at_us - late.sent_unix_us) / 1000);
+                       (results[x].answered_at_us - late.sent_unix_us) / 1000,
+                       settings.ack_wait_ms);
         }
       }
     }
@@ -456,11 +458,14 @@ int64_t LateAnswers::OldestLateUs(const std::string &sink, int64_t now_us) const
 }
 
 void LateAnswers::NoteAnswered(SinkState *state, const std::string &sink, std::string_view topic,
-                               int64_t latency_ms) {
-  sinks_->NoteAnsweredTopic(state, topic, latency_ms);
+                               int64_t latency_ms, int64_t ack_wait_ms) {
+  const bool suspected = sinks_->Suspected(sink, topic);
+  if (!suspected || ack_wait_ms <= 0 || latency_ms <= ack_wait_ms) {
+    sinks_->NoteAnsweredTopic(state, topic, latency_ms);
+  }
   // Looked for only while the topic is suspect on the sink: rare, and
   // bounded by the events awaiting late answers (kMaxLateGroups groups).
-  if (sinks_->Suspected(sink, topic) && !AwaitsOverdue(*state, sink, topic)) {
+  if (suspected && !AwaitsOverdue(*state, sink, topic)) {
     sinks_->EndSuspicion(sink, topic);
   }
 }

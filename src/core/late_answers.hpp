@@ -100,8 +100,14 @@ class LateAnswers {
   // of the partition's events, whose retries would otherwise hold a cycle for
   // outbox.ack_wait again. Events left late only because their topic was
   // suspect, and answered in their usual time, do not keep it suspect.
+  // An answer a suspect topic got only after the ack wait is not measured:
+  // a partition that had no leader for seconds answers its backlog when it
+  // gets one, and learnt, those answers would make the topic's next groups
+  // wait the whole ack wait when its trouble begins again (and the sink's
+  // other topics with them). A topic that answers slowly but within the
+  // wait is measured, and waited for from then on.
   void NoteAnswered(SinkState *state, const std::string &sink, std::string_view topic,
-                    int64_t latency_ms);
+                    int64_t latency_ms, int64_t ack_wait_ms);
   // Whether an event of `topic` sent through the sink's current producer
   // still has no answer, and waited longer than its answers usually take
   // (SinkRegistry::OverdueAfterMs).
@@ -180,7 +186,7 @@ class LateAnswers {
   // Whether row k of `late` was delivered and not handed out yet.
   static bool DeliveredEarly(const Late &late, size_t k) noexcept;
   // Hands out the delivered rows of a group still awaiting others.
-  void HandOutDelivered(Late *late);
+  void HandOutDelivered(Late *late, int64_t ack_wait_ms);
   LateOutcome OutcomeOf(const Late &late, size_t k, const RowOutcome &outcome) const;
 
   const std::vector<DispatchRoute> *routes_;

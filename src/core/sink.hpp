@@ -195,6 +195,10 @@ class Sink {
   // True after a fatal error (e.g. Kafka's idempotent producer lost its
   // sequence): the owner must destroy this sink and create a new one.
   virtual bool NeedsRecreate() const = 0;
+  // True when the sink keeps so much for the targets it wrote to that its
+  // owner should replace it with a fresh one when it has nothing in flight
+  // (a Kafka producer keeps every topic it ever wrote to). Nothing failed.
+  virtual bool Worn() const { return false; }
 
   // One word for monitoring: "connected", "connecting", "down", ...
   virtual std::string State() const = 0;

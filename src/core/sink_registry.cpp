@@ -75,9 +75,16 @@ void SinkRegistry::Configure(const SinkRow *sinks, size_t n) {
 }
 
 Sink *SinkRegistry::SinkFor(const std::string &name, SinkState *state, bool may_recreate) {
-  if (may_recreate && state->sink && state->sink->NeedsRecreate()) {
-    logs_->Add(LogLevel::kWarning,
-               "sink \"" + name + "\" hit a fatal error; recreating its producer");
+  if (may_recreate && state->sink && (state->sink->NeedsRecreate() || state->sink->Worn())) {
+    if (state->sink->NeedsRecreate()) {
+      logs_->Add(LogLevel::kWarning,
+                 "sink \"" + name + "\" hit a fatal error; recreating its producer");
+    } else {
+      logs_->Add(LogLevel::kInfo,
+                 "sink \"" + name +
+                     "\" wrote to more distinct targets than one producer keeps; recreating "
+                     "its producer to free what its client library holds for each");
+    }
     DrainLogs();
     retire_(name, &state->sink);  // late groups keep pointing at it
     state->sink.reset();

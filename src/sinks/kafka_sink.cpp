@@ -60,7 +60,7 @@ KafkaSink::~KafkaSink() {
   rd_kafka_destroy(rk_);
 }
 
-bool KafkaSink::Init(const std::string &name, const SinkOptions &options, KafkaWaitLimits limits,
+bool KafkaSink::Init(const std::string &name, const SinkOptions &options, KafkaLimits limits,
                      std::string *error) {
   limits_ = limits;
   KafkaConfPtr conf = NewKafkaConf(name, options, error);
@@ -344,12 +344,12 @@ std::string KafkaSink::State() const {
 
 std::unique_ptr<Sink> MakeKafkaSink(const std::string &name, const SinkOptions &options,
                                     std::string *error, bool privileged) {
-  return MakeKafkaSinkWithLimits(name, options, error, privileged, KafkaWaitLimits{});
+  return MakeKafkaSinkWithLimits(name, options, error, privileged, KafkaLimits{});
 }
 
 std::unique_ptr<Sink> MakeKafkaSinkWithLimits(const std::string &name, const SinkOptions &options,
                                               std::string *error, bool privileged,
-                                              KafkaWaitLimits limits) {
+                                              KafkaLimits limits) {
   std::string ignored;
   if (error == nullptr) error = &ignored;
   try {

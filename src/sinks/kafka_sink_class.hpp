@@ -45,7 +45,7 @@ class KafkaSink final : public Sink {
   KafkaSink &operator=(const KafkaSink &) = delete;
 
   // Builds the producer; false with *error set when librdkafka refuses.
-  bool Init(const std::string &name, const SinkOptions &options, KafkaWaitLimits limits,
+  bool Init(const std::string &name, const SinkOptions &options, KafkaLimits limits,
             std::string *error);
 
   void Publish(const OutMessage *messages, size_t n, Delivery *out,
@@ -59,6 +59,8 @@ class KafkaSink final : public Sink {
   void Poll() override;
   std::vector<LogLine> TakeLogs() override;
   bool NeedsRecreate() const override;
+  // It wrote to limits_.max_topics distinct topics (see KafkaLimits).
+  bool Worn() const override { return topics_.size() >= limits_.max_topics; }
   std::string State() const override;
 
  private:
@@ -119,8 +121,8 @@ class KafkaSink final : public Sink {
   std::vector<Header> header_list_;  // reused for each message's headers
   std::string header_scratch_;       // backs header values the format builds
   std::string value_scratch_;        // backs the value when the format rewrites the payload
-  KafkaWaitLimits limits_;           // see kafka_sink.hpp
-  int wait_limit_ms_ = 10000 + KafkaWaitLimits{}.margin_ms;
+  KafkaLimits limits_;               // see kafka_sink.hpp
+  int wait_limit_ms_ = 10000 + KafkaLimits{}.margin_ms;
 
   LogBuffer logs_{"librdkafka log line(s)"};
   // Lines librdkafka logged from one of its own threads (never expected with

@@ -186,6 +186,28 @@ class DispatcherTest : public ::testing::Test {
     (void)Dispatch(events, kNow + 2 * kMaxUs);
     return kNow + 4 * kMaxUs;
   }
+  // ThreeSuspectsSentAlone; then a batch of event 1 (a suspect, sent alone)
+  // and event 4 (a group of its own, sent first), `wear` applied to the
+  // broker as event 4 is sent.
+  void ExpectNotReplacedUnderItsOwnGroup(const std::function<void(FakeBroker *)> &wear) {
+    const std::vector<Event> events = ThreeSuspectsSentAlone();
+    FakeBroker *broker = &Broker("kafka");
+    broker->script = [](const OutMessage &, int) { return Delivered(); };
+    broker->on_send = [broker, wear, id = Id(4)](const SentMessage &m) {
+      if (m.id == id) wear(broker);
+    };
+    const size_t before = broker->calls.size();
+    const auto out = Dispatch({events[0], Ev(4, "orders.a", "d")}, kNow + 4 * kMaxUs);
+    ASSERT_EQ(broker->calls.size(), before + 2) << "the group, then the suspect alone";
+    EXPECT_EQ(broker->alone_calls.count(before + 1), 1u);
+    EXPECT_EQ(broker->destroyed, 0) << "replaced while its first group awaited answers";
+    EXPECT_EQ(broker->created, 1);
+    EXPECT_TRUE(Is(out[1], Outcome::kPublished));
+    (void)Dispatch({Ev(6, "orders.a", "e")}, kNow + 5 * kMaxUs);
+    EXPECT_EQ(broker->destroyed, 1) << "replaced once idle";
+    EXPECT_EQ(broker->created, 2);
+    broker->on_send = nullptr;
+  }
   // LostWithOthersTwice, and then the broker delivers everything.
   int64_t SuspectsOfADeliveringSink(const std::vector<Event> &events) {
     const int64_t due = LostWithOthersTwice(events);
@@ -1077,6 +1099,18 @@ TEST_F(DispatcherTest, ASuspectIsHandedToItsSinkAsAMessageAlone) {
   EXPECT_EQ(Broker("kafka").alone_calls.count(before + 1), 1u);
 }
 
+// A batch's group for the sink goes first, then a suspect alone on the same
+// sink. The producer fails (or wears out) as the first group is sent: it is
+// not replaced for the suspect while the first group awaits its answers
+// (destroying it would free what that group waits on), only once idle.
+TEST_F(DispatcherTest, AFailedProducerIsNotReplacedUnderAGroupOfItsOwnBatchAwaitingAnswers) {
+  ExpectNotReplacedUnderItsOwnGroup([](FakeBroker *b) { b->needs_recreate = true; });
+}
+
+TEST_F(DispatcherTest, AWornProducerIsNotReplacedUnderAGroupOfItsOwnBatchAwaitingAnswers) {
+  ExpectNotReplacedUnderItsOwnGroup([](FakeBroker *b) { b->worn = true; });
+}
+
 TEST_F(DispatcherTest, CulpritsGivenFollowersKeepNoSuspectHeadingNothingFromItsTurn) {
   // A hundred culprits, each with a later event of its key (so each heads
   // it: a lead), and among them the one event of key s, lost with them
@@ -1899,6 +1933,23 @@ TEST_F(DispatcherTest, SinkWithAFatalErrorIsRecreatedBeforeItsNextUse) {
   EXPECT_EQ(Broker("kafka").AllIds(), (std::vector<std::string>{Id(1), Id(2)}));
   EXPECT_EQ(CountLogs(LogLevel::kWarning, "recreat"), 1) << AllLogs();
   EXPECT_TRUE(Contains(AllLogs(), "\"kafka\""));
+}
+
+// A producer that wrote to many distinct targets (Sink::Worn: a Kafka
+// producer keeps every topic it wrote to) is replaced before its next use,
+// with a LOG line, not a WARNING: nothing failed.
+TEST_F(DispatcherTest, AWornProducerIsReplacedBeforeItsNextUse) {
+  ConfigureOneSink();
+  Dispatch({Ev(1, "orders.a")});
+  Broker("kafka").worn = true;
+  Logs();
+  const auto out = Dispatch({Ev(2, "orders.a")}, kNow + 1);
+  EXPECT_TRUE(Is(out[0], Outcome::kPublished));
+  EXPECT_EQ(Broker("kafka").destroyed, 1);
+  EXPECT_EQ(Broker("kafka").created, 2);
+  EXPECT_EQ(CountLogs(LogLevel::kInfo, "more distinct targets than one producer keeps"), 1)
+      << AllLogs();
+  EXPECT_EQ(CountLogs(LogLevel::kWarning, ""), 0) << AllLogs();
 }
 
 TEST_F(DispatcherTest, SinkLogLinesComeOutWithTheSinkName) {
@@ -2895,6 +2946,54 @@ TEST_F(SlowSinkTest, AnAnswerEndsATopicsSuspicionOnceNoneOfItsEventsAwaitsOne) {
   const auto took = std::chrono::steady_clock::now() - started;
   EXPECT_TRUE(Is(out[0], Outcome::kPark));
   EXPECT_GE(took, std::chrono::milliseconds(350)) << "waited for as a topic not suspect";
+}
+
+// A partition without a leader for a while: when it gets one, its topic's
+// late answers come seconds after they were sent. They do not teach the
+// publisher that the topic (or the sink) answers slowly: when the trouble
+// begins again, the first group holding the topic is given up after four
+// times its usual answer time, as the first time, and the sink's other
+// topics in the cycle do not wait the whole ack wait.
+TEST_F(SlowSinkTest, ATopicsAnswersAfterItsPartitionHadNoLeaderDoNotMakeItsNextTroubleHoldTheCycle) {
+  ack_wait_ms_ = 400;
+  Broker("kafka").stuck_ids = {Id(2)};
+  Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.split", "m")});
+  ASSERT_EQ(dispatcher_.LateIds(), std::vector<std::string>{Id(2)});
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // no leader meanwhile
+  Broker("kafka").stuck_ids.clear();
+  ASSERT_TRUE(dispatcher_.LateArrived());
+  const auto late = SettleLate(kNow + 1000);
+  ASSERT_EQ(late.size(), 1u);
+  EXPECT_TRUE(Is(late[0].outcome, Outcome::kPublished));
+  EXPECT_FALSE(dispatcher_.HasLate());
+  Broker("kafka").stuck_ids = {Id(4)};  // the partition loses its leader again
+  const auto started = std::chrono::steady_clock::now();
+  const auto out = Dispatch({Ev(3, "orders.a", "k3"), Ev(4, "orders.split", "m4")}, kNow + 3000);
+  const auto took = std::chrono::steady_clock::now() - started;
+  EXPECT_TRUE(Is(out[0], Outcome::kPublished));
+  EXPECT_TRUE(Is(out[1], Outcome::kPark));
+  EXPECT_LT(took, std::chrono::milliseconds(300))
+      << "the 1.2 s late answer was learnt as the topic's usual time: the group waited the "
+         "whole ack wait";
+}
+
+// A topic that answers slowly, but within the ack wait, is measured by its
+// late answers while suspect: its next groups are waited for and decided in
+// the cycle, not left late (their keys held back) again and again.
+TEST_F(SlowSinkTest, ATopicThatAnswersSlowlyWithinTheAckWaitIsWaitedForOnceItsAnswersAreMeasured) {
+  ack_wait_ms_ = 1000;
+  Broker("kafka").answer_after_ms["orders.slow"] = 150;
+  const auto first = Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.slow", "m")});
+  ASSERT_TRUE(Is(first[0], Outcome::kPublished));
+  ASSERT_TRUE(Is(first[1], Outcome::kPark)) << "given up after four times the sink's usual time";
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  ASSERT_TRUE(dispatcher_.LateArrived());
+  const auto late = SettleLate(kNow + 1000);
+  ASSERT_EQ(late.size(), 1u);
+  EXPECT_TRUE(Is(late[0].outcome, Outcome::kPublished));
+  const auto next = Dispatch({Ev(3, "orders.a", "k3"), Ev(4, "orders.slow", "m4")}, kNow + 2000);
+  EXPECT_TRUE(Is(next[0], Outcome::kPublished));
+  EXPECT_TRUE(Is(next[1], Outcome::kPublished)) << "waited for, its 150 ms answer measured";
 }
 
 // A topic made suspect by one event that got no answer (a partition without

@@ -76,6 +76,9 @@ struct FakeBroker {
   bool throw_on_create = false;  // the factory runs out of memory (std::bad_alloc)
   std::string create_error;
   bool needs_recreate = false;  // reported by the live sink; cleared on creation
+  bool worn = false;            // the same, for Sink::Worn
+  // Called as each message is handed to the sink (before any answer).
+  std::function<void(const SentMessage &)> on_send;
   std::string state = "connected";
   std::vector<LogLine> pending_logs;  // handed out by the next TakeLogs
   std::string last_kind;
@@ -204,6 +207,7 @@ class FakeSink : public Sink {
       }
       s.headers_json = std::string(m.headers_json);
       broker_->calls.back().push_back(std::move(s));
+      if (broker_->on_send) broker_->on_send(broker_->calls.back().back());
     }
   }
 
@@ -268,6 +272,7 @@ class FakeSink : public Sink {
     return logs;
   }
   bool NeedsRecreate() const override { return broker_->needs_recreate; }
+  bool Worn() const override { return broker_->worn; }
   std::string State() const override { return broker_->state; }
 
  private:
@@ -288,6 +293,7 @@ inline std::unique_ptr<Sink> FakeFactory(std::string_view name, std::string_view
   if (b->throw_on_create) throw std::bad_alloc();
   ++b->created;
   b->needs_recreate = false;
+  b->worn = false;
   b->last_kind = std::string(kind);
   b->last_options = options;
   return std::make_unique<FakeSink>(b);

@@ -797,7 +797,7 @@ TEST(KafkaSink, ABatchPastItsDeadlineGivesUpAloneAndLaterBatchesAreAnswered) {
   std::string error;
   auto sink = MakeKafkaSinkWithLimits(
       "test", {Opt("bootstrap.servers", cluster.Bootstraps()), Opt("message.timeout.ms", "0")},
-      &error, true, KafkaWaitLimits{1000, 2000});
+      &error, true, KafkaLimits{1000, 2000});
   ASSERT_NE(sink, nullptr) << error;
   WarmUp(*sink, "stalled", std::string("s"), "w");
   WarmUp(*sink, "answering", std::string("a"), "w");
@@ -934,6 +934,29 @@ TEST(KafkaSink, FatalErrorAsksForRecreate) {
   Batch after;
   after.Add("fatal", std::nullopt, "3");
   ExpectAll(after.PublishTo(*sink), DeliveryStatus::kRetriable, "must be recreated");
+}
+
+// librdkafka keeps every topic a producer wrote to until the producer is
+// destroyed: past max_topics distinct topics the sink asks to be replaced
+// (Sink::Worn), and it still delivers what it was given.
+TEST(KafkaSink, AProducerThatWroteToManyDistinctTopicsAsksToBeReplaced) {
+  MockCluster cluster;
+  for (const char *t : {"t1", "t2", "t3"}) cluster.CreateTopic(t, 1);
+  KafkaLimits limits;
+  limits.max_topics = 3;
+  std::string error;
+  auto sink = MakeKafkaSinkWithLimits("test", {Opt("bootstrap.servers", cluster.Bootstraps())},
+                                      &error, true, limits);
+  ASSERT_NE(sink, nullptr) << error;
+  Batch two;
+  two.Add("t1", std::string("k"), "1").Add("t2", std::string("k"), "2").Add("t1", std::nullopt, "3");
+  ExpectAll(two.PublishTo(*sink), DeliveryStatus::kDelivered);
+  EXPECT_FALSE(sink->Worn()) << "two distinct topics";
+  Batch third;
+  third.Add("t3", std::string("k"), "4");
+  ExpectAll(third.PublishTo(*sink), DeliveryStatus::kDelivered);
+  EXPECT_TRUE(sink->Worn()) << "three distinct topics";
+  EXPECT_FALSE(sink->NeedsRecreate()) << "nothing failed";
 }
 
 TEST(KafkaSink, RejectionAfterFatalErrorIsLeftToTheNextProducer) {
