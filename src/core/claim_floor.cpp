@@ -39,8 +39,7 @@ IdPosition After(const IdPosition &id) {
 
 int64_t ClaimFloor::PassHoldersBefore(int64_t now) { return now - kPassHoldersAfterUs; }
 
-IdPosition ClaimFloor::SafeBound(int64_t now, int64_t oldest_emit, bool unknown_prepared) {
-  if (unknown_prepared) return IdPosition::Beginning();
+IdPosition ClaimFloor::SafeBound(int64_t now, int64_t oldest_emit) {
   int64_t t = now - kUsPerSecond;
   if (oldest_emit != 0 && oldest_emit < t) t = oldest_emit;
   return IdFloorAt(t);

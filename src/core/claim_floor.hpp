@@ -35,7 +35,9 @@
 // - the floor moves only once the cycle that claimed up to it committed (an
 //   aborted cycle leaves its rows as they were, possibly below it).
 // Prepared transactions that were prepared before the server started are of
-// unknown content: while any exists here, claims start at the beginning.
+// unknown content: they are passed (their events are invisible until they
+// commit), and their COMMIT PREPARED reports a first emit at the beginning,
+// counts there until it has ended, and resets the floors once it committed.
 // Anything else that may put a claimable event below the floor starts the
 // claims from the beginning once it commits (DatabaseSlot::floor_resets,
 // ResetCountIs): maintenance moving rows out of the default partition, a
@@ -111,9 +113,8 @@ class ClaimFloor {
   // before this are passed.
   static int64_t PassHoldersBefore(int64_t now);
   // The highest floor that is safe at `now`, given the emit horizon read
-  // after it (`oldest_emit`, 0: none) and whether a prepared transaction of
-  // unknown content exists (then only the beginning is safe).
-  static IdPosition SafeBound(int64_t now, int64_t oldest_emit, bool unknown_prepared);
+  // after it (`oldest_emit`, 0: none; one before 1970 gives the beginning).
+  static IdPosition SafeBound(int64_t now, int64_t oldest_emit);
   // The created_at range [*low, *high] the ids a ready claim from `from` (up
   // to `now`) can have, so that only the partitions that can hold them are
   // scanned. False for a full scan, which has no such range.

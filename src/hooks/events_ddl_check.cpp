@@ -13,20 +13,32 @@ extern "C" {
 #include "access/table.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
+#include "catalog/dependency.h"
 #include "catalog/partition.h"
 #include "catalog/pg_inherits.h"
+#include "catalog/pg_proc.h"
+#include "commands/extension.h"
+#include "commands/trigger.h"
 #include "nodes/parsenodes.h"
 #include "miscadmin.h"
+#include "postmaster/bgworker.h"
 #include "utils/acl.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/regproc.h"
 #include "utils/resowner.h"
+#include "utils/syscache.h"
 }
 
 namespace outbox {
 namespace {
 
 void WatchNothing(Oid) {}
+
+// Whether this backend is one of outbox's own workers (its maintenance).
+bool InOutboxWorker() {
+  return MyBgworkerEntry != nullptr && strcmp(MyBgworkerEntry->bgw_library_name, "outbox") == 0;
+}
 
 // The relation a statement changes (nullptr: none this check looks at).
 RangeVar *TargetOf(Node *stmt) {
@@ -132,6 +144,41 @@ void CheckConstraintNode(Node *node, Oid schema) {
   }
 }
 
+// A trigger emit() never fires (on UPDATE, DELETE or TRUNCATE) still runs
+// in the publisher, as the owner of outbox.events, when it updates events:
+// its function must be one only a superuser can replace (CREATE OR REPLACE
+// needs its owner). A dump restored with its owners gives a function back
+// to the role that made it, who may not be one.
+// The statement holds its lock on `relid`.
+void RefuseTriggerOthersMayReplace(Oid relid, const char *trigname) {
+  Oid function = InvalidOid;
+  Relation rel = table_open(relid, NoLock);
+  const TriggerDesc *triggers = rel->trigdesc;
+  for (int i = 0; triggers != nullptr && i < triggers->numtriggers; ++i) {
+    if (strcmp(triggers->triggers[i].tgname, trigname) == 0)
+      function = triggers->triggers[i].tgfoid;
+  }
+  table_close(rel, NoLock);
+  if (!OidIsValid(function)) return;
+  HeapTuple tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(function));
+  if (!HeapTupleIsValid(tuple)) return;
+  const Oid function_owner = reinterpret_cast<Form_pg_proc>(GETSTRUCT(tuple))->proowner;
+  ReleaseSysCache(tuple);
+  // Outbox's own (its counting function, in a restored partition's dump).
+  if (superuser_arg(function_owner) ||
+      getExtensionOfObject(ProcedureRelationId, function) == get_extension_oid("outbox", true)) {
+    return;
+  }
+  ereport(ERROR,
+          (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+           errmsg("outbox: trigger \"%s\" on %s.%s calls %s, which role \"%s\" may replace",
+                  trigname, get_namespace_name(get_rel_namespace(relid)), get_rel_name(relid),
+                  format_procedure_qualified(function), GetUserNameFromId(function_owner, false)),
+           errdetail("The publisher runs triggers on outbox.events as its owner when it updates "
+                     "events."),
+           errhint("Call a function a superuser owns.")));
+}
+
 }  // namespace
 
 void RefuseLockingDdlOfNonOwners(Node *stmt) {
@@ -187,7 +234,7 @@ void RefuseLockingDdlOfNonOwners(Node *stmt) {
   }
 }
 
-void WarnOfDdlEmitWouldRefuse(Node *stmt) {
+void RefuseDdlEmitWouldRefuse(Node *stmt) {
   RangeVar *target = TargetOf(stmt);
   if (target == nullptr) return;
   const Oid schema = get_namespace_oid("outbox", true);
@@ -196,9 +243,18 @@ void WarnOfDdlEmitWouldRefuse(Node *stmt) {
   if (!OidIsValid(events)) return;
   const Oid relid = RangeVarGetRelid(target, NoLock, true);
   if (!OidIsValid(relid) || !UnderEvents(relid, events)) return;
-  // In a subtransaction: the rule raises its refusal as an ERROR, said here
-  // as a WARNING, and the statement stands (a superuser's or the owner's,
-  // who may mean to drop it again, or a restore's).
+  if (IsA(stmt, CreateTrigStmt) && !InOutboxWorker()) {
+    RefuseTriggerOthersMayReplace(relid, castNode(CreateTrigStmt, stmt)->trigname);
+  }
+  // In a subtransaction: the rule raises its refusal as an ERROR. A user's
+  // statement (a superuser's, a restore's) is refused with it: what emit()
+  // will not run, the publisher would run as the owner of outbox.events when
+  // it updates the events (index expressions, CHECKs, partition keys), and
+  // a relation that already had it is named too (emit() refuses to write
+  // there anyway; DROP statements are not checked, so it can be taken
+  // away). Outbox's own statements (maintenance's CREATE TABLE ... PARTITION
+  // OF, which clones what the parent has) only say so as a WARNING, and go
+  // on: refusing them would stop retention and premade days as well.
   MemoryContext caller = CurrentMemoryContext;
   ResourceOwner owner = CurrentResourceOwner;
   BeginInternalSubTransaction(nullptr);
@@ -219,8 +275,16 @@ void WarnOfDdlEmitWouldRefuse(Node *stmt) {
     MemoryContextSwitchTo(caller);
     CurrentResourceOwner = owner;
     if (error->sqlerrcode != ERRCODE_INSUFFICIENT_PRIVILEGE) ReThrowError(error);
+    const char *what = RefusedCodeOf(error->message);
+    if (!InOutboxWorker()) {
+      // "emit() does not write while X has Y": the statement may not leave Y.
+      if (what != nullptr) {
+        error->message = psprintf("outbox: emit() would refuse to write while %s", what);
+      }
+      ReThrowError(error);
+    }
     // "emit() does not write while X has Y" becomes what it will do.
-    if (const char *what = RefusedCodeOf(error->message); what != nullptr) {
+    if (what != nullptr) {
       error->message = psprintf("outbox: emit() will refuse to write while %s", what);
     }
     error->elevel = WARNING;

@@ -1,7 +1,9 @@
 // Telling the DBA at CREATE time: a statement that leaves on outbox.events,
 // or on one of its partitions, anything emit() refuses to run
-// (writer_code_rule.hpp) gets a WARNING with the message emit() will raise,
-// rather than nothing until every application's emit() fails.
+// (writer_code_rule.hpp) is refused with the message emit() would raise,
+// rather than accepted until every application's emit() fails (and the
+// publisher runs it as the owner of outbox.events when it updates events).
+// Outbox's own maintenance only gets a WARNING.
 #pragma once
 
 #include "pg_bridge.hpp"
@@ -13,12 +15,13 @@ extern "C" {
 namespace outbox {
 
 // Called by the ProcessUtility hook after `stmt` ran, in its transaction:
-// a WARNING (the refusal emit() will raise, SQLSTATE 42501) when `stmt`
+// an ERROR (the refusal emit() would raise, SQLSTATE 42501; a WARNING in
+// outbox's own workers) when `stmt`
 // (CREATE TRIGGER, CREATE INDEX, CREATE RULE, CREATE/ALTER POLICY, ALTER
 // TABLE, CREATE TABLE ... PARTITION OF) left outbox.events or a partition
 // of it so that emit() refuses to write. Looks only at statements on those
 // relations.
-void WarnOfDdlEmitWouldRefuse(Node *stmt);
+void RefuseDdlEmitWouldRefuse(Node *stmt);
 
 // Called by the ProcessUtility hook before `stmt` runs: raises 42501, as
 // PostgreSQL would, when `stmt` names one of outbox's relations and the

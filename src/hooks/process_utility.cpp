@@ -16,7 +16,7 @@
 //     7. the events DROP EXTENSION outbox drops (extension_drop.hpp);
 //   the statement runs (paused: however it ends, the pause ends);
 //   after it ran
-//     8. the WARNINGs for the events dropped and for DDL emit() would
+//     8. the WARNING for the events dropped, the refusal of DDL emit() would
 //        refuse (extension_drop.hpp, events_ddl_check.hpp), when nothing
 //        was paused;
 //     9. the launcher woken after CREATE DATABASE (a copy of a database
@@ -110,7 +110,14 @@ void OutboxProcessUtility(PlannedStmt *pstmt, const char *query_string, bool rea
   // 6.
   if (Shared() != nullptr && IsCommitPrepared(stmt)) {
     BeforeCommitPrepared(castNode(TransactionStmt, stmt)->gid);
-    RunUtility(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc);
+    PG_TRY();
+    { RunUtility(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc); }
+    PG_CATCH();
+    {
+      CommitPreparedFailed();
+      PG_RE_THROW();
+    }
+    PG_END_TRY();
     AfterCommitPrepared();  // it ran: a refused one raised above
     return;
   }
@@ -122,7 +129,7 @@ void OutboxProcessUtility(PlannedStmt *pstmt, const char *query_string, bool rea
     RunUtility(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc);
     // 8.
     WarnOfDroppedEvents(dropped);
-    WarnOfDdlEmitWouldRefuse(stmt);
+    RefuseDdlEmitWouldRefuse(stmt);
   } else {
     RunPaused(slot, paused, pstmt, query_string, read_only_tree, context, params, query_env, dest,
               qc);

@@ -42,7 +42,6 @@ namespace {
 
 SPIPlanPtr claim_retry_plan = nullptr;
 SPIPlanPtr claim_ready_plan = nullptr;
-SPIPlanPtr prepared_plan = nullptr;
 
 // $1 limit, $2 owned key slots (NULL: all), $3 topics waiting for a sink
 // that is down (Dispatcher::TopicsBehindDownSinks), left alone until it is
@@ -88,37 +87,11 @@ ClaimFloor claim_floor;
 
 TimestampTz last_claims_at = 0;  // LastClaimsAt
 
-// The database's prepared transactions, when there can be any.
-int PreparedXids(TransactionId **xids) {
-  *xids = nullptr;
-  if (max_prepared_xacts == 0) return 0;
-  if (prepared_plan == nullptr) {
-    prepared_plan = KeepPlan(
-        "SELECT transaction FROM pg_catalog.pg_prepared_xacts"
-        " WHERE database OPERATOR(pg_catalog.=) pg_catalog.current_database()",
-        0, nullptr);
-  }
-  if (SPI_execute_plan(prepared_plan, nullptr, nullptr, true, 0) != SPI_OK_SELECT) {
-    elog(ERROR, "outbox: cannot list prepared transactions");
-  }
-  const int n = static_cast<int>(SPI_processed);
-  *xids = static_cast<TransactionId *>(palloc(sizeof(TransactionId) * (n + 1)));
-  for (int i = 0; i < n; ++i) {
-    bool isnull = false;
-    (*xids)[i] = DatumGetTransactionId(
-        SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
-  }
-  return n;
-}
-
 // The highest floor that is safe now (ClaimFloor::SafeBound). `now` was
 // read before.
 IdPosition SafeBound(TimestampTz now) {
-  TransactionId *prepared = nullptr;
-  const int nprepared = PreparedXids(&prepared);
-  const EmitHorizon horizon =
-      ReadEmitHorizon(MyDatabaseId, prepared, nprepared, ClaimFloor::PassHoldersBefore(now));
-  return ClaimFloor::SafeBound(now, horizon.oldest, horizon.unknown_prepared);
+  const EmitHorizon horizon = ReadEmitHorizon(MyDatabaseId, ClaimFloor::PassHoldersBefore(now));
+  return ClaimFloor::SafeBound(now, horizon.oldest);
 }
 
 // Passed transactions that committed since the floor last looked

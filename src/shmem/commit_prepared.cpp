@@ -7,7 +7,8 @@
 // What to do comes from the flags the transaction recorded when it prepared
 // (emit_horizon.hpp): an empty prepared transaction, which any role may
 // prepare and commit in a loop, makes the publishers do nothing. One the
-// server does not know (prepared before it started) gets everything.
+// server does not know (prepared before it started) gets everything, and
+// the publishers' claims start from the beginning once it committed.
 #include "shmem/commit_prepared.hpp"
 
 #include "shmem/emit_horizon.hpp"
@@ -28,9 +29,14 @@ namespace outbox {
 namespace {
 
 constexpr uint32 kEverything = kPreparedEmitted | kPreparedReload | kPreparedAnnounce;
+// Prepared before the server started: its events may lie anywhere below the
+// claims' floors.
+constexpr uint32 kPreparedUnknown = 8;
 
 // What AfterCommitPrepared is to do: BeforeCommitPrepared's finding.
 uint32 pending_flags = 0;
+// The transaction BeforeCommitPrepared looked at (CommitPreparedFailed).
+TransactionId pending_xid = InvalidTransactionId;
 
 bool ExtensionHere() {
   InvalidateCatalogSnapshot();  // see what the prepared transaction committed
@@ -66,20 +72,31 @@ TransactionId CommittableXid(const char *gid) {
 
 void BeforeCommitPrepared(const char *gid) {
   pending_flags = 0;
+  pending_xid = InvalidTransactionId;
   if (Shared() == nullptr || gid == nullptr || IsTransactionBlock()) return;
   const TransactionId xid = CommittableXid(gid);
   if (!TransactionIdIsValid(xid)) return;  // it will be refused
-  // Before its events are visible: publishers that passed it look back.
-  NoteCommittingPrepared(xid);
+  pending_xid = xid;
   uint32 flags = 0;
-  if (!PreparedFlags(xid, &flags)) flags = kEverything;
+  const bool known = PreparedFlags(xid, &flags);
+  // Before its events are visible: publishers that passed it look back (to
+  // the beginning for one prepared before the server started).
+  (void)NoteCommittingPrepared(xid);
+  if (!known) flags = kEverything | kPreparedUnknown;
   pending_flags = flags;
   if ((flags & kPreparedReload) != 0 && ExtensionHere()) BumpConfigVersion(MyDatabaseId);
+}
+
+void CommitPreparedFailed() {
+  NoteCommitPreparedFailed(pending_xid);
+  pending_xid = InvalidTransactionId;
+  pending_flags = 0;
 }
 
 void AfterCommitPrepared() {
   const uint32 flags = pending_flags;
   pending_flags = 0;
+  pending_xid = InvalidTransactionId;
   if (flags == 0 || Shared() == nullptr || !ExtensionHere()) return;
   // It created the extension: announce it whatever state the launcher has
   // (a probe running now may be about to write "absent" over it; the
@@ -89,6 +106,7 @@ void AfterCommitPrepared() {
   if ((flags & kPreparedAnnounce) != 0) AnnounceExtensionAtCommit();
   if ((flags & kPreparedReload) != 0) ReloadConfigAtCommit();
   if ((flags & (kPreparedEmitted | kPreparedReload)) != 0) WakePublishersAtCommit();
+  if ((flags & kPreparedUnknown) != 0) ResetClaimFloorsAtCommit();
 }
 
 }  // namespace outbox

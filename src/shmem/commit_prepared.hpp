@@ -17,6 +17,10 @@ namespace outbox {
 // session commits (see DatabaseSlot::config_version).
 void BeforeCommitPrepared(const char *gid);
 
+// It raised an error (or was cancelled): called from the hook's error path,
+// before the error goes on; takes only a spinlock.
+void CommitPreparedFailed();
+
 // After it ran without error: at this session's commit, announce the
 // extension if it created it (and the launcher does not know it), reload if
 // it changed sinks or routes, wake the publishers if it emitted.

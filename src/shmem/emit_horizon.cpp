@@ -43,6 +43,10 @@ constexpr uint64 kPassed = uint64{1} << 63;      // a publisher left it out of t
 constexpr uint64 kCommitting = uint64{1} << 62;  // past PRE_COMMIT: no longer passed
 constexpr uint64 kTimeMask = kCommitting - 1;
 
+// The first-emit time of a prepared transaction whose emits are unknown:
+// below every event's (ClaimFloor's IdFloorAt gives the beginning for it).
+constexpr TimestampTz kUnknownEmits = DT_NOBEGIN;
+
 // One per PGPROC, written by the backend using that PGPROC, except that a
 // publisher may add kPassed (compare-and-swap).
 struct BackendEmit {
@@ -147,9 +151,8 @@ void RecordPrepared() {
     if (free_entry != nullptr) return;
     ForgetEndedPrepared();  // full of transactions that may have ended: make room
   }
-  // No entry: publishers treat the transaction as of unknown content (the
-  // claims start from the beginning while it exists); a passed one may
-  // already be below their floors.
+  // No entry: its COMMIT PREPARED treats it as of unknown content
+  // (NoteCommittingPrepared); a passed one may already be below the floors.
   if (passed) ReportHolderCommit(MyDatabaseId, since);
 }
 
@@ -247,9 +250,8 @@ bool PreparedFlags(TransactionId xid, uint32 *flags) {
   return known;
 }
 
-EmitHorizon ReadEmitHorizon(Oid dboid, const TransactionId *prepared_xids, int nprepared,
-                            TimestampTz pass_before) {
-  EmitHorizon h{0, false};
+EmitHorizon ReadEmitHorizon(Oid dboid, TimestampTz pass_before) {
+  EmitHorizon h{0};
   if (state == nullptr) return h;
   pg_memory_barrier();  // the caller's clock reading comes first
   for (int i = 0; i < state->nbackends; ++i) {
@@ -273,13 +275,14 @@ EmitHorizon ReadEmitHorizon(Oid dboid, const TransactionId *prepared_xids, int n
   // the bound at their first emit though their events are visible now (to
   // the claims, whose snapshots come after this).
   ForgetEndedPrepared();
-  // Every prepared entry of the database counts, listed by the caller or
-  // not: a transaction preparing right now makes its entry (PRE_PREPARE)
-  // before it clears its backend's time (PREPARE), and the caller's list of
-  // prepared transactions may predate both. A backend time read as cleared
-  // above therefore means its entry is visible here (the spinlock orders the
-  // reads). An entry of a transaction that has ended since only lowers the
-  // bound until ForgetEndedPrepared frees it.
+  // Every prepared entry of the database counts: a transaction preparing
+  // right now makes its entry (PRE_PREPARE) before it clears its backend's
+  // time (PREPARE), so a backend time read as cleared above means its entry
+  // is visible here (the spinlock orders the reads). An entry of a
+  // transaction that has ended since only lowers the bound until
+  // ForgetEndedPrepared frees it. A prepared transaction without an entry
+  // (prepared before the server started) is not waited for: its COMMIT
+  // PREPARED makes one (NoteCommittingPrepared).
   SpinLockAcquire(&state->prepared_mutex);
   for (int i = 0; i < state->nprepared; ++i) {
     PreparedEmit &e = state->prepared[i];
@@ -292,24 +295,12 @@ EmitHorizon ReadEmitHorizon(Oid dboid, const TransactionId *prepared_xids, int n
     if (h.oldest == 0 || e.since < h.oldest) h.oldest = e.since;
   }
   SpinLockRelease(&state->prepared_mutex);
-  // A listed prepared transaction without an entry prepared before the
-  // server started (or found the table full): its content is unknown. One
-  // that has ended since it was listed (its entry was just forgotten) is
-  // not: its events are visible to the claims.
-  for (int p = 0; p < nprepared; ++p) {
-    bool known = false;
-    SpinLockAcquire(&state->prepared_mutex);
-    for (int i = 0; i < state->nprepared && !known; ++i) {
-      known = TransactionIdEquals(state->prepared[i].xid, prepared_xids[p]);
-    }
-    SpinLockRelease(&state->prepared_mutex);
-    if (!known && TransactionIdIsInProgress(prepared_xids[p])) h.unknown_prepared = true;
-  }
   return h;
 }
 
-void NoteCommittingPrepared(TransactionId xid) {
-  if (state == nullptr || !TransactionIdIsValid(xid)) return;
+bool NoteCommittingPrepared(TransactionId xid) {
+  if (state == nullptr || !TransactionIdIsValid(xid)) return false;
+  bool known = false;
   bool passed = false;
   Oid dboid = InvalidOid;
   TimestampTz since = 0;
@@ -317,13 +308,54 @@ void NoteCommittingPrepared(TransactionId xid) {
   for (int i = 0; i < state->nprepared; ++i) {
     PreparedEmit &e = state->prepared[i];
     if (!TransactionIdEquals(e.xid, xid)) continue;
+    known = true;
     e.committing = true;
     passed = e.passed;
     dboid = e.dboid;
     since = e.since;
   }
   SpinLockRelease(&state->prepared_mutex);
-  if (passed) ReportHolderCommit(dboid, since);
+  if (known) {
+    if (passed) ReportHolderCommit(dboid, since);
+    return true;
+  }
+  // Prepared before the server started (or when the table was full): it
+  // may have emitted anything, at any time. From now until it has ended it
+  // counts in the bound as emitting at the beginning, and the publishers
+  // look back there once; the caller also resets their floors once it
+  // committed (should there be no room here, that alone finds its events).
+  for (int round = 0; round < 2; ++round) {
+    bool recorded = false;
+    SpinLockAcquire(&state->prepared_mutex);
+    for (int i = 0; i < state->nprepared && !recorded; ++i) {
+      PreparedEmit &e = state->prepared[i];
+      if (TransactionIdIsValid(e.xid)) continue;
+      e.xid = xid;
+      e.dboid = MyDatabaseId;
+      e.since = kUnknownEmits;
+      e.flags = 0;
+      e.passed = false;
+      e.committing = true;
+      recorded = true;
+    }
+    SpinLockRelease(&state->prepared_mutex);
+    if (recorded) break;
+    ForgetEndedPrepared();
+  }
+  ReportHolderCommit(MyDatabaseId, kUnknownEmits);
+  return false;
+}
+
+void NoteCommitPreparedFailed(TransactionId xid) {
+  if (state == nullptr || !TransactionIdIsValid(xid)) return;
+  SpinLockAcquire(&state->prepared_mutex);
+  for (int i = 0; i < state->nprepared; ++i) {
+    PreparedEmit &e = state->prepared[i];
+    if (!TransactionIdEquals(e.xid, xid) || e.since != kUnknownEmits) continue;
+    e.committing = false;
+    e.passed = true;
+  }
+  SpinLockRelease(&state->prepared_mutex);
 }
 
 }  // namespace outbox

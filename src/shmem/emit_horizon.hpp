@@ -38,16 +38,16 @@ void InstallEmitHorizon();
 void NoteEmitting();
 
 struct EmitHorizon {
-  TimestampTz oldest;     // oldest first-emit time of an open transaction; 0: none
-  bool unknown_prepared;  // a prepared transaction of unknown emits exists
+  TimestampTz oldest;  // oldest first-emit time of an open transaction; 0: none
 };
 
 // For the publisher of database `dboid`: the horizon, as seen after reading
-// the clock (the caller read `now` before calling). `prepared_xids` are the
-// database's prepared transactions (from pg_prepared_xacts; nullptr and 0
-// when max_prepared_transactions is 0): those that prepared while outbox was
-// loaded are known, with their first-emit time if they emitted; others
-// (prepared before the server restarted) may have emitted anything.
+// the clock (the caller read `now` before calling). Prepared transactions
+// that prepared while outbox was loaded count with their first-emit time if
+// they emitted; others (prepared before the server restarted) are not
+// waited for: they may have emitted anything, and count from their COMMIT
+// PREPARED on (NoteCommittingPrepared), whose report makes the claims look
+// back to the beginning.
 //
 // Passing: an open transaction that first emitted before `pass_before` (0:
 // none) is marked passed and left out of `oldest`, unless it is already
@@ -59,13 +59,19 @@ struct EmitHorizon {
 // every passed transaction out, whoever passed it, until it reports; from
 // then until it has ended (its commit is visible) it counts in `oldest`
 // again.
-EmitHorizon ReadEmitHorizon(Oid dboid, const TransactionId *prepared_xids, int nprepared,
-                            TimestampTz pass_before);
+EmitHorizon ReadEmitHorizon(Oid dboid, TimestampTz pass_before);
 
 // COMMIT PREPARED of `xid` is about to run (commit_prepared.cpp, after
 // PostgreSQL's checks): no publisher passes it from now on, and if one did,
-// its commit is reported.
-void NoteCommittingPrepared(TransactionId xid);
+// its commit is reported. Returns false for a transaction outbox did not see
+// prepare (before the server started): it counts as having emitted at the
+// beginning until it has ended, and its commit is reported as such.
+bool NoteCommittingPrepared(TransactionId xid);
+// That COMMIT PREPARED failed (an error, a cancel): a transaction of unknown
+// emits it recorded is passed again, rather than holding every claim at the
+// beginning while it stays prepared; its next COMMIT PREPARED reports it.
+// Takes only a spinlock: called from the hook's error path.
+void NoteCommitPreparedFailed(TransactionId xid);
 
 // What a prepared transaction's commit will need to do for outbox, recorded
 // when it prepares (the session that commits it later cannot know): flags

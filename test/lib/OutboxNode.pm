@@ -12,7 +12,8 @@ use Test::More;
 use Time::HiRes qw(time usleep);
 
 our @EXPORT_OK = qw(outbox_node wait_until wait_while_progressing kafka_sink_sql pending_count
-  set_faults fault_injection_available app_session_args psql_tolerant start_timed timed);
+  set_faults fault_injection_available app_session_args psql_tolerant start_timed timed
+  partition_counts);
 
 # A started node with outbox preloaded and quick publisher settings.
 # Extra postgresql.conf lines may be passed as a string. Options besides
@@ -191,6 +192,22 @@ sub pending_count {
 	$where = $where ? "AND $where" : '';
 	return $node->safe_psql($db // 'postgres',
 		"SELECT count(*) FROM outbox.events WHERE status = 'pending' $where");
+}
+
+# What outbox's partitions have cost so far in database postgres: pages
+# read (shared buffer hits and reads, heap and index), rows inserted and rows
+# updated, as the statistics system has them. Reads no partition itself.
+sub partition_counts {
+	my ($node) = @_;
+	my ($pages, $inserted, $updated) = split /\|/, $node->safe_psql('postgres', q{
+		SELECT coalesce(sum(coalesce(io.heap_blks_hit, 0) + coalesce(io.heap_blks_read, 0)
+			+ coalesce(io.idx_blks_hit, 0) + coalesce(io.idx_blks_read, 0)), 0),
+			coalesce(sum(st.n_tup_ins), 0), coalesce(sum(st.n_tup_upd), 0)
+		FROM pg_catalog.pg_inherits AS i
+		JOIN pg_catalog.pg_statio_all_tables AS io ON io.relid = i.inhrelid
+		JOIN pg_catalog.pg_stat_all_tables AS st ON st.relid = i.inhrelid
+		WHERE i.inhparent = 'outbox.events'::pg_catalog.regclass});
+	return { pages => $pages, inserted => $inserted, updated => $updated };
 }
 
 1;

@@ -31,7 +31,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use OutboxRedis;
-use OutboxNode qw(outbox_node wait_until wait_while_progressing);
+use OutboxNode qw(outbox_node wait_until wait_while_progressing partition_counts);
 
 my $CHUNK = 50_000;
 my $CHUNKS = 6;
@@ -46,21 +46,6 @@ sql('CREATE EXTENSION outbox');
 sql("SELECT outbox.create_sink('r', 'redis', '{\"port\": " . $redis->port . ", \"mode\": \"list\"}')");
 sql(q{SELECT outbox.add_route('*', 'r', 'drain')});
 
-# What outbox's partitions have cost so far: pages read (shared buffer hits
-# and reads, heap and index), rows inserted and rows updated, as the
-# statistics system has them. Reads no partition itself.
-sub partition_counts {
-	my ($pages, $inserted, $updated) = split /\|/, sql(q{
-		SELECT coalesce(sum(coalesce(io.heap_blks_hit, 0) + coalesce(io.heap_blks_read, 0)
-			+ coalesce(io.idx_blks_hit, 0) + coalesce(io.idx_blks_read, 0)), 0),
-			coalesce(sum(st.n_tup_ins), 0), coalesce(sum(st.n_tup_upd), 0)
-		FROM pg_catalog.pg_inherits AS i
-		JOIN pg_catalog.pg_statio_all_tables AS io ON io.relid = i.inhrelid
-		JOIN pg_catalog.pg_stat_all_tables AS st ON st.relid = i.inhrelid
-		WHERE i.inhparent = 'outbox.events'::pg_catalog.regclass});
-	return { pages => $pages, inserted => $inserted, updated => $updated };
-}
-
 # Emit one chunk under $topic (100 keys) and wait until the statistics
 # system has its $CHUNK inserts and the publisher's $CHUNK updates (each
 # publication updates its row once; the publisher hands its statistics over
@@ -69,12 +54,12 @@ sub partition_counts {
 # chunk is measured. Returns the pages read per event.
 sub chunk_cost {
 	my ($topic) = @_;
-	my $before = partition_counts();
+	my $before = partition_counts($node);
 	sql(qq{SELECT count(outbox.emit('$topic', '{"n": 1}', (i % 100)::text))
 		FROM generate_series(1, $CHUNK) AS i});
 	my $after;
 	my $took = wait_while_progressing(
-		sub { $after = partition_counts(); "$after->{inserted}/$after->{updated}" },
+		sub { $after = partition_counts($node); "$after->{inserted}/$after->{updated}" },
 		sub {
 			$after->{inserted} - $before->{inserted} >= $CHUNK
 			  && $after->{updated} - $before->{updated} >= $CHUNK

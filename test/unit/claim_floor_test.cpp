@@ -34,7 +34,7 @@ class ClaimFloorTest : public ::testing::Test {
   void SetUp() override { ShortCycle(kT0); }
 
   // A cycle begins at `now` with no emitter open: its bound is a second back.
-  void Begin(int64_t now) { floor_.BeginCycle(now, ClaimFloor::SafeBound(now, 0, false)); }
+  void Begin(int64_t now) { floor_.BeginCycle(now, ClaimFloor::SafeBound(now, 0)); }
   void EndWindowAndCommit() {
     floor_.WindowEnded();
     floor_.Committed();
@@ -108,9 +108,9 @@ TEST(IdPosition, AfterIsTheNextIdCarryingIntoTheHighHalf) {
 }
 
 TEST(ClaimFloorBound, KeepsASecondForClockSteps) {
-  EXPECT_EQ(ClaimFloor::SafeBound(kT0, 0, false), IdFloorAt(kT0 - kSecond));
+  EXPECT_EQ(ClaimFloor::SafeBound(kT0, 0), IdFloorAt(kT0 - kSecond));
   // An emitter that started after that second does not lower it.
-  EXPECT_EQ(ClaimFloor::SafeBound(kT0, kT0 - kSecond / 2, false), IdFloorAt(kT0 - kSecond));
+  EXPECT_EQ(ClaimFloor::SafeBound(kT0, kT0 - kSecond / 2), IdFloorAt(kT0 - kSecond));
 }
 
 TEST(ClaimFloorBound, StopsAtAHolderWithinTheGrace) {
@@ -118,14 +118,14 @@ TEST(ClaimFloorBound, StopsAtAHolderWithinTheGrace) {
   // reports its first emit as the oldest.
   const int64_t first_emit = kT0 - kSecond / 2;
   EXPECT_GE(first_emit, ClaimFloor::PassHoldersBefore(kT0));
-  EXPECT_FALSE(IdFloorAt(first_emit) < ClaimFloor::SafeBound(kT0, first_emit, false));
+  EXPECT_FALSE(IdFloorAt(first_emit) < ClaimFloor::SafeBound(kT0, first_emit));
 }
 
 TEST(ClaimFloorBound, StopsAtAPassedHolderThatIsCommitting) {
   // Committing, a passed transaction counts in the horizon again until its
   // commit is visible.
   const int64_t first_emit = kT0 - 5 * kSecond;
-  EXPECT_EQ(ClaimFloor::SafeBound(kT0, first_emit, false), IdFloorAt(first_emit));
+  EXPECT_EQ(ClaimFloor::SafeBound(kT0, first_emit), IdFloorAt(first_emit));
 }
 
 TEST(ClaimFloorBound, FloorPassesAHolderOpenLongerThanTheGrace) {
@@ -134,12 +134,24 @@ TEST(ClaimFloorBound, FloorPassesAHolderOpenLongerThanTheGrace) {
   // above its first emit.
   EXPECT_EQ(ClaimFloor::PassHoldersBefore(kT0), kT0 - ClaimFloor::kPassHoldersAfterUs);
   EXPECT_LT(first_emit, ClaimFloor::PassHoldersBefore(kT0));
-  EXPECT_LT(IdFloorAt(first_emit), ClaimFloor::SafeBound(kT0, 0, false));
+  EXPECT_LT(IdFloorAt(first_emit), ClaimFloor::SafeBound(kT0, 0));
 }
 
-TEST(ClaimFloorBound, UnknownPreparedTransactionsStartFromTheBeginning) {
-  EXPECT_TRUE(ClaimFloor::SafeBound(kT0, 0, true).IsBeginning());
-  EXPECT_TRUE(ClaimFloor::SafeBound(kT0, kT0 - 10 * kSecond, true).IsBeginning());
+// A prepared transaction of unknown emits (prepared before the server
+// started) counts from its COMMIT PREPARED on as having emitted before 1970:
+// the bound, and its look-back, are the beginning.
+TEST(ClaimFloorBound, AnEmitBefore1970BoundsAndLooksBackToTheBeginning) {
+  constexpr int64_t kBeforeEverything = INT64_MIN;
+  EXPECT_TRUE(ClaimFloor::SafeBound(kT0, kBeforeEverything).IsBeginning());
+  ClaimFloor floor;
+  floor.BeginCycle(kT0, ClaimFloor::SafeBound(kT0, 0));
+  floor.ReadyClaimCameBackShort();
+  floor.WindowEnded();
+  floor.Committed();
+  floor.BeginCycle(kT0 + kSecond, ClaimFloor::SafeBound(kT0 + kSecond, 0));
+  ASSERT_FALSE(floor.FullScanNext());
+  EXPECT_TRUE(floor.HolderCommitted(kBeforeEverything));
+  EXPECT_TRUE(floor.FullScanNext());
 }
 
 TEST(ClaimFloorBound, ReadyClaimsLookAnHourAroundTheirIds) {
@@ -161,7 +173,7 @@ TEST(ClaimFloorBound, FullScanHasNoCreatedAtRange) {
 TEST(ClaimFloorFresh, StartsWithAFullScan) {
   ClaimFloor floor;
   EXPECT_TRUE(floor.Remembered().IsBeginning());
-  floor.BeginCycle(kT0, ClaimFloor::SafeBound(kT0, 0, false));
+  floor.BeginCycle(kT0, ClaimFloor::SafeBound(kT0, 0));
   EXPECT_TRUE(floor.FullScanNext());
   EXPECT_TRUE(floor.ClaimFrom().IsBeginning());
 }
@@ -182,12 +194,12 @@ TEST_F(ClaimFloorTest, ShortClaimMovesTheFloorToTheBoundAtTheCommit) {
 TEST_F(ClaimFloorTest, FullClaimStopsTheFloorAtItsLastRowAndTheNextClaimStartsAfterIt) {
   const int64_t now = kT0 + 2 * kSecond;
   const IdPosition last = IdAt(kT0 - kSecond / 2);  // below the bound
-  EXPECT_EQ(FullCycle(now, ClaimFloor::SafeBound(now, 0, false), last), last);
+  EXPECT_EQ(FullCycle(now, ClaimFloor::SafeBound(now, 0), last), last);
 }
 
 TEST_F(ClaimFloorTest, FloorNeverPassesTheSafeBound) {
   const int64_t now = kT0 + 2 * kSecond;
-  const IdPosition bound = ClaimFloor::SafeBound(now, kT0 - kSecond / 2, false);
+  const IdPosition bound = ClaimFloor::SafeBound(now, kT0 - kSecond / 2);
   // The first claim has no ceiling: its last row may lie above the bound.
   EXPECT_EQ(FullCycle(now, bound, IdAt(now - kSecond / 10)), bound);
 }

@@ -2197,14 +2197,17 @@ TEST_F(DispatcherTest, OutOfMemoryInBeginAbandonsTheWholeWindow) {
 }
 
 TEST_F(DispatcherTest, OutOfMemoryInFinishAbandonsTheWholeWindow) {
-  ConfigureOneSink();
+  Configure({{"orders.*", "kafka", std::nullopt}, {"mail.*", "redis", std::nullopt}},
+            {SinkNamed("kafka"), SinkNamed("redis")});
   Broker("kafka").pipelined = true;
+  Broker("redis").pipelined = true;
   auto first = Begin({Ev(1, "orders.a", "k")});
-  auto second = Begin({Ev(2, "orders.a", "k"), Ev(3, "orders.a", "j")});
+  auto second = Begin({Ev(2, "orders.a", "k"), Ev(3, "mail.a", "j")});
   EXPECT_TRUE(Finish(first.get()));
   EXPECT_TRUE(Is(first->out[0], Outcome::kPublished));
   // The deferred event 2 is sent when the second batch finishes, through a
-  // producer that must be made again: that runs out of memory.
+  // producer that must be made again (nothing of the window is in flight on
+  // it any more): that runs out of memory.
   Broker("kafka").needs_recreate = true;
   Broker("kafka").throw_on_create = true;
   EXPECT_FALSE(Finish(second.get()));
