@@ -330,6 +330,10 @@ ALTER TABLE outbox.sinks DROP COLUMN planted;
 SELECT error_of('ALTER EXTENSION outbox UPDATE');
 ALTER EXTENSION outbox DROP FUNCTION outbox.backdoor();
 DROP FUNCTION outbox.backdoor();
+-- emit() made STRICT would drop an event with a NULL key without a word.
+ALTER FUNCTION outbox.emit(text, jsonb, text, jsonb) STRICT;
+SELECT error_of('ALTER EXTENSION outbox UPDATE');
+ALTER FUNCTION outbox.emit(text, jsonb, text, jsonb) CALLED ON NULL INPUT;
 -- A grant to a role whose name needs quotes is taken away like any other
 -- (it used to be quoted twice, and the update failed on it).
 CREATE ROLE "Regress Reporting";

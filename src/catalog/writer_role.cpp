@@ -142,31 +142,38 @@ constexpr const char *kFunctions =
 // this runs; a C one must be outbox's symbol in outbox's library (only a
 // superuser can make a C function, but its owner could have replaced it by
 // one in another language).
+// A C function's volatility, strictness and parallel safety are checked too:
+// its owner could have made emit() STRICT (an event with a NULL key would be
+// dropped without a word) or IMMUTABLE (folded at planning, written once for
+// many calls, or never).
 struct ExpectedFunction {
   const char *signature;
   const char *language;
+  char volatility = 'v';  // pg_proc.provolatile
+  bool strict = false;
+  char parallel = 'u';  // pg_proc.proparallel
 };
 constexpr ExpectedFunction kExpectedFunctions[] = {
     {"outbox.add_route(text,text,text,text)", "c"},
-    {"outbox.best_pattern(text,text[])", "c"},
+    {"outbox.best_pattern(text,text[])", "c", 'i', true, 's'},
     {"outbox.count_changes()", "c"},
     {"outbox.create_sink(text,text,jsonb)", "c"},
     {"outbox.drop_sink(text)", "c"},
     {"outbox.emit(text,jsonb,text,jsonb)", "c"},
     {"outbox.hand_to_writer()", "c"},
-    {"outbox.key_slot(text)", "c"},
+    {"outbox.key_slot(text)", "c", 'i', true, 's'},
     {"outbox.maintain(timestamp with time zone)", "c"},
     {"outbox.pause(text)", "c"},
     {"outbox.prepare_partition(regclass)", "plpgsql"},
     {"outbox.publish_here()", "c"},
-    {"outbox.publisher_preloaded()", "c"},
-    {"outbox.publisher_statements()", "c"},
+    {"outbox.publisher_preloaded()", "c", 's'},
+    {"outbox.publisher_statements()", "c", 's'},
     {"outbox.recount()", "plpgsql"},
     {"outbox.remove_route(text)", "c"},
     {"outbox.replay(timestamp with time zone,text)", "c"},
     {"outbox.resume(text)", "c"},
     {"outbox.retry_dead(text)", "sql"},
-    {"outbox.route_for(text)", "c"},
+    {"outbox.route_for(text)", "c", 's'},
     {"outbox.wakeup()", "c"},
     {"outbox.worker_stats()", "c"},
 };
@@ -182,7 +189,8 @@ const char *UnexpectedFunction() {
   if (SPI_execute(
           psprintf("SELECT p.oid::pg_catalog.regprocedure::pg_catalog.text,"
                    " l.lanname::pg_catalog.text, p.prosecdef, p.proconfig::pg_catalog.text,"
-                   " p.prosrc, p.probin, p.proname::pg_catalog.text"
+                   " p.prosrc, p.probin, p.proname::pg_catalog.text,"
+                   " p.provolatile::pg_catalog.text, p.proisstrict, p.proparallel::pg_catalog.text"
                    " FROM pg_catalog.pg_proc p"
                    " JOIN pg_catalog.pg_language l ON l.oid OPERATOR(pg_catalog.=) p.prolang"
                    " WHERE p.pronamespace OPERATOR(pg_catalog.=) 'outbox'::pg_catalog.regnamespace"
@@ -201,6 +209,9 @@ const char *UnexpectedFunction() {
     const char *src = SPI_getvalue(row, desc, 5);
     const char *bin = SPI_getvalue(row, desc, 6);
     const char *name = SPI_getvalue(row, desc, 7);
+    const char *volatility = SPI_getvalue(row, desc, 8);
+    const char *strict = SPI_getvalue(row, desc, 9);
+    const char *parallel = SPI_getvalue(row, desc, 10);
     const ExpectedFunction *expected = nullptr;
     for (const ExpectedFunction &f : kExpectedFunctions) {
       if (strcmp(f.signature, signature) == 0) expected = &f;
@@ -219,6 +230,13 @@ const char *UnexpectedFunction() {
     if (!ok)
       return psprintf("function %s as it is now (its language, body or settings changed)",
                       signature);
+    if (strcmp(expected->language, "c") == 0 &&
+        (volatility[0] != expected->volatility || (strict[0] == 't') != expected->strict ||
+         parallel[0] != expected->parallel)) {
+      return psprintf(
+          "function %s as it is now (its volatility, strictness or parallel safety changed)",
+          signature);
+    }
   }
   return nullptr;
 }
