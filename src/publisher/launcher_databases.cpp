@@ -41,14 +41,19 @@ TimestampTz unchecked_warned_at = 0;
 
 }  // namespace
 
-// Once a minute per database at most.
+// Once a minute per database at most. Entries a minute old go (a database
+// not in them is warned of anyway): the list holds only the databases named
+// in the last minute, however many are created and dropped.
 bool ShouldWarn(Oid dboid, TimestampTz now) {
+  int kept = 0;
+  bool recent = false;
   for (int i = 0; i < nwarned; ++i) {
-    if (warned[i].dboid != dboid) continue;
-    if (now - warned[i].at < kWarnIntervalMs * 1000L) return false;
-    warned[i].at = now;
-    return true;
+    if (now - warned[i].at >= kWarnIntervalMs * 1000L) continue;
+    recent = recent || warned[i].dboid == dboid;
+    warned[kept++] = warned[i];
   }
+  nwarned = kept;
+  if (recent) return false;
   if (nwarned == warned_capacity) {
     warned_capacity = warned_capacity == 0 ? 16 : warned_capacity * 2;
     warned = static_cast<Warned *>(
