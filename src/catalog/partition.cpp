@@ -17,6 +17,7 @@
 // Memory: everything is palloc'd in the caller's context. No C++ object with
 // a destructor is alive across any call below (see pg_bridge.hpp).
 #include "catalog/partition.hpp"
+#include "subtransaction.hpp"
 #include "catalog/events_owner.hpp"
 
 #include "guc.hpp"
@@ -127,6 +128,27 @@ const char *LockHolders() {
   return who != nullptr ? who : "none any more";
 }
 
+// The step under outbox.maintenance_lock_timeout (RunGuarded).
+struct TimedStep {
+  StepFn step;
+  void *arg;
+  bool kept;
+};
+
+bool StepUnderLockTimeout(void *timed_step) {
+  TimedStep *timed = static_cast<TimedStep *>(timed_step);
+  const int nest = NewGUCNestLevel();
+  char timeout[32];
+  snprintf(timeout, sizeof timeout, "%d", guc::maintenance_lock_timeout_ms);
+  // PGC_S_OVERRIDE: the workers pin lock_timeout to 0 at that priority;
+  // a lower one would be ignored there.
+  (void)set_config_option("lock_timeout", timeout, PGC_SUSET, PGC_S_OVERRIDE, GUC_ACTION_SAVE, true,
+                          0, false);
+  timed->kept = timed->step(timed->arg);
+  AtEOXact_GUC(true, nest);
+  return timed->kept;
+}
+
 // Run step(arg) in a subtransaction with lock_timeout set to
 // outbox.maintenance_lock_timeout. A lock timeout rolls the step back and
 // returns false (logged, retried next run); so does, when `made_elsewhere`,
@@ -136,77 +158,43 @@ const char *LockHolders() {
 // which any role may create): a WARNING names them. Other errors propagate.
 bool RunGuarded(const char *what, StepFn step, void *arg, bool made_elsewhere = false,
                 bool kept_by_dependents = false) {
-  MemoryContext oldcontext = CurrentMemoryContext;
-  ResourceOwner oldowner = CurrentResourceOwner;
-  volatile bool done = false;
-
-  BeginInternalSubTransaction(nullptr);
-  MemoryContextSwitchTo(oldcontext);
-  PG_TRY();
-  {
-    const int nest = NewGUCNestLevel();
-    char timeout[32];
-    snprintf(timeout, sizeof timeout, "%d", guc::maintenance_lock_timeout_ms);
-    // PGC_S_OVERRIDE: the workers pin lock_timeout to 0 at that priority;
-    // a lower one would be ignored there.
-    (void)set_config_option("lock_timeout", timeout, PGC_SUSET, PGC_S_OVERRIDE, GUC_ACTION_SAVE,
-                            true, 0, false);
-    const bool keep = step(arg);
-    AtEOXact_GUC(true, nest);
-    if (keep) {
-      ReleaseCurrentSubTransaction();
-    } else {
-      RollbackAndReleaseCurrentSubTransaction();
-    }
-    MemoryContextSwitchTo(oldcontext);
-    CurrentResourceOwner = oldowner;
-    done = keep;
+  TimedStep timed{step, arg, false};
+  ErrorData *edata = RunInSubtransaction(StepUnderLockTimeout, &timed);
+  if (edata == nullptr) return timed.kept;
+  // Two sessions creating one name: the second fails on the name (42P07)
+  // or, when both got past that check, on the catalogs' unique index.
+  const bool elsewhere = made_elsewhere && (edata->sqlerrcode == ERRCODE_DUPLICATE_TABLE ||
+                                            edata->sqlerrcode == ERRCODE_UNIQUE_VIOLATION);
+  const bool dependents =
+      kept_by_dependents && edata->sqlerrcode == ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST;
+  if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE && !elsewhere && !dependents) {
+    ReThrowError(edata);
   }
-  PG_CATCH();
-  {
-    MemoryContextSwitchTo(oldcontext);
-    ErrorData *edata = CopyErrorData();
-    FlushErrorState();
-    RollbackAndReleaseCurrentSubTransaction();
-    MemoryContextSwitchTo(oldcontext);
-    CurrentResourceOwner = oldowner;
-    // Two sessions creating one name: the second fails on the name (42P07)
-    // or, when both got past that check, on the catalogs' unique index.
-    const bool elsewhere = made_elsewhere && (edata->sqlerrcode == ERRCODE_DUPLICATE_TABLE ||
-                                              edata->sqlerrcode == ERRCODE_UNIQUE_VIOLATION);
-    const bool dependents =
-        kept_by_dependents && edata->sqlerrcode == ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST;
-    if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE && !elsewhere && !dependents) {
-      ReThrowError(edata);
-    }
-    if (dependents) {
-      ereport(WARNING,
-              (errmsg("outbox: could not %s: other objects depend on it; kept, and tried "
-                      "again at the next maintenance",
-                      what),
-               errdetail("%s", edata->detail != nullptr ? edata->detail : edata->message),
-               errhint("Drop the objects that depend on it (a temporary view goes with the "
-                       "session that made it).")));
-    } else if (elsewhere) {
-      ereport(LOG, (errmsg("outbox: did not %s: another session is creating it (a restore?); "
-                           "will look again at the next maintenance",
-                           what)));
-    } else {
-      // LOG in the publisher (a NOTICE there reaches no client and, at the
-      // default log_min_messages, no log either); NOTICE to a maintain()
-      // caller. Either way it names who holds the tables, so that a DBA
-      // can end a session that keeps maintenance from ever getting through.
-      ereport(MyBackendType == B_BG_WORKER ? LOG : NOTICE,
-              (errmsg("outbox: could not %s within outbox.maintenance_lock_timeout "
-                      "(%d ms); will retry at the next maintenance",
-                      what, guc::maintenance_lock_timeout_ms),
-               errdetail("Sessions holding locks on outbox.events or its partitions: %s.",
-                         LockHolders())));
-    }
-    FreeErrorData(edata);
+  if (dependents) {
+    ereport(WARNING, (errmsg("outbox: could not %s: other objects depend on it; kept, and tried "
+                             "again at the next maintenance",
+                             what),
+                      errdetail("%s", edata->detail != nullptr ? edata->detail : edata->message),
+                      errhint("Drop the objects that depend on it (a temporary view goes with the "
+                              "session that made it).")));
+  } else if (elsewhere) {
+    ereport(LOG, (errmsg("outbox: did not %s: another session is creating it (a restore?); "
+                         "will look again at the next maintenance",
+                         what)));
+  } else {
+    // LOG in the publisher (a NOTICE there reaches no client and, at the
+    // default log_min_messages, no log either); NOTICE to a maintain()
+    // caller. Either way it names who holds the tables, so that a DBA
+    // can end a session that keeps maintenance from ever getting through.
+    ereport(MyBackendType == B_BG_WORKER ? LOG : NOTICE,
+            (errmsg("outbox: could not %s within outbox.maintenance_lock_timeout "
+                    "(%d ms); will retry at the next maintenance",
+                    what, guc::maintenance_lock_timeout_ms),
+             errdetail("Sessions holding locks on outbox.events or its partitions: %s.",
+                       LockHolders())));
   }
-  PG_END_TRY();
-  return done;
+  FreeErrorData(edata);
+  return false;
 }
 
 PartitionSet ListPartitions(Oid parent) {

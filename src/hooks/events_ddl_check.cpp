@@ -6,6 +6,7 @@
 
 #include "pg_compat.hpp"
 #include "emit/writer_code_rule.hpp"
+#include "subtransaction.hpp"
 
 #include <cstring>
 
@@ -255,42 +256,29 @@ void RefuseDdlEmitWouldRefuse(Node *stmt) {
   // away). Outbox's own statements (maintenance's CREATE TABLE ... PARTITION
   // OF, which clones what the parent has) only say so as a WARNING, and go
   // on: refusing them would stop retention and premade days as well.
-  MemoryContext caller = CurrentMemoryContext;
-  ResourceOwner owner = CurrentResourceOwner;
-  BeginInternalSubTransaction(nullptr);
-  MemoryContextSwitchTo(caller);
-  PG_TRY();
-  {
-    CheckAll(relid);
-    ReleaseCurrentSubTransaction();
-    MemoryContextSwitchTo(caller);
-    CurrentResourceOwner = owner;
-  }
-  PG_CATCH();
-  {
-    MemoryContextSwitchTo(caller);
-    ErrorData *error = CopyErrorData();
-    FlushErrorState();
-    RollbackAndReleaseCurrentSubTransaction();
-    MemoryContextSwitchTo(caller);
-    CurrentResourceOwner = owner;
-    if (error->sqlerrcode != ERRCODE_INSUFFICIENT_PRIVILEGE) ReThrowError(error);
-    const char *what = RefusedCodeOf(error->message);
-    if (!InOutboxWorker()) {
-      // "emit() does not write while X has Y": the statement may not leave Y.
-      if (what != nullptr) {
-        error->message = psprintf("outbox: emit() would refuse to write while %s", what);
-      }
-      ReThrowError(error);
-    }
-    // "emit() does not write while X has Y" becomes what it will do.
+  Oid checked = relid;
+  ErrorData *error = RunInSubtransaction(
+      [](void *rel) {
+        CheckAll(*static_cast<Oid *>(rel));
+        return true;
+      },
+      &checked);
+  if (error == nullptr) return;
+  if (error->sqlerrcode != ERRCODE_INSUFFICIENT_PRIVILEGE) ReThrowError(error);
+  const char *what = RefusedCodeOf(error->message);
+  if (!InOutboxWorker()) {
+    // "emit() does not write while X has Y": the statement may not leave Y.
     if (what != nullptr) {
-      error->message = psprintf("outbox: emit() will refuse to write while %s", what);
+      error->message = psprintf("outbox: emit() would refuse to write while %s", what);
     }
-    error->elevel = WARNING;
-    ThrowErrorData(error);
+    ReThrowError(error);
   }
-  PG_END_TRY();
+  // "emit() does not write while X has Y" becomes what it will do.
+  if (what != nullptr) {
+    error->message = psprintf("outbox: emit() will refuse to write while %s", what);
+  }
+  error->elevel = WARNING;
+  ThrowErrorData(error);
 }
 
 }  // namespace outbox

@@ -1,6 +1,7 @@
 #include "hooks/extension_drop.hpp"
 
 #include "catalog/events_owner.hpp"
+#include "subtransaction.hpp"
 
 extern "C" {
 #include "catalog/namespace.h"
@@ -68,31 +69,18 @@ DroppedEvents CountEventsDroppedWith(const DropStmt *stmt) {
   // it drops all the same. The statement names everything by schema. In a
   // subtransaction: an error there (code someone put on the tables raising
   // one) costs the WARNING, never the DROP.
-  MemoryContext caller = CurrentMemoryContext;
-  ResourceOwner caller_owner = CurrentResourceOwner;
-  BeginInternalSubTransaction(nullptr);
-  MemoryContextSwitchTo(caller);
-  PG_TRY();
-  {
-    dropped = CountAsEventsOwner();
-    ReleaseCurrentSubTransaction();
-    MemoryContextSwitchTo(caller);
-    CurrentResourceOwner = caller_owner;
-  }
-  PG_CATCH();
-  {
-    MemoryContextSwitchTo(caller);
-    ErrorData *edata = CopyErrorData();
-    FlushErrorState();
-    RollbackAndReleaseCurrentSubTransaction();
-    MemoryContextSwitchTo(caller);
-    CurrentResourceOwner = caller_owner;
+  ErrorData *error = RunInSubtransaction(
+      [](void *out) {
+        *static_cast<DroppedEvents *>(out) = CountAsEventsOwner();
+        return true;
+      },
+      &dropped);
+  if (error != nullptr) {
     ereport(WARNING, (errmsg("outbox: could not count the events DROP EXTENSION drops: %s",
-                             edata->message)));
-    FreeErrorData(edata);
+                             error->message)));
+    FreeErrorData(error);
     dropped = DroppedEvents{};
   }
-  PG_END_TRY();
   return dropped;
 }
 
