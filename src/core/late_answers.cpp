@@ -460,9 +460,22 @@ int64_t LateAnswers::OldestLateUs(const std::string &sink, int64_t now_us) const
 void LateAnswers::NoteAnswered(SinkState *state, const std::string &sink, std::string_view topic,
                                int64_t latency_ms, int64_t ack_wait_ms) {
   const bool suspected = sinks_->Suspected(sink, topic);
-  if (!suspected || ack_wait_ms <= 0 || latency_ms <= ack_wait_ms) {
-    sinks_->NoteAnsweredTopic(state, topic, latency_ms);
+  bool measured = true;
+  if (suspected && ack_wait_ms > 0 && latency_ms > ack_wait_ms) {
+    // Answers of the topic that come within the next ack wait are the same
+    // backlog's (late groups are settled oldest first), suspect or not by
+    // then: this answer may end the suspicion.
+    if (state->backlog_until_ms.size() >= SinkRegistry::kMaxAnsweredTopics &&
+        state->backlog_until_ms.find(topic) == state->backlog_until_ms.end()) {
+      state->backlog_until_ms.clear();
+    }
+    state->backlog_until_ms.insert_or_assign(std::string(topic), SteadyMs() + ack_wait_ms);
+    measured = false;
+  } else if (!state->backlog_until_ms.empty()) {
+    auto backlog = state->backlog_until_ms.find(topic);
+    measured = backlog == state->backlog_until_ms.end() || backlog->second < SteadyMs();
   }
+  if (measured) sinks_->NoteAnsweredTopic(state, topic, latency_ms);
   // Looked for only while the topic is suspect on the sink: rare, and
   // bounded by the events awaiting late answers (kMaxLateGroups groups).
   if (suspected && !AwaitsOverdue(*state, sink, topic)) {

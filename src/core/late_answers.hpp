@@ -100,7 +100,8 @@ class LateAnswers {
   // of the partition's events, whose retries would otherwise hold a cycle for
   // outbox.ack_wait again. Events left late only because their topic was
   // suspect, and answered in their usual time, do not keep it suspect.
-  // An answer a suspect topic got only after the ack wait is not measured:
+  // An answer a suspect topic got only after the ack wait is not measured,
+  // nor are its answers within the next ack wait (SinkState::backlog_until_ms):
   // a partition that had no leader for seconds answers its backlog when it
   // gets one, and learnt, those answers would make the topic's next groups
   // wait the whole ack wait when its trouble begins again (and the sink's

@@ -60,6 +60,12 @@ struct SinkState {
   // NoteAnsweredTopic).
   int64_t answer_ms = 0;
   std::map<std::string, int64_t, std::less<>> answered_topics;
+  // Suspect topics that got an answer only after the ack wait, with until
+  // when (SteadyMs) their answers are not measured (LateAnswers::NoteAnswered):
+  // a partition given a leader again answers its whole backlog at once, and
+  // the backlog's youngest events, answered within the wait, say no more of
+  // the topic's usual time than the oldest. At most kMaxAnsweredTopics.
+  std::map<std::string, int64_t, std::less<>> backlog_until_ms;
   // A late answer refused a message sent with others, which could not be
   // retried alone then (its payload was gone): the sink's next groups are
   // waited for in full, so that such a refusal is retried alone at once.

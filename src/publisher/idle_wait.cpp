@@ -1,8 +1,13 @@
 // The publisher's waits between its transactions (idle_wait.hpp). Every
-// wait is on the process latch, with WL_EXIT_ON_PM_DEATH, and resets it
-// before it returns or waits again.
+// wait is on the process latch, with WL_EXIT_ON_PM_DEATH, and resets it only
+// when the wait returned because it was set: a wake-up that lands after a
+// wait timed out, before the reset, would otherwise be lost (a commit sets
+// the latch only when no cycle is requested yet, so later commits would not
+// set it again), and the publisher would sleep until outbox.poll_interval.
+// The latch left set ends the next wait at once.
 #include "publisher/idle_wait.hpp"
 
+#include "fault_injection.hpp"
 #include "guc.hpp"
 #include "core/wait_time.hpp"
 
@@ -56,8 +61,13 @@ void Sleep(Dispatcher *dispatcher, long ms) {
     if (late && slice > kLatePollMs) slice = kLatePollMs;
     const int rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, slice,
                              PG_WAIT_EXTENSION);
-    ResetLatch(MyLatch);
-    if ((rc & WL_LATCH_SET) != 0 || !late || dispatcher->LateArrived()) return;
+    if ((rc & WL_LATCH_SET) != 0) {
+      ResetLatch(MyLatch);
+      return;
+    }
+    // Timed out: a commit's wake-up may land right now (TAP 109 stalls here).
+    OUTBOX_FAULT("publisher.sleep_timed_out");
+    if (!late || dispatcher->LateArrived()) return;
   }
 }
 
@@ -66,9 +76,11 @@ void Backoff(long ms, PauseCheck paused) {
   for (;;) {
     const long left = static_cast<long>((until - GetCurrentTimestamp()) / 1000);
     if (left <= 0 || ShutdownRequestPending || paused()) return;
-    (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, left,
-                    PG_WAIT_EXTENSION);
-    ResetLatch(MyLatch);
+    if ((WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, left,
+                   PG_WAIT_EXTENSION) &
+         WL_LATCH_SET) != 0) {
+      ResetLatch(MyLatch);
+    }
   }
 }
 
@@ -79,9 +91,11 @@ void WaitForWakeInterval(TimestampTz last_cycle_start, PauseCheck paused) {
     // WaitLatch counts milliseconds: rounded up, or the last one would spin.
     const int64_t left_ms = WaitMsUntil(until, GetCurrentTimestamp());
     if (left_ms <= 0 || ShutdownRequestPending || paused()) return;
-    (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-                    static_cast<long>(left_ms), PG_WAIT_EXTENSION);
-    ResetLatch(MyLatch);
+    if ((WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+                   static_cast<long>(left_ms), PG_WAIT_EXTENSION) &
+         WL_LATCH_SET) != 0) {
+      ResetLatch(MyLatch);
+    }
   }
 }
 

@@ -949,7 +949,9 @@ TEST(KafkaSink, AProducerThatWroteToManyDistinctTopicsAsksToBeReplaced) {
                                       &error, true, limits);
   ASSERT_NE(sink, nullptr) << error;
   Batch two;
-  two.Add("t1", std::string("k"), "1").Add("t2", std::string("k"), "2").Add("t1", std::nullopt, "3");
+  two.Add("t1", std::string("k"), "1")
+      .Add("t2", std::string("k"), "2")
+      .Add("t1", std::nullopt, "3");
   ExpectAll(two.PublishTo(*sink), DeliveryStatus::kDelivered);
   EXPECT_FALSE(sink->Worn()) << "two distinct topics";
   Batch third;
