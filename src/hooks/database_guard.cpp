@@ -197,6 +197,22 @@ const char *DefElemString(List *options, const char *name) {
 
 }  // namespace
 
+void RefuseChosenDatabaseOid(Node *stmt) {
+  if (!IsA(stmt, CreatedbStmt) || superuser()) return;
+  ListCell *lc;
+  foreach (lc, castNode(CreatedbStmt, stmt)->options) {
+    if (strcmp(static_cast<DefElem *>(lfirst(lc))->defname, "oid") != 0) continue;
+    ereport(ERROR,
+            (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+             errmsg("outbox: only a superuser may choose a new database's OID"),
+             errdetail("outbox tells a copy of a database from the database itself by its OID "
+                       "(outbox.home): a copy given the OID of the database it was copied from, "
+                       "once that was dropped, would publish its events again, and chosen OIDs "
+                       "would come first among the databases that get publishers."),
+             errhint("Leave out the OID option; binary upgrades run as a superuser.")));
+  }
+}
+
 Oid DatabaseToPause(Node *stmt, bool top_level) {
   if (Shared() == nullptr) return InvalidOid;
   switch (nodeTag(stmt)) {

@@ -20,6 +20,12 @@ namespace outbox {
 // catalogs, and may wait up to 5 s for leaving sessions).
 Oid DatabaseToPause(Node *stmt, bool top_level);
 
+// Called by the ProcessUtility hook before `stmt` runs: CREATE DATABASE ...
+// OID by a role that is not a superuser is refused (42501). PostgreSQL 15
+// lets any role with CREATEDB choose the OID; outbox.home tells copies from
+// their template by the OID, and the launcher ranks databases by it.
+void RefuseChosenDatabaseOid(Node *stmt);
+
 // Pause the database's publishers and wait (up to 10 s) until they are
 // gone; the launcher starts none while the pause lasts (60 s at most).
 // nullptr when there is nothing to pause (no database, no slot).

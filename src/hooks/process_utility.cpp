@@ -3,7 +3,8 @@
 // that concern, and each looks only at the statements it is about:
 //
 //   before the statement runs
-//     1. who may take locks on outbox's relations (events_ddl_check.hpp);
+//     1. who may take locks on outbox's relations (events_ddl_check.hpp),
+//        and who may choose a new database's OID (database_guard.hpp);
 //     2. a restore's partitions: room made, rows moved, the index a
 //        restored ATTACH made skipped (restored_partition.hpp);
 //     3. CREATE EXTENSION outbox's schema (extension_create.hpp);
@@ -88,6 +89,7 @@ void OutboxProcessUtility(PlannedStmt *pstmt, const char *query_string, bool rea
   const bool top_level = context == PROCESS_UTILITY_TOPLEVEL;
   // 1. Who may, before anything takes a lock.
   RefuseLockingDdlOfNonOwners(stmt);
+  RefuseChosenDatabaseOid(stmt);
   // 2. Not a database statement: restoring a dump.
   if (IsA(stmt, CreateStmt)) MakeRoomForRestoredPartition(castNode(CreateStmt, stmt));
   // A dump's statement is a top-level one (maintenance's own ATTACH, run

@@ -14,7 +14,8 @@
 // extension is a new OID, probed like any new database. Publishers 1 ..
 // outbox.workers-1 start once the extension is known to be present. At most
 // kMaxProbes probes run at once, so probing many databases never takes
-// every worker process.
+// every worker process, and one per owner that is not a superuser (its
+// databases' failed probes are remembered: launcher_backoff.hpp).
 //
 // Starts only once recovery has finished (BgWorkerStart_RecoveryFinished):
 // a hot standby runs no launcher and publishes nothing; after promotion the
@@ -32,9 +33,7 @@
 //   A SIGKILL makes the postmaster reinitialise every process, as for any
 //   backend.
 // - A publisher that exits while its database still has the extension is
-//   started again after a backoff that doubles from 1 s up to 10 s (back to
-//   1 s once one has run for 10 s): a publisher that cannot start never
-//   crash-loops, and one that was terminated is back within seconds.
+//   started again after a backoff (launcher_backoff.hpp).
 //
 // Invariants: `running`, `absent` and `warned` are local to the launcher
 // process, in TopMemoryContext; they hold no pointers into memory a
@@ -47,6 +46,7 @@
 #include "guc.hpp"
 #include "shmem/shmem.hpp"
 #include "publisher/launcher_databases.hpp"
+#include "publisher/launcher_backoff.hpp"
 #include "publisher/worker_session.hpp"
 
 extern "C" {
@@ -67,24 +67,15 @@ extern "C" {
 namespace outbox {
 namespace {
 
-constexpr long kScanIntervalMs = 5000;        // how often pg_database is re-read
-constexpr long kRestartBackoffMaxMs = 10000;  // and a publisher that ran longer starts from 1 s
-constexpr long kErrorPauseMs = 1000;          // after an ERROR in the launcher itself
-constexpr int kMaxProbes = 2;                 // databases probed at once
+constexpr long kScanIntervalMs = 5000;  // how often pg_database is re-read
+constexpr long kErrorPauseMs = 1000;    // after an ERROR in the launcher itself
+constexpr int kMaxProbes = 2;           // databases probed at once
 // A database whose probe failed this often in a row (its publisher exited
 // before finding out whether the extension is there: it cannot connect, say)
 // is treated as one without the extension until CREATE EXTENSION announces
 // itself there or the absent set is forgotten (kReprobeIntervalMs): it must
 // not hold a shared slot and restart a process every 10 s forever.
 constexpr int kMaxProbeFailures = 3;
-
-struct Publisher {
-  BackgroundWorkerHandle *handle;  // nullptr: none started by this launcher, or it exited
-  TimestampTz started_at;
-  uint64 started_generation;  // the extension's generation when it was started
-  TimestampTz next_start;     // not before this time
-  int failures;               // exits while the extension was still there
-};
 
 struct Running {
   Oid dboid;
@@ -160,10 +151,21 @@ Running *RunningFor(Oid dboid) {
     if (!OidIsValid(running[i].dboid)) {
       memset(&running[i], 0, sizeof running[i]);
       running[i].dboid = dboid;
+      Publisher &probe = running[i].publishers[0];
+      (void)RecallProbeFailures(dboid, &probe.failures, &probe.next_start);
       return &running[i];
     }
   }
   return nullptr;
+}
+
+// The entry goes with the database's slot; a failing probe's count stays.
+void LetGo(Running *r) {
+  const Publisher &probe = r->publishers[0];
+  if (probe.failures > 0 && !r->placed) {
+    RememberProbeFailures(r->dboid, probe.failures, probe.next_start);
+  }
+  r->dboid = InvalidOid;
 }
 
 bool IsAlive(const Publisher &p) {
@@ -231,30 +233,6 @@ bool StartPublisher(Oid dboid, int index, Publisher *p, const char *datname) {
   return true;
 }
 
-// A publisher that was started here and is gone: note why.
-void NoteExit(Publisher *p, int w, const char *datname, uint64 word, bool paused, TimestampTz now) {
-  pfree(p->handle);  // allocated by RegisterDynamicBackgroundWorker in TopMemoryContext
-  p->handle = nullptr;
-  // Fine if the extension is gone, was created again since it started (it
-  // left for a DROP EXTENSION that CREATE EXTENSION followed), or the
-  // database is paused; otherwise it failed: back off before the next start.
-  if (StateOf(word) == ExtensionState::kAbsent || GenerationOf(word) != p->started_generation ||
-      paused) {
-    return;
-  }
-  p->failures = now - p->started_at > kRestartBackoffMaxMs * 1000L ? 1 : p->failures + 1;
-  long wait = 1000L << (p->failures < 7 ? p->failures - 1 : 6);
-  if (wait > kRestartBackoffMaxMs) wait = kRestartBackoffMaxMs;
-  p->next_start = TimestampTzPlusMilliseconds(now, wait);
-  if (guc::workers > 1) {
-    ereport(LOG, (errmsg("outbox: publisher %d for database \"%s\" exited; restarting in %ld s", w,
-                         datname, wait / 1000)));
-  } else {
-    ereport(LOG, (errmsg("outbox: publisher for database \"%s\" exited; restarting in %ld s",
-                         datname, wait / 1000)));
-  }
-}
-
 // Returns how long the launcher may sleep: until the next scan, or until a
 // publisher's restart backoff ends, whichever comes first.
 long Reconcile(MemoryContext scratch) {
@@ -307,16 +285,28 @@ long Reconcile(MemoryContext scratch) {
     if (!exists) Remove(&absent, absent.oids[i--]);
   }
 
-  // Probes under way: publisher 0 of a database whose state is unknown.
+  // Probes under way: publisher 0 of a database whose state is unknown. An
+  // owner that is not a superuser has one at a time: databases it keeps
+  // locked (whose probes wait, fail and are tried again) leave the other
+  // probe place to other owners' databases.
   int probes = 0;
+  Oid *probing =
+      static_cast<Oid *>(MemoryContextAlloc(scratch, sizeof(Oid) * (shared->nslots + kMaxProbes)));
+  int nprobing = 0;
   for (int i = 0; i < shared->nslots; ++i) {
     DatabaseSlot *slot = &shared->slots[i];
     if (!OidIsValid(slot->dboid) || StateOf(ReadExtension(slot)) != ExtensionState::kUnknown) {
       continue;
     }
     const Running *r = FindRunning(slot->dboid);
-    if (Holds(slot, 0) || (r != nullptr && IsAlive(r->publishers[0]))) ++probes;
+    if (!Holds(slot, 0) && (r == nullptr || !IsAlive(r->publishers[0]))) continue;
+    ++probes;
+    const int j = IndexOf(dbs, slot->dboid);
+    if (j >= 0 && !dbs.trusted[j]) probing[nprobing++] = dbs.owners[j];
   }
+  auto owner_probing = [&](int j) {
+    return !dbs.trusted[j] && OwnersCount(probing, nprobing, dbs.owners[j]) > 0;
+  };
 
   // Databases with a publisher now (or keeping their place while it
   // restarts: Running::placed), for outbox.max_databases, and the owners of
@@ -360,7 +350,9 @@ long Reconcile(MemoryContext scratch) {
     const char *datname = dbs.names[j];
     DatabaseSlot *slot = FindSlot(dboid);
     if (slot == nullptr) {
-      if (!workers_left || Contains(absent, dboid) || probes >= kMaxProbes) continue;
+      if (!workers_left || Contains(absent, dboid) || probes >= kMaxProbes || owner_probing(j)) {
+        continue;
+      }
       // Not even probed: a probe that finds the extension stays.
       if (limited && publishing >= guc::max_databases) {
         ++unchecked_at_limit;
@@ -401,11 +393,13 @@ long Reconcile(MemoryContext scratch) {
                                datname, kMaxProbeFailures)));
         }
         Add(&absent, dboid);
+        ForgetProbeFailures(dboid);
         r->dboid = InvalidOid;
       }
       continue;
     }
     Remove(&absent, dboid);
+    if (state == ExtensionState::kPresent) ForgetProbeFailures(dboid);
     if (r->evicted && !AnyAlive(*r) && !AnyPublisher(slot)) r->evicted = false;
     const bool has_place = (!r->evicted && (AnyAlive(*r) || AnyPublisher(slot))) || r->placed;
     if (state == ExtensionState::kPresent && has_place) r->placed = true;
@@ -439,9 +433,7 @@ long Reconcile(MemoryContext scratch) {
       // databases waiting over the limits cannot hold every shared slot and
       // leave none for a database under them. This loop finds it again,
       // and probes it, once a place is free.
-      if (!AnyAlive(*r) && !AnyPublisher(slot) && ReleaseSlotIf(dboid, word)) {
-        r->dboid = InvalidOid;
-      }
+      if (!AnyAlive(*r) && !AnyPublisher(slot) && ReleaseSlotIf(dboid, word)) LetGo(r);
       continue;
     }
     if (r->evicted || !workers_left) continue;
@@ -454,8 +446,9 @@ long Reconcile(MemoryContext scratch) {
       // Only publisher 0 finds out whether the extension is there.
       if (w > 0 && state != ExtensionState::kPresent) continue;
       if (w == 0 && state == ExtensionState::kUnknown) {
-        if (probes >= kMaxProbes) continue;
+        if (probes >= kMaxProbes || owner_probing(j)) continue;
         ++probes;
+        if (!dbs.trusted[j]) probing[nprobing++] = dbs.owners[j];
       }
       p->started_generation = GenerationOf(word);
       const bool first = !AnyAlive(*r) && !AnyPublisher(slot) && !r->placed;

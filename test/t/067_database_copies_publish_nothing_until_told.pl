@@ -13,6 +13,7 @@
 # - outbox.publish_here() in a copy makes it publish its own events;
 # - outbox.max_databases caps how many databases have publishers: one over
 #   it gets a WARNING and waits, and gets its publisher when it is raised.
+# - CREATE DATABASE ... OID is refused to roles that are no superuser.
 # (A restore runs CREATE EXTENSION and publishes at once: 100, 101.)
 use strict;
 use warnings;
@@ -92,6 +93,21 @@ is(arrived(), '10', '... and publishes nothing');
 $node->append_conf('postgresql.conf', "outbox.max_databases = 4\n");
 $node->reload;
 ok(defined wait_until(sub { arrived() eq '15' }), 'raised, the limit lets it publish');
+
+# A role with CREATEDB may not choose a new database's OID (PostgreSQL 15
+# lets it): a copy made with the OID of its template, once the template was
+# dropped, found its own OID in outbox.home and published the template's
+# events again. A superuser may.
+$node->safe_psql('postgres', 'CREATE ROLE oid_chooser LOGIN CREATEDB');
+my ($rc, $out, $err) = $node->psql('postgres', 'CREATE DATABASE chosen_oid OID 70000',
+	extra_params => [ '-U', 'oid_chooser' ]);
+isnt($rc, 0, 'CREATE DATABASE ... OID is refused to a role that is no superuser');
+like($err, qr/ERROR:  outbox: only a superuser may choose a new database's OID/, '... saying so');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_database WHERE datname = 'chosen_oid'}), '0',
+	'... and nothing was made');
+$node->safe_psql('postgres', 'CREATE DATABASE chosen_oid OID 70000');
+is($node->safe_psql('postgres', q{SELECT oid FROM pg_database WHERE datname = 'chosen_oid'}), '70000',
+	'a superuser may');
 
 $node->stop;
 $redis->stop;
