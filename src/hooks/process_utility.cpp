@@ -110,7 +110,10 @@ void OutboxProcessUtility(PlannedStmt *pstmt, const char *query_string, bool rea
   const Oid paused = DatabaseToPause(stmt, top_level);
   const bool created_database = Shared() != nullptr && IsA(stmt, CreatedbStmt);
   // 6.
-  if (Shared() != nullptr && IsCommitPrepared(stmt)) {
+  // Only a top-level COMMIT PREPARED runs: PostgreSQL refuses it inside a
+  // function (DO, EXECUTE), after this hook, and noted as committing, the
+  // prepared transaction would no longer be passed.
+  if (Shared() != nullptr && top_level && IsCommitPrepared(stmt)) {
     BeforeCommitPrepared(castNode(TransactionStmt, stmt)->gid);
     PG_TRY();
     { RunUtility(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc); }

@@ -351,9 +351,12 @@ void NoteCommitPreparedFailed(TransactionId xid) {
   SpinLockAcquire(&state->prepared_mutex);
   for (int i = 0; i < state->nprepared; ++i) {
     PreparedEmit &e = state->prepared[i];
-    if (!TransactionIdEquals(e.xid, xid) || e.since != kUnknownEmits) continue;
+    if (!TransactionIdEquals(e.xid, xid)) continue;
     e.committing = false;
-    e.passed = true;
+    // One of unknown emits is passed again; one a publisher passed before
+    // stays passed (its report was made: the next COMMIT PREPARED makes
+    // another), one it did not is waited for again.
+    if (e.since == kUnknownEmits) e.passed = true;
   }
   SpinLockRelease(&state->prepared_mutex);
 }

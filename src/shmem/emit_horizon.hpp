@@ -67,10 +67,11 @@ EmitHorizon ReadEmitHorizon(Oid dboid, TimestampTz pass_before);
 // prepare (before the server started): it counts as having emitted at the
 // beginning until it has ended, and its commit is reported as such.
 bool NoteCommittingPrepared(TransactionId xid);
-// That COMMIT PREPARED failed (an error, a cancel): a transaction of unknown
-// emits it recorded is passed again, rather than holding every claim at the
-// beginning while it stays prepared; its next COMMIT PREPARED reports it.
-// Takes only a spinlock: called from the hook's error path.
+// That COMMIT PREPARED failed (an error, a cancel): the transaction is no
+// longer committing, so it is passed again rather than holding the claims at
+// its first emit (at the beginning, for one of unknown emits) while it stays
+// prepared; its next COMMIT PREPARED reports it. Takes only a spinlock:
+// called from the hook's error path.
 void NoteCommitPreparedFailed(TransactionId xid);
 
 // What a prepared transaction's commit will need to do for outbox, recorded
