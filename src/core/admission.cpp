@@ -69,6 +69,22 @@ void Dispatcher::Decide(Flight *flight, size_t i, std::set<std::string> *admitte
     sinks_.NoteBehindDown(row.topic, route.sink);
     return;
   }
+  if (late_.size() >= kLateGroupsBeforeSuspectsWait &&
+      sinks_.IsSuspect(route.sink, row.topic, SteadyMs())) {
+    // Many groups await late answers, and its topic is one the sink does not
+    // answer just now (a partition without a leader): sent, it would make
+    // another late group, and past kMaxLateGroups groups are waited for in
+    // full, the sink's other topics with them, for the sink's whole timeout.
+    // It waits, without an attempt, until those answers thin out.
+    out[i].outcome = Outcome::kPark;
+    out[i].next_attempt_us = Verdicts::LateRecheckDueUs(
+        settings.now_us, settings.now_us - late_.OldestLateUs(route.sink, settings.now_us));
+    SetError(&out[i], "waiting for sink \"" + route.sink +
+                          "\" to answer earlier events of topic \"" + std::string(row.topic) +
+                          "\"");
+    if (row.has_key) guard_.Block(route.pattern, row.key, row.id, out[i].next_attempt_us);
+    return;
+  }
   if (verdicts_.ParkBehindEarlier(row, route, admitted, settings.now_us, kWaitingForKey, &out[i])) {
     if (!flight->held_keys.empty() &&
         out[i].next_attempt_us == settings.now_us + Verdicts::kBehindDueUs &&

@@ -223,6 +223,10 @@ class Dispatcher {
   static constexpr int64_t kLateRecheckUs = Verdicts::kLateRecheckUs;
   static constexpr int64_t kLateMarginMs = LateAnswers::kLateMarginMs;
   static constexpr size_t kMaxLateGroups = LateAnswers::kMaxLateGroups;
+  // With this many groups awaiting late answers, events of topics suspect
+  // on their sink are not sent (Decide): the rest of kMaxLateGroups stays
+  // for groups of the sinks' other topics.
+  static constexpr size_t kLateGroupsBeforeSuspectsWait = kMaxLateGroups / 2;
   static constexpr int64_t kSuspectTopicMs = LateAnswers::kSuspectTopicMs;
   static constexpr long kHeldAfterWholeGroups = LateAnswers::kHeldAfterWholeGroups;
   static constexpr size_t kHeldAfterLateEvents = LateAnswers::kHeldAfterLateEvents;

@@ -3279,6 +3279,35 @@ TEST_F(SlowSinkTest, ALateTimeoutOfAStuckTopicCostsNoAttemptAndLeavesTheSinkUp) 
   EXPECT_TRUE(Is(after[0], Outcome::kPublished));
 }
 
+// A partition without a leader that gets events faster than cycles go:
+// each cycle left one group of them to late answers, and past
+// kMaxLateGroups the next was waited for in full, with the sink's healthy
+// topics, for the sink's whole timeout (10 s at a time in an outside
+// review, at 8 events a second). Once half of that many groups await late
+// answers, the suspect topic's events wait unsent, without an attempt, and
+// the healthy topics' groups go on.
+TEST_F(SlowSinkTest, ASuspectTopicsEventsWaitUnsentOnceManyGroupsAwaitLateAnswers) {
+  ack_wait_ms_ = 200;
+  Broker("kafka").stuck_topics = {"orders.missing"};
+  Dispatch({Ev(1, "orders.a", "k"), Ev(2, "orders.missing", "m")});
+  const int cycles = static_cast<int>(Dispatcher::kLateGroupsBeforeSuspectsWait) + 3;
+  std::vector<RowOutcome> last;
+  for (int c = 0; c < cycles; ++c) {
+    last = Dispatch({Ev(100 + c, "orders.missing", "m" + std::to_string(c)),
+                     Ev(300 + c, "orders.b", "j" + std::to_string(c))},
+                    kNow + 1000 * (c + 1));
+    ASSERT_TRUE(Is(last[1], Outcome::kPublished)) << "cycle " << c << ": the healthy topic";
+  }
+  EXPECT_LE(dispatcher_.LateIds().size(), Dispatcher::kLateGroupsBeforeSuspectsWait + 1);
+  ASSERT_TRUE(Is(last[0], Outcome::kPark));
+  EXPECT_EQ(last[0].attempts, 0);
+  EXPECT_NE(std::string(last[0].error).find("earlier events of topic \"orders.missing\""),
+            std::string::npos)
+      << last[0].error;
+  const std::vector<std::string> sent = Broker("kafka").AllIds();
+  EXPECT_EQ(std::count(sent.begin(), sent.end(), Id(100 + cycles - 1)), 0) << "not sent";
+}
+
 TEST_F(SlowSinkTest, LateGroupsAreBoundedAndThenWaitedForInFull) {
   // One late group per sink at a time (above); across sinks, at most
   // kMaxLateGroups: beyond, groups are waited for in full.
