@@ -56,16 +56,21 @@ void Dispatcher::Decide(Flight *flight, size_t i, std::set<std::string> *admitte
     sinks_.NoteBehindDown(row.topic, route.sink);
     return;
   }
-  if (!late_.empty() && late_.SinkHeld(route.sink)) {
-    // It answers nothing of its earlier groups: nothing more goes to it.
-    // Looked at again as a key behind a late answer is (LateRecheckDueUs):
-    // soon after a sink that was merely slow answers, once a second when
-    // it stays silent (its topics are left alone by the claims meanwhile).
+  // Parked, without an attempt, until the sink's late answers come: looked
+  // at again as a key behind a late answer is (LateRecheckDueUs), soon
+  // after a sink that was merely slow answers, once a second when it stays
+  // silent.
+  auto wait_for_late_answers = [&](const std::string &why) {
     out[i].outcome = Outcome::kPark;
     out[i].next_attempt_us = Verdicts::LateRecheckDueUs(
         settings.now_us, settings.now_us - late_.OldestLateUs(route.sink, settings.now_us));
-    SetError(&out[i], "waiting for sink \"" + route.sink + "\" to answer earlier events");
+    SetError(&out[i], why);
     if (row.has_key) guard_.Block(route.pattern, row.key, row.id, out[i].next_attempt_us);
+  };
+  if (!late_.empty() && late_.SinkHeld(route.sink)) {
+    // It answers nothing of its earlier groups: nothing more goes to it
+    // (its topics are left alone by the claims meanwhile).
+    wait_for_late_answers("waiting for sink \"" + route.sink + "\" to answer earlier events");
     sinks_.NoteBehindDown(row.topic, route.sink);
     return;
   }
@@ -75,14 +80,10 @@ void Dispatcher::Decide(Flight *flight, size_t i, std::set<std::string> *admitte
     // answer just now (a partition without a leader): sent, it would make
     // another late group, and past kMaxLateGroups groups are waited for in
     // full, the sink's other topics with them, for the sink's whole timeout.
-    // It waits, without an attempt, until those answers thin out.
-    out[i].outcome = Outcome::kPark;
-    out[i].next_attempt_us = Verdicts::LateRecheckDueUs(
-        settings.now_us, settings.now_us - late_.OldestLateUs(route.sink, settings.now_us));
-    SetError(&out[i], "waiting for sink \"" + route.sink +
+    // It waits until those answers thin out.
+    wait_for_late_answers("waiting for sink \"" + route.sink +
                           "\" to answer earlier events of topic \"" + std::string(row.topic) +
                           "\"");
-    if (row.has_key) guard_.Block(route.pattern, row.key, row.id, out[i].next_attempt_us);
     return;
   }
   if (verdicts_.ParkBehindEarlier(row, route, admitted, settings.now_us, kWaitingForKey, &out[i])) {

@@ -6,28 +6,25 @@
 
 #include "pg_compat.hpp"
 #include "emit/writer_code_rule.hpp"
+#include "shmem/shmem.hpp"
 #include "subtransaction.hpp"
 
 #include <cstring>
 
 extern "C" {
 #include "access/table.h"
-#include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/dependency.h"
 #include "catalog/partition.h"
 #include "catalog/pg_inherits.h"
 #include "catalog/pg_proc.h"
 #include "commands/extension.h"
-#include "commands/trigger.h"
 #include "nodes/parsenodes.h"
 #include "miscadmin.h"
-#include "postmaster/bgworker.h"
 #include "utils/acl.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/regproc.h"
-#include "utils/resowner.h"
 #include "utils/syscache.h"
 }
 
@@ -35,11 +32,6 @@ namespace outbox {
 namespace {
 
 void WatchNothing(Oid) {}
-
-// Whether this backend is one of outbox's own workers (its maintenance).
-bool InOutboxWorker() {
-  return MyBgworkerEntry != nullptr && strcmp(MyBgworkerEntry->bgw_library_name, "outbox") == 0;
-}
 
 // The relation a statement changes (nullptr: none this check looks at).
 RangeVar *TargetOf(Node *stmt) {
@@ -244,7 +236,7 @@ void RefuseDdlEmitWouldRefuse(Node *stmt) {
   if (!OidIsValid(events)) return;
   const Oid relid = RangeVarGetRelid(target, NoLock, true);
   if (!OidIsValid(relid) || !UnderEvents(relid, events)) return;
-  if (IsA(stmt, CreateTrigStmt) && !InOutboxWorker()) {
+  if (IsA(stmt, CreateTrigStmt) && !InPublisher()) {
     RefuseTriggerOthersMayReplace(relid, castNode(CreateTrigStmt, stmt)->trigname);
   }
   // In a subtransaction: the rule raises its refusal as an ERROR. A user's
@@ -266,7 +258,7 @@ void RefuseDdlEmitWouldRefuse(Node *stmt) {
   if (error == nullptr) return;
   if (error->sqlerrcode != ERRCODE_INSUFFICIENT_PRIVILEGE) ReThrowError(error);
   const char *what = RefusedCodeOf(error->message);
-  if (!InOutboxWorker()) {
+  if (!InPublisher()) {
     // "emit() does not write while X has Y": the statement may not leave Y.
     if (what != nullptr) {
       error->message = psprintf("outbox: emit() would refuse to write while %s", what);

@@ -40,6 +40,16 @@ constexpr long kTrimCheckMs = 1000;
 constexpr size_t kTrimFreeBytes = 4 * 1024 * 1024;
 TimestampTz last_trim_check = 0;
 
+// Waits on the latch up to `ms`; true (the latch reset) when it was set.
+bool WaitLatchFor(long ms) {
+  if ((WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, ms, PG_WAIT_EXTENSION) &
+       WL_LATCH_SET) == 0) {
+    return false;
+  }
+  ResetLatch(MyLatch);
+  return true;
+}
+
 }  // namespace
 
 void ReturnFreedMemory() {
@@ -59,12 +69,7 @@ void Sleep(Dispatcher *dispatcher, long ms) {
     // them every few ms while any are awaited.
     const bool late = dispatcher->HasLate();
     if (late && slice > kLatePollMs) slice = kLatePollMs;
-    const int rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, slice,
-                             PG_WAIT_EXTENSION);
-    if ((rc & WL_LATCH_SET) != 0) {
-      ResetLatch(MyLatch);
-      return;
-    }
+    if (WaitLatchFor(slice)) return;
     // Timed out: a commit's wake-up may land right now (TAP 109 stalls here).
     OUTBOX_FAULT("publisher.sleep_timed_out");
     if (!late || dispatcher->LateArrived()) return;
@@ -76,11 +81,7 @@ void Backoff(long ms, PauseCheck paused) {
   for (;;) {
     const long left = static_cast<long>((until - GetCurrentTimestamp()) / 1000);
     if (left <= 0 || ShutdownRequestPending || paused()) return;
-    if ((WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, left,
-                   PG_WAIT_EXTENSION) &
-         WL_LATCH_SET) != 0) {
-      ResetLatch(MyLatch);
-    }
+    (void)WaitLatchFor(left);
   }
 }
 
@@ -91,11 +92,7 @@ void WaitForWakeInterval(TimestampTz last_cycle_start, PauseCheck paused) {
     // WaitLatch counts milliseconds: rounded up, or the last one would spin.
     const int64_t left_ms = WaitMsUntil(until, GetCurrentTimestamp());
     if (left_ms <= 0 || ShutdownRequestPending || paused()) return;
-    if ((WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-                   static_cast<long>(left_ms), PG_WAIT_EXTENSION) &
-         WL_LATCH_SET) != 0) {
-      ResetLatch(MyLatch);
-    }
+    (void)WaitLatchFor(static_cast<long>(left_ms));
   }
 }
 

@@ -13,7 +13,7 @@ use Time::HiRes qw(time usleep);
 
 our @EXPORT_OK = qw(outbox_node wait_until wait_while_progressing kafka_sink_sql pending_count
   set_faults fault_injection_available app_session_args psql_tolerant start_timed timed
-  partition_counts);
+  partition_counts pages_per_drained_event);
 
 # A started node with outbox preloaded and quick publisher settings.
 # Extra postgresql.conf lines may be passed as a string. Options besides
@@ -208,6 +208,27 @@ sub partition_counts {
 		JOIN pg_catalog.pg_stat_all_tables AS st ON st.relid = i.inhrelid
 		WHERE i.inhparent = 'outbox.events'::pg_catalog.regclass});
 	return { pages => $pages, inserted => $inserted, updated => $updated };
+}
+
+# Runs $emit (which emits $count events), waits until the statistics system
+# has their $count inserts and the publisher's $count updates (each
+# publication updates its row once; the publisher hands its statistics over
+# within a second of its last cycle), and returns the pages outbox's
+# partitions were read for meanwhile, per event. Dies when they were not
+# drained.
+sub pages_per_drained_event {
+	my ($node, $count, $emit) = @_;
+	my $before = partition_counts($node);
+	$emit->();
+	my $after;
+	my $took = wait_while_progressing(
+		sub { $after = partition_counts($node); "$after->{inserted}/$after->{updated}" },
+		sub {
+			$after->{inserted} - $before->{inserted} >= $count
+			  && $after->{updated} - $before->{updated} >= $count
+		});
+	die "$count events were not drained" unless defined $took;
+	return ($after->{pages} - $before->{pages}) / $count;
 }
 
 1;

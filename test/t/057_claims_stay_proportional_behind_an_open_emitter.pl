@@ -31,7 +31,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use OutboxRedis;
-use OutboxNode qw(outbox_node wait_until wait_while_progressing partition_counts);
+use OutboxNode qw(outbox_node wait_until pages_per_drained_event);
 
 my $CHUNK = 50_000;
 my $CHUNKS = 6;
@@ -46,27 +46,18 @@ sql('CREATE EXTENSION outbox');
 sql("SELECT outbox.create_sink('r', 'redis', '{\"port\": " . $redis->port . ", \"mode\": \"list\"}')");
 sql(q{SELECT outbox.add_route('*', 'r', 'drain')});
 
-# Emit one chunk under $topic (100 keys) and wait until the statistics
-# system has its $CHUNK inserts and the publisher's $CHUNK updates (each
-# publication updates its row once; the publisher hands its statistics over
-# within a second of its last cycle): by then every page the chunk's emits
-# and claims read is counted too. Nothing here reads a partition while the
-# chunk is measured. Returns the pages read per event.
+# Emit one chunk under $topic (100 keys) and return the pages read per event
+# once it is drained (pages_per_drained_event: by then every page the
+# chunk's emits and claims read is counted). Nothing here reads a partition
+# while the chunk is measured.
 sub chunk_cost {
 	my ($topic) = @_;
-	my $before = partition_counts($node);
-	sql(qq{SELECT count(outbox.emit('$topic', '{"n": 1}', (i % 100)::text))
-		FROM generate_series(1, $CHUNK) AS i});
-	my $after;
-	my $took = wait_while_progressing(
-		sub { $after = partition_counts($node); "$after->{inserted}/$after->{updated}" },
-		sub {
-			$after->{inserted} - $before->{inserted} >= $CHUNK
-			  && $after->{updated} - $before->{updated} >= $CHUNK
-		});
-	die "chunk $topic was not drained" unless defined $took;
+	my $pages = pages_per_drained_event($node, $CHUNK, sub {
+		sql(qq{SELECT count(outbox.emit('$topic', '{"n": 1}', (i % 100)::text))
+			FROM generate_series(1, $CHUNK) AS i});
+	});
 	$redis->cli('DEL', 'drain');
-	return ($after->{pages} - $before->{pages}) / $CHUNK;
+	return $pages;
 }
 
 # How long a chunk's drain took by the server's clock (first to last

@@ -25,7 +25,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use OutboxRedis;
-use OutboxNode qw(outbox_node wait_until wait_while_progressing partition_counts);
+use OutboxNode qw(outbox_node wait_until pages_per_drained_event);
 
 my $CHUNK = 5_000;
 my $UNROUTED = 200_000;
@@ -46,20 +46,12 @@ sql(qq{SELECT count(outbox.emit('nobody.t', '{}', (i % 50)::text)) FROM generate
 # Returns the pages read per event.
 sub chunk_cost {
 	my ($topic) = @_;
-	my $before = partition_counts($node);
-	for my $part (1 .. 50) {
-		sql(qq{SELECT count(outbox.emit('$topic', '{"n": 1}', (i % 20)::text))
-			FROM generate_series(1, $CHUNK / 50) AS i});
-	}
-	my $after;
-	my $took = wait_while_progressing(
-		sub { $after = partition_counts($node); "$after->{inserted}/$after->{updated}" },
-		sub {
-			$after->{inserted} - $before->{inserted} >= $CHUNK
-			  && $after->{updated} - $before->{updated} >= $CHUNK
-		});
-	die "chunk $topic was not drained" unless defined $took;
-	return ($after->{pages} - $before->{pages}) / $CHUNK;
+	return pages_per_drained_event($node, $CHUNK, sub {
+		for my $part (1 .. 50) {
+			sql(qq{SELECT count(outbox.emit('$topic', '{"n": 1}', (i % 20)::text))
+				FROM generate_series(1, $CHUNK / 50) AS i});
+		}
+	});
 }
 
 sql(q{SELECT outbox.emit('app.warm', '{}')});

@@ -186,6 +186,20 @@ class DispatcherTest : public ::testing::Test {
     (void)Dispatch(events, kNow + 2 * kMaxUs);
     return kNow + 4 * kMaxUs;
   }
+  // One sink, an event delivered, then `wear` applied to its broker: the
+  // next event goes through a new producer, the old one destroyed (the
+  // logs of the first dispatch are taken away before).
+  void ExpectReplacedBeforeItsNextUse(const std::function<void(FakeBroker *)> &wear) {
+    ConfigureOneSink();
+    Dispatch({Ev(1, "orders.a")});
+    wear(&Broker("kafka"));
+    Logs();
+    const auto out = Dispatch({Ev(2, "orders.a")}, kNow + 1);
+    EXPECT_TRUE(Is(out[0], Outcome::kPublished));
+    EXPECT_EQ(Broker("kafka").destroyed, 1);
+    EXPECT_EQ(Broker("kafka").created, 2);
+    EXPECT_EQ(Broker("kafka").AllIds(), (std::vector<std::string>{Id(1), Id(2)}));
+  }
   // ThreeSuspectsSentAlone; then a batch of event 1 (a suspect, sent alone)
   // and event 4 (a group of its own, sent first), `wear` applied to the
   // broker as event 4 is sent.
@@ -1922,15 +1936,7 @@ TEST_F(DispatcherTest, DispatcherClosesItsSinksWhenDestroyed) {
 }
 
 TEST_F(DispatcherTest, SinkWithAFatalErrorIsRecreatedBeforeItsNextUse) {
-  ConfigureOneSink();
-  Dispatch({Ev(1, "orders.a")});
-  Broker("kafka").needs_recreate = true;
-  Logs();
-  const auto out = Dispatch({Ev(2, "orders.a")}, kNow + 1);
-  EXPECT_TRUE(Is(out[0], Outcome::kPublished));
-  EXPECT_EQ(Broker("kafka").destroyed, 1);
-  EXPECT_EQ(Broker("kafka").created, 2);
-  EXPECT_EQ(Broker("kafka").AllIds(), (std::vector<std::string>{Id(1), Id(2)}));
+  ExpectReplacedBeforeItsNextUse([](FakeBroker *b) { b->needs_recreate = true; });
   EXPECT_EQ(CountLogs(LogLevel::kWarning, "recreat"), 1) << AllLogs();
   EXPECT_TRUE(Contains(AllLogs(), "\"kafka\""));
 }
@@ -1939,14 +1945,7 @@ TEST_F(DispatcherTest, SinkWithAFatalErrorIsRecreatedBeforeItsNextUse) {
 // producer keeps every topic it wrote to) is replaced before its next use,
 // with a LOG line, not a WARNING: nothing failed.
 TEST_F(DispatcherTest, AWornProducerIsReplacedBeforeItsNextUse) {
-  ConfigureOneSink();
-  Dispatch({Ev(1, "orders.a")});
-  Broker("kafka").worn = true;
-  Logs();
-  const auto out = Dispatch({Ev(2, "orders.a")}, kNow + 1);
-  EXPECT_TRUE(Is(out[0], Outcome::kPublished));
-  EXPECT_EQ(Broker("kafka").destroyed, 1);
-  EXPECT_EQ(Broker("kafka").created, 2);
+  ExpectReplacedBeforeItsNextUse([](FakeBroker *b) { b->worn = true; });
   EXPECT_EQ(CountLogs(LogLevel::kInfo, "more distinct targets than one producer keeps"), 1)
       << AllLogs();
   EXPECT_EQ(CountLogs(LogLevel::kWarning, ""), 0) << AllLogs();
