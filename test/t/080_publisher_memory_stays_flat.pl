@@ -114,10 +114,12 @@ emit_round($OUTAGE_EVENTS);
 ok(defined wait_until(sub { slurp_file($node->logfile, $log_offset) =~ /sink "kafka" is unavailable/ }),
 	'the publisher finds the sink down');
 sleep 3;
-# Five samples a second apart: a cycle that claims a batch while it retries
-# the sink holds that batch for a moment (a spike to 14 MB was seen in one
-# sample); a backlog held in memory would show in every sample.
-my @during = map { my $r = rss_anon(); sleep 1; $r } 1 .. 5;
+# Ten samples half a second apart: a cycle that claims a batch while it
+# retries the sink holds that batch for a moment (a spike to 14 MB was seen
+# in one sample; a CI run on a loaded machine caught cycles in all of five
+# samples a second apart, the lowest at 15.9 MB); a backlog held in memory
+# would show in every sample.
+my @during = map { my $r = rss_anon(); sleep 0.5; $r } 1 .. 10;
 my $size_during = $node->safe_psql('postgres',
 	q{SELECT sum(pg_total_relation_size(c.oid)) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 	   WHERE i.inhparent = 'outbox.events'::regclass});
@@ -139,7 +141,7 @@ cmp_ok($pending, '>', $OUTAGE_EVENTS * 0.9, 'during the outage the backlog waits
 my @sorted = sort { $a <=> $b } @during;
 cmp_ok($sorted[0] - $before_outage, '<', 8 * $MB,
 	"a $OUTAGE_EVENTS-event backlog during an outage costs the publisher less than 8 MB between cycles");
-cmp_ok($sorted[2] - $before_outage, '<', 32 * $MB,
+cmp_ok($sorted[ $#sorted / 2 ] - $before_outage, '<', 32 * $MB,
 	'and less than 32 MB in the median sample, against the backlog\'s '
 	  . sprintf('%.0f MB', $backlog_bytes / $MB));
 cmp_ok($backlog_bytes, '>', $OUTAGE_EVENTS * 100, 'the backlog is held in the database instead');
