@@ -201,9 +201,16 @@ void Dispatcher::WaitForTurn(Flight *flight, size_t i, uint64_t turn) {
     const int64_t n = flight->turn_waiters[route.sink]++;
     place = n + std::min(n + 1, waiting_leads);
   }
+  // No later than outbox.backoff_max, as every retry: the spacing is the
+  // last turn's length, and one turn that took seconds (a reconnect while
+  // the broker restarted, a late answer) would otherwise park a line of
+  // hundreds for minutes each time it is claimed, long after the turns are
+  // quick again.
+  const int64_t spread_ms = std::min(place * verdicts_.suspects().TurnSpacingMs(route.sink),
+                                     flight->settings.backoff_max_ms);
   out[i].outcome = Outcome::kPark;
-  out[i].next_attempt_us = flight->settings.now_us + (in_window ? 0 : kLateRecheckUs) +
-                           place * verdicts_.suspects().TurnSpacingMs(route.sink) * kUsecPerMs;
+  out[i].next_attempt_us =
+      flight->settings.now_us + (in_window ? 0 : kLateRecheckUs) + spread_ms * kUsecPerMs;
   SetError(&out[i], "lost with its connection twice: waiting for its turn to be sent alone");
   if (row.has_key) {
     guard_.Block(route.pattern, row.key, row.id, out[i].next_attempt_us);

@@ -56,6 +56,23 @@ END $$;});
 	return ($node, $mq);
 }
 
+# What a stall looks like from outside: each pending event's next attempt
+# (from now) and error, the publisher's state and wait, and its last words.
+sub diag_stall {
+	my ($node) = @_;
+	diag($node->safe_psql('postgres', q{SELECT key || ' ' || status || ' a=' || attempts || ' next='
+	    || coalesce(round(extract(epoch FROM next_attempt_at - now()), 1)::text, '-') || 's '
+	    || left(coalesce(last_error, '-'), 120) FROM outbox.events WHERE status = 'pending'
+	    ORDER BY id LIMIT 20}));
+	diag($node->safe_psql('postgres', q{SELECT row_to_json(w)::text FROM outbox.workers w}));
+	diag($node->safe_psql('postgres', q{SELECT backend_type || ' ' || coalesce(wait_event_type, '-')
+	    || '/' || coalesce(wait_event, '-') || ' ' || coalesce(state, '-') FROM pg_stat_activity
+	    WHERE backend_type LIKE 'outbox%'}));
+	my @log = grep { /outbox/ } split /\n/, PostgreSQL::Test::Utils::slurp_file($node->logfile);
+	diag(join("\n", @log[ ($#log > 40 ? $#log - 40 : 0) .. $#log ]));
+	return;
+}
+
 sub run {
 	my ($node, $mq, $secs, $meanwhile) = @_;
 	my $t0 = time();
@@ -67,9 +84,7 @@ sub run {
 	unlike("$err_i$err_c", qr/ERROR/, 'both sessions emitted throughout') or diag("$err_i$err_c");
 	ok(defined wait_until(sub { $node->safe_psql('postgres', q{SELECT count(*) FROM outbox.events
 	  WHERE status = 'pending'}) eq '0' }, 240), 'nothing is left pending')
-	  or diag($node->safe_psql('postgres', q{SELECT key || ' ' || status || ' a=' || attempts || ' '
-	    || left(coalesce(last_error, '-'), 120) FROM outbox.events WHERE status = 'pending'
-	    ORDER BY id LIMIT 20}));
+	  or diag_stall($node);
 	note(sprintf('everything settled %.1f s after the sessions began', time() - $t0));
 	# What the subscriber got: the first position of each event id (the raw
 	# envelope carries it), and how often it came.

@@ -1265,6 +1265,32 @@ TEST_F(DispatcherTest, EventsWaitingForTheirTurnAloneAreDueATurnApart) {
   }
 }
 
+TEST_F(DispatcherTest, ALongTurnParksNoSuspectWaitingForItsTurnLongerThanBackoffMax) {
+  // 1's turn takes 150 ms (a reconnect under load): the line behind the next
+  // turn is spaced 150 ms a place, but nobody waits longer than
+  // outbox.backoff_max (1 s here); twenty places would be nearly 3 s, and
+  // a turn of seconds parked hundreds for minutes each time they came.
+  std::vector<Event> events;
+  for (int n = 1; n <= 21; ++n) events.push_back(Ev(n, "orders.a", "k" + std::to_string(n)));
+  const int64_t t = SuspectsOfADeliveringSink(events);
+  Broker("kafka").on_send = [](const SentMessage &m) {
+    if (m.id == Id(1)) std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  };
+  ASSERT_TRUE(Is(Dispatch({events[0]}, t)[0], Outcome::kPublished));
+  Broker("kafka").on_send = nullptr;
+  const std::vector<Event> line(events.begin() + 1, events.end());
+  const auto out = Dispatch(line, t + 1);
+  ASSERT_TRUE(Is(out[0], Outcome::kPublished)) << "2 has the turn";
+  int64_t latest = 0;
+  for (size_t k = 1; k < out.size(); ++k) {
+    ASSERT_TRUE(Is(out[k], Outcome::kPark)) << k;
+    EXPECT_TRUE(Contains(out[k].error, "turn")) << out[k].error;
+    latest = std::max(latest, out[k].next_attempt_us);
+  }
+  EXPECT_GT(out[2].next_attempt_us - out[1].next_attempt_us, 100 * 1000) << "a turn apart";
+  EXPECT_LE(latest, t + 1 + kMaxUs);
+}
+
 TEST_F(DispatcherTest, ASuspectAloneInAPipelinedWindowHoldsItsSinksTurnForTheWholeWindow) {
   ConfigureOneSink();
   Broker("kafka").script = [](const OutMessage &m, int) {
