@@ -141,35 +141,42 @@ void CheckConstraintNode(Node *node, Oid schema) {
 // in the publisher, as the owner of outbox.events, when it updates events:
 // its function must be one only a superuser can replace (CREATE OR REPLACE
 // needs its owner). A dump restored with its owners gives a function back
-// to the role that made it, who may not be one.
-// The statement holds its lock on `relid`.
-void RefuseTriggerOthersMayReplace(Oid relid, const char *trigname) {
-  Oid function = InvalidOid;
-  Relation rel = table_open(relid, NoLock);
-  const TriggerDesc *triggers = rel->trigdesc;
-  for (int i = 0; triggers != nullptr && i < triggers->numtriggers; ++i) {
-    if (strcmp(triggers->triggers[i].tgname, trigname) == 0)
-      function = triggers->triggers[i].tgfoid;
-  }
-  table_close(rel, NoLock);
-  if (!OidIsValid(function)) return;
-  HeapTuple tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(function));
-  if (!HeapTupleIsValid(tuple)) return;
-  const Oid function_owner = reinterpret_cast<Form_pg_proc>(GETSTRUCT(tuple))->proowner;
-  ReleaseSysCache(tuple);
-  // Outbox's own (its counting function, in a restored partition's dump).
-  if (superuser_arg(function_owner) ||
-      getExtensionOfObject(ProcedureRelationId, function) == get_extension_oid("outbox", true)) {
-    return;
-  }
-  ereport(ERROR,
+// to the role that made it, who may not be one; a table that had such a
+// trigger when it was attached brings it along.
+// The statement holds its lock on `relid`; its partitions are locked here.
+void RefuseTriggersOthersMayReplace(Oid relid) {
+  const Oid outbox_extension = get_extension_oid("outbox", true);
+  List *all = find_all_inheritors(relid, AccessShareLock, nullptr);
+  ListCell *cell;
+  foreach (cell, all) {
+    const Oid rel_oid = lfirst_oid(cell);
+    Relation rel = table_open(rel_oid, NoLock);
+    const TriggerDesc *triggers = rel->trigdesc;
+    for (int i = 0; triggers != nullptr && i < triggers->numtriggers; ++i) {
+      const Oid function = triggers->triggers[i].tgfoid;
+      HeapTuple tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(function));
+      if (!HeapTupleIsValid(tuple)) continue;
+      const Oid function_owner = reinterpret_cast<Form_pg_proc>(GETSTRUCT(tuple))->proowner;
+      ReleaseSysCache(tuple);
+      // Outbox's own (its counting function, in a restored partition's dump).
+      if (superuser_arg(function_owner) ||
+          getExtensionOfObject(ProcedureRelationId, function) == outbox_extension) {
+        continue;
+      }
+      const char *trigname = pstrdup(triggers->triggers[i].tgname);
+      table_close(rel, NoLock);
+      ereport(
+          ERROR,
           (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
            errmsg("outbox: trigger \"%s\" on %s.%s calls %s, which role \"%s\" may replace",
-                  trigname, get_namespace_name(get_rel_namespace(relid)), get_rel_name(relid),
+                  trigname, get_namespace_name(get_rel_namespace(rel_oid)), get_rel_name(rel_oid),
                   format_procedure_qualified(function), GetUserNameFromId(function_owner, false)),
-           errdetail("The publisher runs triggers on outbox.events as its owner when it updates "
-                     "events."),
+           errdetail("The publisher runs triggers on outbox.events as its owner when it "
+                     "updates events."),
            errhint("Call a function a superuser owns.")));
+    }
+    table_close(rel, NoLock);
+  }
 }
 
 }  // namespace
@@ -227,6 +234,61 @@ void RefuseLockingDdlOfNonOwners(Node *stmt) {
   }
 }
 
+void RefuseConcurrentIndexWithCode(Node *stmt) {
+  if (!IsA(stmt, IndexStmt)) return;
+  IndexStmt *index = castNode(IndexStmt, stmt);
+  if (!index->concurrent || index->relation == nullptr) return;
+  // What may carry code: an expression, a predicate, an operator class
+  // named (a default one is built in: only a superuser makes one default).
+  bool code = index->whereClause != nullptr;
+  List *params[2] = {index->indexParams, index->indexIncludingParams};
+  for (List *list : params) {
+    ListCell *cell;
+    foreach (cell, list) {
+      const IndexElem *elem = lfirst_node(IndexElem, cell);
+      code = code || elem->expr != nullptr || elem->opclass != NIL;
+    }
+  }
+  if (!code) return;
+  const Oid schema = get_namespace_oid("outbox", true);
+  if (!OidIsValid(schema)) return;
+  const Oid events = get_relname_relid("events", schema);
+  if (!OidIsValid(events)) return;
+  Oid relid = OutboxRelationNamed(index->relation, schema);
+  if (!OidIsValid(relid)) relid = RangeVarGetRelid(index->relation, NoLock, true);
+  if (!OidIsValid(relid) || !UnderEvents(relid, events)) return;
+  ereport(ERROR,
+          (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+           errmsg("outbox: CREATE INDEX CONCURRENTLY with an expression, a predicate or an "
+                  "operator class on %s is refused",
+                  get_rel_name(relid)),
+           errdetail("What such an index runs is checked once it is built, and CONCURRENTLY "
+                     "commits it before that: emit() and the publisher would run it already."),
+           errhint("Create it without CONCURRENTLY, or on plain columns.")));
+}
+
+void RefuseTriggerFunctionsGivenAway(Node *stmt) {
+  bool owners_changed = IsA(stmt, ReassignOwnedStmt);
+  if (IsA(stmt, AlterRoleStmt)) {
+    // Only NOSUPERUSER matters: a password change is not refused over a
+    // trigger made before this check.
+    ListCell *cell;
+    foreach (cell, castNode(AlterRoleStmt, stmt)->options) {
+      owners_changed =
+          owners_changed || strcmp(lfirst_node(DefElem, cell)->defname, "superuser") == 0;
+    }
+  }
+  if (IsA(stmt, AlterOwnerStmt)) {
+    const ObjectType type = castNode(AlterOwnerStmt, stmt)->objectType;
+    owners_changed = type == OBJECT_FUNCTION || type == OBJECT_PROCEDURE || type == OBJECT_ROUTINE;
+  }
+  if (!owners_changed || InPublisher()) return;
+  const Oid schema = get_namespace_oid("outbox", true);
+  if (!OidIsValid(schema)) return;
+  const Oid events = get_relname_relid("events", schema);
+  if (OidIsValid(events)) RefuseTriggersOthersMayReplace(events);
+}
+
 void RefuseDdlEmitWouldRefuse(Node *stmt) {
   RangeVar *target = TargetOf(stmt);
   if (target == nullptr) return;
@@ -236,9 +298,10 @@ void RefuseDdlEmitWouldRefuse(Node *stmt) {
   if (!OidIsValid(events)) return;
   const Oid relid = RangeVarGetRelid(target, NoLock, true);
   if (!OidIsValid(relid) || !UnderEvents(relid, events)) return;
-  if (IsA(stmt, CreateTrigStmt) && !InPublisher()) {
-    RefuseTriggerOthersMayReplace(relid, castNode(CreateTrigStmt, stmt)->trigname);
-  }
+  // Every trigger of the tree, not only a new one: ATTACH PARTITION brings
+  // the table's own. Outbox's maintenance (CREATE TABLE ... PARTITION OF
+  // clones the parent's) is not stopped by one made before this check.
+  if (!InPublisher()) RefuseTriggersOthersMayReplace(relid);
   // In a subtransaction: the rule raises its refusal as an ERROR. A user's
   // statement (a superuser's, a restore's) is refused with it: what emit()
   // will not run, the publisher would run as the owner of outbox.events when

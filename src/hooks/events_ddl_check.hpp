@@ -37,4 +37,19 @@ void RefuseDdlEmitWouldRefuse(Node *stmt);
 // it, for as long as another session of its holds a weaker one.
 void RefuseLockingDdlOfNonOwners(Node *stmt);
 
+// Called by the ProcessUtility hook before `stmt` runs: raises 42501 when
+// `stmt` is CREATE INDEX CONCURRENTLY on outbox.events or below it with an
+// expression, a predicate or a named operator class. Such a statement
+// commits the index before it returns, so RefuseDdlEmitWouldRefuse could
+// only refuse it once emit() and the publisher already ran its code.
+void RefuseConcurrentIndexWithCode(Node *stmt);
+
+// Called by the ProcessUtility hook after `stmt` ran, in its transaction:
+// when `stmt` changed who owns functions or who is a superuser (ALTER
+// FUNCTION / PROCEDURE / ROUTINE ... OWNER TO, REASSIGN OWNED, ALTER ROLE),
+// raises 42501 if a trigger on outbox.events or below it now calls a
+// function a role that is no superuser owns: the publisher runs those
+// triggers as the owner of outbox.events. Sees this database only.
+void RefuseTriggerFunctionsGivenAway(Node *stmt);
+
 }  // namespace outbox

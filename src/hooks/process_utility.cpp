@@ -4,7 +4,9 @@
 //
 //   before the statement runs
 //     1. who may take locks on outbox's relations (events_ddl_check.hpp),
-//        and who may choose a new database's OID (database_guard.hpp);
+//        who may choose a new database's OID (database_guard.hpp), and a
+//        CREATE INDEX CONCURRENTLY that would commit code before it is
+//        checked (events_ddl_check.hpp);
 //     2. a restore's partitions: room made, rows moved, the index a
 //        restored ATTACH made skipped (restored_partition.hpp);
 //     3. CREATE EXTENSION outbox's schema (extension_create.hpp);
@@ -18,8 +20,9 @@
 //   the statement runs (paused: however it ends, the pause ends);
 //   after it ran
 //     8. the WARNING for the events dropped, the refusal of DDL emit() would
-//        refuse (extension_drop.hpp, events_ddl_check.hpp), when nothing
-//        was paused;
+//        refuse and of owners changed under triggers on outbox.events
+//        (extension_drop.hpp, events_ddl_check.hpp), when nothing was
+//        paused;
 //     9. the launcher woken after CREATE DATABASE (a copy of a database
 //        with the extension publishes at once), the publishers' reload of
 //        sinks and routes at commit.
@@ -90,6 +93,7 @@ void OutboxProcessUtility(PlannedStmt *pstmt, const char *query_string, bool rea
   // 1. Who may, before anything takes a lock.
   RefuseLockingDdlOfNonOwners(stmt);
   RefuseChosenDatabaseOid(stmt);
+  RefuseConcurrentIndexWithCode(stmt);
   // 2. Not a database statement: restoring a dump.
   if (IsA(stmt, CreateStmt)) MakeRoomForRestoredPartition(castNode(CreateStmt, stmt));
   // A dump's statement is a top-level one (maintenance's own ATTACH, run
@@ -135,6 +139,7 @@ void OutboxProcessUtility(PlannedStmt *pstmt, const char *query_string, bool rea
     // 8.
     WarnOfDroppedEvents(dropped);
     RefuseDdlEmitWouldRefuse(stmt);
+    RefuseTriggerFunctionsGivenAway(stmt);
   } else {
     RunPaused(slot, paused, pstmt, query_string, read_only_tree, context, params, query_env, dest,
               qc);

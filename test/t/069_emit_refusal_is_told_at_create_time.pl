@@ -12,7 +12,14 @@
 # - CREATE TRIGGER ... AFTER UPDATE and a CHECK of built-in code are
 #   accepted without a WARNING;
 # - an UPDATE trigger calling a function a role that is no superuser owns is
-#   refused, naming the owner (the publisher would run it as outbox_writer).
+#   refused, naming the owner (the publisher would run it as outbox_writer),
+#   and so is ATTACH PARTITION of a day given one while it was detached, and
+#   giving such a trigger's function away later (ALTER FUNCTION ... OWNER
+#   TO, REASSIGN OWNED, ALTER ROLE ... NOSUPERUSER);
+# - CREATE INDEX CONCURRENTLY on a day partition with an expression, a
+#   predicate or an operator class is refused before it builds anything (it
+#   commits the index before any check after it could refuse it), and one
+#   on plain columns is made.
 use strict;
 use warnings;
 use FindBin;
@@ -89,6 +96,62 @@ like($err, qr/ERROR:  outbox: trigger "tenant_update" on outbox\.events calls pu
 	'naming the trigger, the function and its owner');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_trigger WHERE tgname = 'tenant_update'}), '0',
 	'and it is not there');
+
+# A trigger function given away after its trigger was made: ALTER FUNCTION
+# ... OWNER TO, REASSIGN OWNED and ALTER ROLE ... NOSUPERUSER are refused.
+$node->safe_psql('postgres', q{
+CREATE ROLE admin SUPERUSER;
+CREATE FUNCTION public.admin_audit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
+ALTER FUNCTION public.admin_audit() OWNER TO admin;
+CREATE TRIGGER admin_update AFTER UPDATE ON outbox.events FOR EACH ROW EXECUTE FUNCTION public.admin_audit();});
+for my $case (
+	[ 'ALTER FUNCTION ... OWNER TO', q{ALTER FUNCTION public.admin_audit() OWNER TO tenant} ],
+	[ 'REASSIGN OWNED', q{REASSIGN OWNED BY admin TO tenant} ],
+	[ 'ALTER ROLE ... NOSUPERUSER', q{ALTER ROLE admin NOSUPERUSER} ])
+{
+	my ($what, $ddl) = @$case;
+	($rc, $out, $err) = $node->psql('postgres', $ddl);
+	isnt($rc, 0, "$what, leaving a trigger's function to a role that is no superuser, is refused");
+	like($err, qr/ERROR:  outbox: trigger "admin_update" on outbox\.events calls public\.admin_audit\(\), which role "(tenant|admin)" may replace/,
+		"$what: naming the trigger");
+}
+is($node->safe_psql('postgres', q{SELECT rolsuper FROM pg_roles WHERE rolname = 'admin'}), 't',
+	'and nothing changed');
+($rc, $out, $err) = $node->psql('postgres', q{ALTER ROLE admin PASSWORD 'x'});
+is($rc, 0, 'another ALTER ROLE is not refused') or diag $err;
+$node->safe_psql('postgres', q{DROP TRIGGER admin_update ON outbox.events});
+
+# The same trigger made on a day while it was detached comes back with it:
+# ATTACH PARTITION is refused, naming it.
+$node->safe_psql('postgres', qq{
+ALTER TABLE outbox.events DETACH PARTITION $today;
+CREATE TRIGGER tenant_on_day AFTER UPDATE ON $today FOR EACH ROW EXECUTE FUNCTION public.tenant_audit();});
+($rc, $out, $err) = $node->psql('postgres', qq{ALTER TABLE outbox.events ATTACH PARTITION $today $bound});
+isnt($rc, 0, 'a day that got such a trigger while detached is not attached again');
+like($err, qr/ERROR:  outbox: trigger "tenant_on_day" on outbox\.events_p\d+ calls public\.tenant_audit\(\), which role "tenant" may replace/,
+	'naming the trigger on the day');
+$node->safe_psql('postgres', qq{DROP TRIGGER tenant_on_day ON $today;
+ALTER TABLE outbox.events ATTACH PARTITION $today $bound;});
+
+# CREATE INDEX CONCURRENTLY commits its index before it returns: refused
+# up front when it carries code, whatever that code is.
+for my $case (
+	[ 'an expression', qq{CREATE INDEX CONCURRENTLY cic_expr ON $today (public.bucket(topic))} ],
+	[ 'a predicate', qq{CREATE INDEX CONCURRENTLY cic_where ON $today (topic) WHERE public.topic_ok(topic)} ],
+	[ 'an operator class', qq{CREATE INDEX CONCURRENTLY cic_opclass ON $today (topic text_pattern_ops)} ])
+{
+	my ($what, $ddl) = @$case;
+	($rc, $out, $err) = $node->psql('postgres', $ddl);
+	isnt($rc, 0, "CREATE INDEX CONCURRENTLY with $what is refused");
+	like($err, qr/ERROR:  outbox: CREATE INDEX CONCURRENTLY with an expression, a predicate or an operator class on events_p\d+ is refused/,
+		"with $what: saying why");
+}
+is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_class WHERE relname LIKE 'cic\_%'}), '0',
+	'no index of theirs is left, valid or not');
+($rc, $out, $err) = $node->psql('postgres', qq{CREATE INDEX CONCURRENTLY cic_plain ON $today (topic, created_at)});
+is($rc, 0, 'CREATE INDEX CONCURRENTLY on plain columns is made') or diag $err;
+($rc, $out, $err) = $node->psql('postgres', q{SELECT outbox.emit('told.c', '{}')});
+is($rc, 0, 'and emit() writes') or diag $err;
 
 $node->stop;
 done_testing();
