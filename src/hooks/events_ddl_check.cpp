@@ -267,6 +267,36 @@ void RefuseConcurrentIndexWithCode(Node *stmt) {
            errhint("Create it without CONCURRENTLY, or on plain columns.")));
 }
 
+void RefuseStatisticsOnExpressions(Node *stmt) {
+  if (!IsA(stmt, CreateStatsStmt)) return;
+  CreateStatsStmt *stats = castNode(CreateStatsStmt, stmt);
+  bool expressions = false;
+  ListCell *cell;
+  foreach (cell, stats->exprs) {
+    Node *elem = lfirst_node(Node, cell);
+    expressions =
+        expressions || (IsA(elem, StatsElem) && castNode(StatsElem, elem)->expr != nullptr);
+  }
+  if (!expressions) return;
+  const Oid schema = get_namespace_oid("outbox", true);
+  if (!OidIsValid(schema)) return;
+  const Oid events = get_relname_relid("events", schema);
+  if (!OidIsValid(events)) return;
+  foreach (cell, stats->relations) {
+    Node *node = lfirst_node(Node, cell);
+    if (!IsA(node, RangeVar)) continue;
+    RangeVar *target = castNode(RangeVar, node);
+    Oid relid = OutboxRelationNamed(target, schema);
+    if (!OidIsValid(relid)) relid = RangeVarGetRelid(target, NoLock, true);
+    if (!OidIsValid(relid) || !UnderEvents(relid, events)) continue;
+    ereport(ERROR,
+            (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+             errmsg("outbox: statistics on expressions of %s are refused", get_rel_name(relid)),
+             errdetail("ANALYZE computes them as the owner of outbox.events."),
+             errhint("Build statistics on its columns.")));
+  }
+}
+
 void RefuseTriggerFunctionsGivenAway(Node *stmt) {
   bool owners_changed = IsA(stmt, ReassignOwnedStmt);
   if (IsA(stmt, AlterRoleStmt)) {

@@ -44,6 +44,12 @@ void RefuseLockingDdlOfNonOwners(Node *stmt);
 // only refuse it once emit() and the publisher already ran its code.
 void RefuseConcurrentIndexWithCode(Node *stmt);
 
+// Called by the ProcessUtility hook before `stmt` runs: raises 42501 when
+// `stmt` is CREATE STATISTICS on expressions of outbox.events or of a
+// relation below it, which ANALYZE (autovacuum's too) would compute as the
+// owner of outbox.events, whatever code they call.
+void RefuseStatisticsOnExpressions(Node *stmt);
+
 // Called by the ProcessUtility hook after `stmt` ran, in its transaction:
 // when `stmt` changed who owns functions or who is a superuser (ALTER
 // FUNCTION / PROCEDURE / ROUTINE ... OWNER TO, REASSIGN OWNED, ALTER ROLE),

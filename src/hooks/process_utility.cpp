@@ -4,9 +4,10 @@
 //
 //   before the statement runs
 //     1. who may take locks on outbox's relations (events_ddl_check.hpp),
-//        who may choose a new database's OID (database_guard.hpp), and a
+//        who may choose a new database's OID (database_guard.hpp), a
 //        CREATE INDEX CONCURRENTLY that would commit code before it is
-//        checked (events_ddl_check.hpp);
+//        checked, and statistics ANALYZE would compute as the owner of
+//        outbox.events (events_ddl_check.hpp);
 //     2. a restore's partitions: room made, rows moved, the index a
 //        restored ATTACH made skipped (restored_partition.hpp);
 //     3. CREATE EXTENSION outbox's schema (extension_create.hpp);
@@ -94,6 +95,7 @@ void OutboxProcessUtility(PlannedStmt *pstmt, const char *query_string, bool rea
   RefuseLockingDdlOfNonOwners(stmt);
   RefuseChosenDatabaseOid(stmt);
   RefuseConcurrentIndexWithCode(stmt);
+  RefuseStatisticsOnExpressions(stmt);
   // 2. Not a database statement: restoring a dump.
   if (IsA(stmt, CreateStmt)) MakeRoomForRestoredPartition(castNode(CreateStmt, stmt));
   // A dump's statement is a top-level one (maintenance's own ATTACH, run

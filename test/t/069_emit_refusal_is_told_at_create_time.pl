@@ -16,6 +16,8 @@
 #   and so is ATTACH PARTITION of a day given one while it was detached, and
 #   giving such a trigger's function away later (ALTER FUNCTION ... OWNER
 #   TO, REASSIGN OWNED, ALTER ROLE ... NOSUPERUSER);
+# - CREATE STATISTICS on an expression of a day is refused (ANALYZE would
+#   compute it as outbox_writer), on its columns made;
 # - CREATE INDEX CONCURRENTLY on a day partition with an expression, a
 #   predicate or an operator class is refused before it builds anything (it
 #   commits the index before any check after it could refuse it), and one
@@ -152,6 +154,14 @@ is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_class WHERE relname LI
 is($rc, 0, 'CREATE INDEX CONCURRENTLY on plain columns is made') or diag $err;
 ($rc, $out, $err) = $node->psql('postgres', q{SELECT outbox.emit('told.c', '{}')});
 is($rc, 0, 'and emit() writes') or diag $err;
+
+# Statistics on expressions are computed by ANALYZE as the owner of
+# outbox.events: refused, whatever they call; on columns, made.
+($rc, $out, $err) = $node->psql('postgres', qq{CREATE STATISTICS day_bucket_stats ON public.bucket(topic), topic FROM $today});
+isnt($rc, 0, 'statistics on an expression of a day are refused');
+like($err, qr/ERROR:  outbox: statistics on expressions of events_p\d+ are refused/, 'saying so');
+($rc, $out, $err) = $node->psql('postgres', qq{CREATE STATISTICS day_plain_stats (ndistinct) ON topic, key FROM $today});
+is($rc, 0, 'statistics on its columns are made') or diag $err;
 
 $node->stop;
 done_testing();
