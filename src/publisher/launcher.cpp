@@ -15,7 +15,8 @@
 // outbox.workers-1 start once the extension is known to be present. At most
 // kMaxProbes probes run at once, so probing many databases never takes
 // every worker process, and one per owner that is not a superuser (its
-// databases' failed probes are remembered: launcher_backoff.hpp).
+// databases' failed probes are remembered, and such an owner yields probe
+// places to other owners' databases: launcher_backoff.hpp).
 //
 // Starts only once recovery has finished (BgWorkerStart_RecoveryFinished):
 // a hot standby runs no launcher and publishes nothing; after promotion the
@@ -304,10 +305,6 @@ long Reconcile(MemoryContext scratch) {
     const int j = IndexOf(dbs, slot->dboid);
     if (j >= 0 && !dbs.trusted[j]) probing[nprobing++] = dbs.owners[j];
   }
-  auto owner_probing = [&](int j) {
-    return !dbs.trusted[j] && OwnersCount(probing, nprobing, dbs.owners[j]) > 0;
-  };
-
   // Databases with a publisher now (or keeping their place while it
   // restarts: Running::placed), for outbox.max_databases, and the owners of
   // those a superuser does not own, for outbox.max_databases_per_owner: a
@@ -333,6 +330,24 @@ long Reconcile(MemoryContext scratch) {
     if (guc::max_databases_per_owner <= 0 || dbs.trusted[j]) return false;
     return OwnersCount(owners_publishing, nowners_publishing, dbs.owners[j]) >=
            guc::max_databases_per_owner;
+  };
+  // Databases of owners whose probes failed wait while another owner's
+  // database waits for a probe (OwnerProbesFail) it may have.
+  bool others_wait = false;
+  const bool at_limit = limited && publishing >= guc::max_databases;
+  for (int j = 0; j < dbs.count && !others_wait && !at_limit; ++j) {
+    if ((!dbs.trusted[j] && OwnerProbesFail(dbs, dbs.owners[j])) || owner_full(j)) continue;
+    DatabaseSlot *slot = FindSlot(dbs.oids[j]);
+    const Running *r = FindRunning(dbs.oids[j]);
+    others_wait = slot == nullptr
+                      ? !Contains(absent, dbs.oids[j])
+                      : StateOf(ReadExtension(slot)) == ExtensionState::kUnknown &&
+                            !Holds(slot, 0) && (r == nullptr || !IsAlive(r->publishers[0]));
+  }
+  auto owner_probing = [&](int j) {
+    if (dbs.trusted[j]) return false;
+    return OwnersCount(probing, nprobing, dbs.owners[j]) > 0 ||
+           (others_wait && OwnerProbesFail(dbs, dbs.owners[j]));
   };
   int unchecked_at_limit = 0, unchecked_at_owner_limit = 0;
 
@@ -376,7 +391,7 @@ long Reconcile(MemoryContext scratch) {
     for (int w = 0; w < kMaxWorkersPerDatabase; ++w) {
       Publisher *p = &r->publishers[w];
       if (p->handle != nullptr && !IsAlive(*p) && !Holds(slot, w)) {
-        NoteExit(p, w, datname, word, paused || r->evicted, now);
+        NoteExit(p, w, dboid, datname, word, paused || r->evicted, now);
       }
     }
     const bool probe_failed =

@@ -34,7 +34,8 @@ void RemoveAt(int i) {
 }  // namespace
 
 // A publisher that was started here and is gone: note why.
-void NoteExit(Publisher *p, int w, const char *datname, uint64 word, bool paused, TimestampTz now) {
+void NoteExit(Publisher *p, int w, Oid dboid, const char *datname, uint64 word, bool paused,
+              TimestampTz now) {
   pfree(p->handle);  // allocated by RegisterDynamicBackgroundWorker in TopMemoryContext
   p->handle = nullptr;
   // Fine if the extension is gone, was created again since it started (it
@@ -48,6 +49,9 @@ void NoteExit(Publisher *p, int w, const char *datname, uint64 word, bool paused
   long wait = 1000L << (p->failures < 7 ? p->failures - 1 : 6);
   if (wait > kRestartBackoffMaxMs) wait = kRestartBackoffMaxMs;
   p->next_start = TimestampTzPlusMilliseconds(now, wait);
+  if (w == 0 && StateOf(word) == ExtensionState::kUnknown) {
+    RememberProbeFailures(dboid, p->failures, p->next_start);
+  }
   if (guc::workers > 1) {
     ereport(LOG, (errmsg("outbox: publisher %d for database \"%s\" exited; restarting in %ld s", w,
                          datname, wait / 1000)));
@@ -79,6 +83,15 @@ bool RecallProbeFailures(Oid dboid, int *failures, TimestampTz *next_start) {
 void ForgetProbeFailures(Oid dboid) {
   const int i = Find(dboid);
   if (i >= 0) RemoveAt(i);
+}
+
+bool OwnerProbesFail(const DatabaseList &dbs, Oid owner) {
+  for (int i = 0; i < nrecords; ++i) {
+    if (records[i].failures <= 0) continue;
+    const int j = IndexOf(dbs, records[i].dboid);
+    if (j >= 0 && dbs.owners[j] == owner) return true;
+  }
+  return false;
 }
 
 }  // namespace outbox

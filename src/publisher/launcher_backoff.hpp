@@ -16,6 +16,7 @@
 #pragma once
 
 #include "pg_bridge.hpp"
+#include "publisher/launcher_databases.hpp"
 
 extern "C" {
 #include "postmaster/bgworker.h"
@@ -37,7 +38,11 @@ struct Publisher {
 // freed, and unless the extension went or came again (`word`, the slot's
 // extension word) or the database was paused, it counts a failure and waits
 // out its backoff, with a LOG line.
-void NoteExit(Publisher *p, int w, const char *datname, uint64 word, bool paused, TimestampTz now);
+// A failed probe (publisher 0 while the extension's state is unknown) is
+// also remembered at once (RememberProbeFailures) for `dboid`, so that
+// OwnerProbesFail sees it.
+void NoteExit(Publisher *p, int w, Oid dboid, const char *datname, uint64 word, bool paused,
+              TimestampTz now);
 constexpr long kRestartBackoffMaxMs = 10000;
 
 // Keep `failures` and `next_start` of the database's probe. At most
@@ -48,5 +53,13 @@ bool RecallProbeFailures(Oid dboid, int *failures, TimestampTz *next_start);
 // The database was found with the extension, or marked absent.
 void ForgetProbeFailures(Oid dboid);
 constexpr int kMaxRememberedProbes = 1024;
+
+// Whether a database of `owner` (in `dbs`) has a remembered failed probe.
+// Such an owner's databases take a probe place only when no database of
+// another owner waits for one: a role that keeps its databases locked
+// (prepared ALTER DATABASE ... RENAME, say), or two such roles together,
+// would otherwise hold every probe place, probe after failing probe, while
+// a tenant's new database waited its turn in OID order.
+bool OwnerProbesFail(const DatabaseList &dbs, Oid owner);
 
 }  // namespace outbox

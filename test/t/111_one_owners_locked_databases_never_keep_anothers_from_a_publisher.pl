@@ -15,7 +15,10 @@
 # back. Proves: with that attack running, another tenant's new database
 # with the extension gets a publisher within 30 s, while the renames stay
 # open; CREATE DATABASE ... OID is refused to the attacker (its databases
-# come after the others in the launcher's order).
+# come after the others in the launcher's order). And after a restart, with
+# a second such role and both keeping their databases locked across it
+# (prepared renames), the tenant's database gets its publisher within 20 s:
+# owners whose probes failed yield the probe places to other owners'.
 use strict;
 use warnings;
 use FindBin;
@@ -25,9 +28,10 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use OutboxNode qw(outbox_node wait_until);
 
-my $node = outbox_node('owner_probes', "outbox.workers = 1\nmax_worker_processes = 16\n");
+my $node = outbox_node('owner_probes',
+	"outbox.workers = 1\nmax_worker_processes = 16\nmax_prepared_transactions = 4\n");
 sub sql { return $node->safe_psql(@_) }
-sql('postgres', q{CREATE ROLE atk LOGIN CREATEDB; CREATE ROLE tenant LOGIN});
+sql('postgres', q{CREATE ROLE atk LOGIN CREATEDB; CREATE ROLE atk_b LOGIN CREATEDB; CREATE ROLE tenant LOGIN});
 # atk's two databases with publishers: its share.
 for my $db ('atk1', 'atk2') {
 	sql('postgres', "CREATE DATABASE $db OWNER atk");
@@ -44,6 +48,10 @@ like($err, qr/only a superuser may choose a new database's OID/, 'atk may not ch
 # lock, and a probe of it waits 5 s and fails.
 for my $i (1 .. 6) {
 	$node->safe_psql('postgres', "CREATE DATABASE w$i", extra_params => [ '-U', 'atk' ]);
+}
+# Another such role's six, older than the tenant's database too (below).
+for my $i (1 .. 6) {
+	$node->safe_psql('postgres', "CREATE DATABASE z$i", extra_params => [ '-U', 'atk_b' ]);
 }
 my $holder = $node->background_psql('postgres', extra_params => [ '-U', 'atk' ]);
 $holder->query_safe('BEGIN');
@@ -66,5 +74,25 @@ is(sql('postgres', q{SELECT count(*) FROM pg_stat_activity
 
 $holder->query_safe('ROLLBACK');
 $holder->quit;
+
+# After a restart every database is probed again. Both roles keep their six
+# locked across it (prepared renames): their older databases came first, one
+# probe place each, probe after failing probe, and the tenant's database
+# waited 35 to 120 s for one. An owner whose probes failed now yields the
+# places to other owners' databases.
+for my $who ([ 'atk', 'w' ], [ 'atk_b', 'z' ]) {
+	my ($role, $prefix) = @$who;
+	$node->safe_psql('postgres', 'BEGIN; '
+		. join('', map { "ALTER DATABASE $prefix$_ RENAME TO r$prefix$_; " } 1 .. 6)
+		. "PREPARE TRANSACTION 'hold_$role'", extra_params => [ '-U', $role ]);
+}
+$node->restart;
+$took = wait_until(sub {
+	sql('shop', q{SELECT count(*) FROM outbox.workers WHERE pid IS NOT NULL}) eq '1' }, 20);
+ok(defined $took, "after a restart, the tenant's database gets its publisher within 20 s while "
+	. 'two roles keep theirs locked');
+note('after ' . ($took // 'more than 20') . ' s');
+is(sql('postgres', q{SELECT count(*) FROM pg_prepared_xacts}), '2', 'both renames were still prepared');
+sql('postgres', "ROLLBACK PREPARED 'hold_$_'") for 'atk', 'atk_b';
 $node->stop;
 done_testing();
