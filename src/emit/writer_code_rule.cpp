@@ -179,8 +179,18 @@ void CheckTriggers(Relation rel) {
     const Trigger &trigger = triggers->triggers[i];
     // Triggers on UPDATE, DELETE or TRUNCATE only never run when emit()
     // writes (they run in statements of the publisher or of whoever
-    // changes events, as that statement's user).
-    if (!TRIGGER_FOR_INSERT(trigger.tgtype)) continue;
+    // changes events, as that statement's user). Their WHEN condition is
+    // held to the rule all the same: the publisher evaluates it as the
+    // owner of outbox.events whenever it updates an event, and it may call
+    // code of anyone's, where the trigger's function is checked by who may
+    // replace it (events_ddl_check.hpp).
+    if (!TRIGGER_FOR_INSERT(trigger.tgtype)) {
+      if (trigger.tgqual == nullptr) continue;
+      if (const char *why = StoredExpressionWhyNot(trigger.tgqual, false)) {
+        Refuse(rel, psprintf("trigger \"%s\" with a WHEN condition", trigger.tgname), why);
+      }
+      continue;
+    }
     // A partition's statement triggers never fire for a row routed through
     // outbox.events, as emit()'s is; outbox's counting ones are there for
     // rows maintenance moves into the partition.
@@ -373,6 +383,18 @@ void RefuseCodeNotBuiltIn(Relation rel, void (*watch)(Oid)) {
   CheckColumns(rel);
   CheckPartitionKey(rel);
   CheckIndexes(rel, watch);
+}
+
+void RefuseIndexCodeNotBuiltIn(Relation rel) {
+  CheckIndexes(rel, [](Oid) {});
+  const TriggerDesc *triggers = rel->trigdesc;
+  for (int i = 0; triggers != nullptr && i < triggers->numtriggers; ++i) {
+    const Trigger &trigger = triggers->triggers[i];
+    if (trigger.tgqual == nullptr) continue;
+    if (const char *why = StoredExpressionWhyNot(trigger.tgqual, false)) {
+      Refuse(rel, psprintf("trigger \"%s\" with a WHEN condition", trigger.tgname), why);
+    }
+  }
 }
 
 }  // namespace outbox

@@ -15,7 +15,8 @@
 //   condition; they never fire for a row routed through outbox.events); any
 //   other, disabled or internal (a foreign key's check) included, is
 //   refused. Triggers on UPDATE, DELETE or TRUNCATE only never run when
-//   emit() writes;
+//   emit() writes, but the publisher evaluates their WHEN condition when it
+//   updates events: it is held to the rule for expressions below;
 // - there is no rule, no row security and no policy;
 // - every column is of a built-in type (no domain), every partition is a
 //   table of a built-in access method (no foreign table);
@@ -48,6 +49,14 @@ namespace outbox {
 // partition key, which loading would fold); allocates in the current memory
 // context.
 void RefuseCodeNotBuiltIn(Relation rel, void (*watch)(Oid));
+
+// The part of the rule for outbox's other tables (outbox.counts,
+// outbox.sinks, ...), which emit() does not write but outbox's own code
+// does, as the writer, and whose own constraints (a foreign key's triggers)
+// the whole rule would refuse: every index, and every trigger's WHEN
+// condition, held to the rule for stored expressions. The same message and
+// locking as RefuseCodeNotBuiltIn.
+void RefuseIndexCodeNotBuiltIn(Relation rel);
 
 // RefuseCodeNotBuiltIn's message is "outbox: emit() does not write while
 // outbox.<relation> has <object>": the part after "while " ("outbox.<relation>

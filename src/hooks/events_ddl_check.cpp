@@ -12,10 +12,13 @@
 #include <cstring>
 
 extern "C" {
+#include "access/genam.h"
+#include "access/htup_details.h"
 #include "access/table.h"
 #include "catalog/namespace.h"
 #include "catalog/dependency.h"
 #include "catalog/partition.h"
+#include "catalog/pg_event_trigger.h"
 #include "catalog/pg_inherits.h"
 #include "catalog/pg_proc.h"
 #include "commands/extension.h"
@@ -63,16 +66,37 @@ bool UnderEvents(Oid relid, Oid events) {
   return list_member_oid(ancestors, events);
 }
 
-// RefuseCodeNotBuiltIn over `relid` and everything below it (a partition
-// attached or made partitioned brings its own partitions).
-void CheckAll(Oid relid) {
-  List *all = find_all_inheritors(relid, AccessShareLock, nullptr);
+// Whether `relid` is one whose code outbox's own statements would run as
+// outbox_writer: outbox.events or below it, or another table of the
+// extension's (outbox.counts, which the counting triggers write,
+// outbox.sinks, outbox.routes, outbox.home, which outbox's functions write).
+bool Guarded(Oid relid, Oid schema, Oid events) {
+  if (UnderEvents(relid, events)) return true;
+  return get_rel_namespace(relid) == schema && get_rel_relkind(relid) == RELKIND_RELATION &&
+         getExtensionOfObject(RelationRelationId, relid) == get_extension_oid("outbox", true);
+}
+
+// RefuseCodeNotBuiltIn over the relation *`oid` and everything below it (a
+// partition attached or made partitioned brings its own partitions). For
+// RunInSubtransaction.
+bool CheckAll(void *oid) {
+  List *all = find_all_inheritors(*static_cast<Oid *>(oid), AccessShareLock, nullptr);
   ListCell *cell;
   foreach (cell, all) {
     Relation rel = table_open(lfirst_oid(cell), AccessShareLock);
     RefuseCodeNotBuiltIn(rel, WatchNothing);
     table_close(rel, AccessShareLock);
   }
+  return true;
+}
+
+// RefuseIndexCodeNotBuiltIn over the relation *`oid` (one of outbox's other
+// tables). For RunInSubtransaction.
+bool CheckIndexesOf(void *oid) {
+  Relation rel = table_open(*static_cast<Oid *>(oid), AccessShareLock);
+  RefuseIndexCodeNotBuiltIn(rel);
+  table_close(rel, AccessShareLock);
+  return true;
 }
 
 // The relation of schema outbox that `target` names, or may come to name
@@ -146,6 +170,7 @@ void CheckConstraintNode(Node *node, Oid schema) {
 // The statement holds its lock on `relid`; its partitions are locked here.
 void RefuseTriggersOthersMayReplace(Oid relid) {
   const Oid outbox_extension = get_extension_oid("outbox", true);
+  const Oid writer = get_role_oid("outbox_writer", true);
   List *all = find_all_inheritors(relid, AccessShareLock, nullptr);
   ListCell *cell;
   foreach (cell, all) {
@@ -158,9 +183,12 @@ void RefuseTriggersOthersMayReplace(Oid relid) {
       if (!HeapTupleIsValid(tuple)) continue;
       const Oid function_owner = reinterpret_cast<Form_pg_proc>(GETSTRUCT(tuple))->proowner;
       ReleaseSysCache(tuple);
-      // Outbox's own (its counting function, in a restored partition's dump).
+      // Outbox's own (its counting function, in a restored partition's
+      // dump), as long as outbox_writer owns it: given to another role, that
+      // role may replace it.
       if (superuser_arg(function_owner) ||
-          getExtensionOfObject(ProcedureRelationId, function) == outbox_extension) {
+          (function_owner == writer &&
+           getExtensionOfObject(ProcedureRelationId, function) == outbox_extension)) {
         continue;
       }
       const char *trigname = pstrdup(triggers->triggers[i].tgname);
@@ -177,6 +205,37 @@ void RefuseTriggersOthersMayReplace(Oid relid) {
     }
     table_close(rel, NoLock);
   }
+}
+
+// Event triggers run in outbox's own statements too (the publisher's
+// partition maintenance is DDL), as outbox_writer: their functions must be
+// ones only a superuser can replace. Scans pg_event_trigger (a handful of
+// rows).
+void RefuseEventTriggersOthersMayReplace() {
+  Relation catalog = table_open(EventTriggerRelationId, AccessShareLock);
+  SysScanDesc scan = systable_beginscan(catalog, InvalidOid, false, nullptr, 0, nullptr);
+  HeapTuple tuple;
+  while (HeapTupleIsValid(tuple = systable_getnext(scan))) {
+    const Form_pg_event_trigger trigger = reinterpret_cast<Form_pg_event_trigger>(GETSTRUCT(tuple));
+    HeapTuple proc = SearchSysCache1(PROCOID, ObjectIdGetDatum(trigger->evtfoid));
+    if (!HeapTupleIsValid(proc)) continue;
+    const Oid owner = reinterpret_cast<Form_pg_proc>(GETSTRUCT(proc))->proowner;
+    ReleaseSysCache(proc);
+    if (superuser_arg(owner)) continue;
+    const char *name = pstrdup(NameStr(trigger->evtname));
+    const Oid function = trigger->evtfoid;
+    systable_endscan(scan);
+    table_close(catalog, AccessShareLock);
+    ereport(ERROR,
+            (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+             errmsg("outbox: event trigger \"%s\" calls %s, which role \"%s\" may replace", name,
+                    format_procedure_qualified(function), GetUserNameFromId(owner, false)),
+             errdetail("Event triggers fire in outbox's partition maintenance, which runs as "
+                       "outbox_writer."),
+             errhint("Call a function a superuser owns.")));
+  }
+  systable_endscan(scan);
+  table_close(catalog, AccessShareLock);
 }
 
 }  // namespace
@@ -256,7 +315,7 @@ void RefuseConcurrentIndexWithCode(Node *stmt) {
   if (!OidIsValid(events)) return;
   Oid relid = OutboxRelationNamed(index->relation, schema);
   if (!OidIsValid(relid)) relid = RangeVarGetRelid(index->relation, NoLock, true);
-  if (!OidIsValid(relid) || !UnderEvents(relid, events)) return;
+  if (!OidIsValid(relid) || !Guarded(relid, schema, events)) return;
   ereport(ERROR,
           (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
            errmsg("outbox: CREATE INDEX CONCURRENTLY with an expression, a predicate or an "
@@ -288,7 +347,7 @@ void RefuseStatisticsOnExpressions(Node *stmt) {
     RangeVar *target = castNode(RangeVar, node);
     Oid relid = OutboxRelationNamed(target, schema);
     if (!OidIsValid(relid)) relid = RangeVarGetRelid(target, NoLock, true);
-    if (!OidIsValid(relid) || !UnderEvents(relid, events)) continue;
+    if (!OidIsValid(relid) || !Guarded(relid, schema, events)) continue;
     ereport(ERROR,
             (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
              errmsg("outbox: statistics on expressions of %s are refused", get_rel_name(relid)),
@@ -298,7 +357,7 @@ void RefuseStatisticsOnExpressions(Node *stmt) {
 }
 
 void RefuseTriggerFunctionsGivenAway(Node *stmt) {
-  bool owners_changed = IsA(stmt, ReassignOwnedStmt);
+  bool owners_changed = IsA(stmt, ReassignOwnedStmt) || IsA(stmt, CreateEventTrigStmt);
   if (IsA(stmt, AlterRoleStmt)) {
     // Only NOSUPERUSER matters: a password change is not refused over a
     // trigger made before this check.
@@ -316,7 +375,9 @@ void RefuseTriggerFunctionsGivenAway(Node *stmt) {
   const Oid schema = get_namespace_oid("outbox", true);
   if (!OidIsValid(schema)) return;
   const Oid events = get_relname_relid("events", schema);
-  if (OidIsValid(events)) RefuseTriggersOthersMayReplace(events);
+  if (!OidIsValid(events)) return;
+  RefuseTriggersOthersMayReplace(events);
+  RefuseEventTriggersOthersMayReplace();
 }
 
 void RefuseDdlEmitWouldRefuse(Node *stmt) {
@@ -326,8 +387,15 @@ void RefuseDdlEmitWouldRefuse(Node *stmt) {
   if (!OidIsValid(schema)) return;
   const Oid events = get_relname_relid("events", schema);
   if (!OidIsValid(events)) return;
+  // CREATE INDEX CONCURRENTLY committed its index already: refusing it now
+  // would leave it behind, and one that may carry code was refused before
+  // it ran (RefuseConcurrentIndexWithCode).
+  if (IsA(stmt, IndexStmt) && castNode(IndexStmt, stmt)->concurrent) return;
   const Oid relid = RangeVarGetRelid(target, NoLock, true);
-  if (!OidIsValid(relid) || !UnderEvents(relid, events)) return;
+  if (!OidIsValid(relid) || !Guarded(relid, schema, events)) return;
+  const bool events_tree = UnderEvents(relid, events);
+  // outbox's own scripts shape its other tables (a foreign key, in 0.1.0).
+  if (!events_tree && creating_extension) return;
   // Every trigger of the tree, not only a new one: ATTACH PARTITION brings
   // the table's own. Outbox's maintenance (CREATE TABLE ... PARTITION OF
   // clones the parent's) is not stopped by one made before this check.
@@ -342,19 +410,18 @@ void RefuseDdlEmitWouldRefuse(Node *stmt) {
   // OF, which clones what the parent has) only say so as a WARNING, and go
   // on: refusing them would stop retention and premade days as well.
   Oid checked = relid;
-  ErrorData *error = RunInSubtransaction(
-      [](void *rel) {
-        CheckAll(*static_cast<Oid *>(rel));
-        return true;
-      },
-      &checked);
+  ErrorData *error = RunInSubtransaction(events_tree ? CheckAll : CheckIndexesOf, &checked);
   if (error == nullptr) return;
   if (error->sqlerrcode != ERRCODE_INSUFFICIENT_PRIVILEGE) ReThrowError(error);
   const char *what = RefusedCodeOf(error->message);
   if (!InPublisher()) {
     // "emit() does not write while X has Y": the statement may not leave Y.
     if (what != nullptr) {
-      error->message = psprintf("outbox: emit() would refuse to write while %s", what);
+      error->message = events_tree ? psprintf("outbox: emit() would refuse to write while %s", what)
+                                   : psprintf(
+                                         "outbox: refused: %s, and outbox writes that table as "
+                                         "outbox_writer, which would run it",
+                                         what);
     }
     ReThrowError(error);
   }

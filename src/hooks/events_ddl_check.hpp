@@ -52,10 +52,12 @@ void RefuseStatisticsOnExpressions(Node *stmt);
 
 // Called by the ProcessUtility hook after `stmt` ran, in its transaction:
 // when `stmt` changed who owns functions or who is a superuser (ALTER
-// FUNCTION / PROCEDURE / ROUTINE ... OWNER TO, REASSIGN OWNED, ALTER ROLE),
-// raises 42501 if a trigger on outbox.events or below it now calls a
-// function a role that is no superuser owns: the publisher runs those
-// triggers as the owner of outbox.events. Sees this database only.
+// FUNCTION / PROCEDURE / ROUTINE ... OWNER TO, REASSIGN OWNED, ALTER ROLE
+// ... NOSUPERUSER) or made an event trigger, raises 42501 if a trigger on
+// outbox.events or below it, or an event trigger, now calls a function a
+// role that is no superuser owns: the publisher runs those as the owner of
+// outbox.events (event triggers fire in its partition maintenance). Sees
+// this database only.
 void RefuseTriggerFunctionsGivenAway(Node *stmt);
 
 }  // namespace outbox

@@ -18,6 +18,11 @@
 #   TO, REASSIGN OWNED, ALTER ROLE ... NOSUPERUSER);
 # - CREATE STATISTICS on an expression of a day is refused (ANALYZE would
 #   compute it as outbox_writer), on its columns made;
+# - an UPDATE trigger whose WHEN condition calls a function of the user's,
+#   an index on such a function or a trigger calling a function another
+#   role may replace on outbox.counts, outbox's counting function given to
+#   another role, and an event trigger calling a function another role may
+#   replace are refused;
 # - CREATE INDEX CONCURRENTLY on a day partition with an expression, a
 #   predicate or an operator class is refused before it builds anything (it
 #   commits the index before any check after it could refuse it), and one
@@ -154,6 +159,42 @@ is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_class WHERE relname LI
 is($rc, 0, 'CREATE INDEX CONCURRENTLY on plain columns is made') or diag $err;
 ($rc, $out, $err) = $node->psql('postgres', q{SELECT outbox.emit('told.c', '{}')});
 is($rc, 0, 'and emit() writes') or diag $err;
+
+# What else the publisher or outbox's own statements run as outbox_writer:
+# an UPDATE trigger's WHEN condition; triggers and index expressions on
+# outbox's other tables (outbox.counts, which the counting triggers write);
+# outbox's own function given to another role; an event trigger (partition
+# maintenance is DDL).
+($rc, $out, $err) = $node->psql('postgres', q{CREATE TRIGGER when_update BEFORE UPDATE ON outbox.events
+  FOR EACH ROW WHEN (public.topic_ok(NEW.topic)) EXECUTE FUNCTION suppress_redundant_updates_trigger()});
+isnt($rc, 0, 'an UPDATE trigger whose WHEN condition calls a function of the user\'s is refused');
+like($err, qr/ERROR:  outbox: emit\(\) would refuse to write while outbox\.events has trigger "when_update" with a WHEN condition/,
+	'naming its WHEN condition');
+($rc, $out, $err) = $node->psql('postgres', q{CREATE TRIGGER when_plain BEFORE UPDATE ON outbox.events
+  FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status) EXECUTE FUNCTION suppress_redundant_updates_trigger()});
+is($rc, 0, 'one whose WHEN condition is built-in code is made') or diag $err;
+$node->safe_psql('postgres', q{DROP TRIGGER when_plain ON outbox.events});
+($rc, $out, $err) = $node->psql('postgres', q{CREATE INDEX counts_bucket ON outbox.counts (public.bucket(topic))});
+isnt($rc, 0, 'an index on such a function on outbox.counts is refused');
+like($err, qr/ERROR:  outbox: refused: outbox\.counts has index "counts_bucket"/, 'naming it');
+($rc, $out, $err) = $node->psql('postgres', q{CREATE TRIGGER counts_audit AFTER UPDATE ON outbox.counts
+  FOR EACH ROW EXECUTE FUNCTION public.tenant_audit()});
+isnt($rc, 0, 'a trigger on outbox.counts calling a function another role may replace is refused');
+like($err, qr/ERROR:  outbox: trigger "counts_audit" on outbox\.counts calls public\.tenant_audit\(\)/,
+	'naming it');
+($rc, $out, $err) = $node->psql('postgres', q{ALTER FUNCTION outbox.count_changes() OWNER TO tenant});
+isnt($rc, 0, 'outbox\'s counting function given to another role is refused');
+like($err, qr/ERROR:  outbox: trigger "events_count_\w+" on outbox\.events calls outbox\.count_changes\(\), which role "tenant" may replace/,
+	'naming the trigger that calls it');
+$node->safe_psql('postgres', q{
+CREATE FUNCTION public.ddl_audit() RETURNS event_trigger LANGUAGE plpgsql AS $$ BEGIN NULL; END $$;
+ALTER FUNCTION public.ddl_audit() OWNER TO tenant;});
+($rc, $out, $err) = $node->psql('postgres', q{CREATE EVENT TRIGGER ddl_audit ON ddl_command_end
+  EXECUTE FUNCTION public.ddl_audit()});
+isnt($rc, 0, 'an event trigger calling a function another role may replace is refused');
+like($err, qr/ERROR:  outbox: event trigger "ddl_audit" calls public\.ddl_audit\(\), which role "tenant" may replace/,
+	'naming it');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_event_trigger}), '0', 'and it is not there');
 
 # Statistics on expressions are computed by ANALYZE as the owner of
 # outbox.events: refused, whatever they call; on columns, made.
