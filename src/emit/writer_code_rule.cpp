@@ -386,6 +386,7 @@ void RefuseCodeNotBuiltIn(Relation rel, void (*watch)(Oid)) {
 }
 
 void RefuseIndexCodeNotBuiltIn(Relation rel) {
+  CheckColumns(rel);
   CheckIndexes(rel, [](Oid) {});
   const TriggerDesc *triggers = rel->trigdesc;
   for (int i = 0; triggers != nullptr && i < triggers->numtriggers; ++i) {

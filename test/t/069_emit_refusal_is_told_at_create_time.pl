@@ -177,6 +177,9 @@ $node->safe_psql('postgres', q{DROP TRIGGER when_plain ON outbox.events});
 ($rc, $out, $err) = $node->psql('postgres', q{CREATE INDEX counts_bucket ON outbox.counts (public.bucket(topic))});
 isnt($rc, 0, 'an index on such a function on outbox.counts is refused');
 like($err, qr/ERROR:  outbox: refused: outbox\.counts has index "counts_bucket"/, 'naming it');
+($rc, $out, $err) = $node->psql('postgres', q{ALTER TABLE outbox.sinks ADD CONSTRAINT sink_ok CHECK (public.topic_ok(name))});
+isnt($rc, 0, 'a CHECK calling a function of the user\'s on outbox.sinks is refused');
+like($err, qr/ERROR:  outbox: refused: outbox\.sinks has CHECK constraint "sink_ok"/, 'naming it');
 ($rc, $out, $err) = $node->psql('postgres', q{CREATE TRIGGER counts_audit AFTER UPDATE ON outbox.counts
   FOR EACH ROW EXECUTE FUNCTION public.tenant_audit()});
 isnt($rc, 0, 'a trigger on outbox.counts calling a function another role may replace is refused');
