@@ -385,6 +385,14 @@ void RefuseCodeNotBuiltIn(Relation rel, void (*watch)(Oid)) {
   CheckIndexes(rel, watch);
 }
 
+const char *ExpressionWhyNot(Node *expression) {
+  Walk walk = {false, nullptr};
+  (void)CodeNotBuiltIn(expression, &walk);
+  return walk.why;
+}
+
+bool OpclassBuiltIn(Oid opclass) { return BuiltIn(opclass); }
+
 void RefuseIndexCodeNotBuiltIn(Relation rel) {
   CheckColumns(rel);
   CheckIndexes(rel, [](Oid) {});

@@ -58,6 +58,13 @@ void RefuseCodeNotBuiltIn(Relation rel, void (*watch)(Oid));
 // rule above. The same message and locking as RefuseCodeNotBuiltIn.
 void RefuseIndexCodeNotBuiltIn(Relation rel);
 
+// Why an expression as the parser made it (not yet stored, nor folded)
+// breaks the rule for stored expressions (nullptr: it does not). For a
+// statement checked before it runs.
+const char *ExpressionWhyNot(Node *expression);
+// Whether operator class `opclass` is built in.
+bool OpclassBuiltIn(Oid opclass);
+
 // RefuseCodeNotBuiltIn's message is "outbox: emit() does not write while
 // outbox.<relation> has <object>": the part after "while " ("outbox.<relation>
 // has <object>"), for callers that give the same refusal in their own words;

@@ -20,6 +20,9 @@ extern "C" {
 #include "catalog/partition.h"
 #include "catalog/pg_event_trigger.h"
 #include "catalog/pg_inherits.h"
+#include "commands/defrem.h"
+#include "commands/tablecmds.h"
+#include "parser/parse_utilcmd.h"
 #include "catalog/pg_proc.h"
 #include "commands/extension.h"
 #include "nodes/parsenodes.h"
@@ -238,6 +241,44 @@ void RefuseEventTriggersOthersMayReplace() {
   table_close(catalog, AccessShareLock);
 }
 
+// Whether an index may carry code: an expression, a predicate, an
+// operator class named (a default one is built in: only a superuser makes
+// one default).
+bool MayCarryCode(const IndexStmt *index) {
+  bool code = index->whereClause != nullptr;
+  List *params[2] = {index->indexParams, index->indexIncludingParams};
+  for (List *list : params) {
+    ListCell *cell;
+    foreach (cell, list) {
+      const IndexElem *elem = lfirst_node(IndexElem, cell);
+      code = code || elem->expr != nullptr || elem->opclass != NIL;
+    }
+  }
+  return code;
+}
+
+// Why the index `stmt` makes on `relid` (locked) breaks the rule for stored
+// expressions, judged as the parser makes it (nullptr: it does not).
+const char *IndexWhyNot(Oid relid, IndexStmt *stmt, const char *query_string) {
+  IndexStmt *parsed =
+      transformIndexStmt(relid, static_cast<IndexStmt *>(copyObjectImpl(stmt)), query_string);
+  const char *why =
+      parsed->whereClause != nullptr ? ExpressionWhyNot(parsed->whereClause) : nullptr;
+  const Oid am = get_index_am_oid(parsed->accessMethod, false);
+  ListCell *cell;
+  foreach (cell, parsed->indexParams) {
+    const IndexElem *elem = lfirst_node(IndexElem, cell);
+    if (why == nullptr && elem->expr != nullptr) why = ExpressionWhyNot(elem->expr);
+    if (why == nullptr && elem->opclass != NIL) {
+      const Oid opclass = get_opclass_oid(am, elem->opclass, true);
+      if (OidIsValid(opclass) && !OpclassBuiltIn(opclass)) {
+        why = psprintf("its operator class %s is not built in", NameListToString(elem->opclass));
+      }
+    }
+  }
+  return why;
+}
+
 }  // namespace
 
 void RefuseLockingDdlOfNonOwners(Node *stmt) {
@@ -293,22 +334,35 @@ void RefuseLockingDdlOfNonOwners(Node *stmt) {
   }
 }
 
+void RefuseIndexCodeBeforeBuild(Node *stmt, const char *query_string) {
+  if (!IsA(stmt, IndexStmt)) return;
+  IndexStmt *index = castNode(IndexStmt, stmt);
+  if (index->concurrent || index->transformed || index->relation == nullptr) return;
+  if (!MayCarryCode(index)) return;
+  const Oid schema = get_namespace_oid("outbox", true);
+  if (!OidIsValid(schema)) return;
+  const Oid events = get_relname_relid("events", schema);
+  if (!OidIsValid(events)) return;
+  Oid relid = RangeVarGetRelid(index->relation, NoLock, true);
+  if (!OidIsValid(relid) || !Guarded(relid, schema, events)) return;
+  // The lock, and the owner check before it, that PostgreSQL takes next.
+  relid = RangeVarGetRelidExtended(index->relation, ShareLock, 0, RangeVarCallbackOwnsRelation,
+                                   nullptr);
+  if (!Guarded(relid, schema, events)) return;
+  const char *why = IndexWhyNot(relid, index, query_string);
+  if (why == nullptr) return;
+  ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                  errmsg("outbox: an index on %s that is not built-in code is refused: %s",
+                         get_rel_name(relid), why),
+                  errdetail("Its build would run that code as the owner of outbox's tables."),
+                  errhint("Index outbox's tables with built-in code only.")));
+}
+
 void RefuseConcurrentIndexWithCode(Node *stmt) {
   if (!IsA(stmt, IndexStmt)) return;
   IndexStmt *index = castNode(IndexStmt, stmt);
   if (!index->concurrent || index->relation == nullptr) return;
-  // What may carry code: an expression, a predicate, an operator class
-  // named (a default one is built in: only a superuser makes one default).
-  bool code = index->whereClause != nullptr;
-  List *params[2] = {index->indexParams, index->indexIncludingParams};
-  for (List *list : params) {
-    ListCell *cell;
-    foreach (cell, list) {
-      const IndexElem *elem = lfirst_node(IndexElem, cell);
-      code = code || elem->expr != nullptr || elem->opclass != NIL;
-    }
-  }
-  if (!code) return;
+  if (!MayCarryCode(index)) return;
   const Oid schema = get_namespace_oid("outbox", true);
   if (!OidIsValid(schema)) return;
   const Oid events = get_relname_relid("events", schema);

@@ -44,6 +44,15 @@ void RefuseLockingDdlOfNonOwners(Node *stmt);
 // only refuse it once emit() and the publisher already ran its code.
 void RefuseConcurrentIndexWithCode(Node *stmt);
 
+// Called by the ProcessUtility hook before `stmt` runs: when `stmt` is
+// CREATE INDEX (not CONCURRENTLY) on outbox.events, below it, or on
+// outbox's other tables, with an expression, a predicate or a named
+// operator class, takes the lock PostgreSQL takes next (after its owner
+// check), parses the index as PostgreSQL will, and raises 42501 when it is
+// not built-in code: its build would run that code as the tables' owner
+// before RefuseDdlEmitWouldRefuse could refuse it.
+void RefuseIndexCodeBeforeBuild(Node *stmt, const char *query_string);
+
 // Called by the ProcessUtility hook before `stmt` runs: raises 42501 when
 // `stmt` is CREATE STATISTICS on expressions of outbox.events or of a
 // relation below it, which ANALYZE (autovacuum's too) would compute as the

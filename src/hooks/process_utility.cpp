@@ -4,10 +4,11 @@
 //
 //   before the statement runs
 //     1. who may take locks on outbox's relations (events_ddl_check.hpp),
-//        who may choose a new database's OID (database_guard.hpp), a
-//        CREATE INDEX CONCURRENTLY that would commit code before it is
-//        checked, and statistics ANALYZE would compute as the owner of
-//        outbox.events (events_ddl_check.hpp);
+//        who may choose a new database's OID (database_guard.hpp), an
+//        index whose build would run code that is not built in (CREATE
+//        INDEX CONCURRENTLY would commit it before it is checked), and
+//        statistics ANALYZE would compute as the owner of outbox.events
+//        (events_ddl_check.hpp);
 //     2. a restore's partitions: room made, rows moved, the index a
 //        restored ATTACH made skipped (restored_partition.hpp);
 //     3. CREATE EXTENSION outbox's schema (extension_create.hpp);
@@ -95,6 +96,7 @@ void OutboxProcessUtility(PlannedStmt *pstmt, const char *query_string, bool rea
   RefuseLockingDdlOfNonOwners(stmt);
   RefuseChosenDatabaseOid(stmt);
   RefuseConcurrentIndexWithCode(stmt);
+  RefuseIndexCodeBeforeBuild(stmt, query_string);
   RefuseStatisticsOnExpressions(stmt);
   // 2. Not a database statement: restoring a dump.
   if (IsA(stmt, CreateStmt)) MakeRoomForRestoredPartition(castNode(CreateStmt, stmt));
