@@ -394,6 +394,7 @@ const char *ExpressionWhyNot(Node *expression) {
 bool OpclassBuiltIn(Oid opclass) { return BuiltIn(opclass); }
 
 void RefuseIndexCodeNotBuiltIn(Relation rel) {
+  CheckRulesAndPolicies(rel);
   CheckColumns(rel);
   CheckIndexes(rel, [](Oid) {});
   const TriggerDesc *triggers = rel->trigdesc;

@@ -53,9 +53,10 @@ void RefuseCodeNotBuiltIn(Relation rel, void (*watch)(Oid));
 // The part of the rule for outbox's other tables (outbox.counts,
 // outbox.sinks, ...), which emit() does not write but outbox's own code
 // does, as the writer, and whose own constraints (a foreign key's triggers)
-// the whole rule would refuse: every column's type, default and CHECK
-// constraint, every index, and every trigger's WHEN condition, held to the
-// rule above. The same message and locking as RefuseCodeNotBuiltIn.
+// the whole rule would refuse: no rule, no row security and no policy;
+// every column's type, default and CHECK constraint, every index, and every
+// trigger's WHEN condition, held to the rule above. The same message and locking as
+// RefuseCodeNotBuiltIn.
 void RefuseIndexCodeNotBuiltIn(Relation rel);
 
 // Why an expression as the parser made it (not yet stored, nor folded)

@@ -69,6 +69,9 @@ bool UnderEvents(Oid relid, Oid events) {
   return list_member_oid(ancestors, events);
 }
 
+// outbox's tables besides outbox.events, which its own code writes.
+constexpr const char *kOtherTables[] = {"counts", "sinks", "routes", "home"};
+
 // Whether `relid` is one whose code outbox's own statements would run as
 // outbox_writer: outbox.events or below it, or another table of the
 // extension's (outbox.counts, which the counting triggers write,
@@ -279,6 +282,26 @@ const char *IndexWhyNot(Oid relid, IndexStmt *stmt, const char *query_string) {
   return why;
 }
 
+// Refuses (42501) a table that is not outbox's with one of outbox's tables
+// below it (ALTER TABLE ... ATTACH PARTITION outbox.events, say): what is put
+// on it (a trigger) is cloned onto them, unchecked. Only a superuser may
+// attach them; outbox's tables sit under nothing but outbox.events.
+void RefuseOutboxTablesBelow(Oid relid, Oid schema, Oid events) {
+  if (InPublisher() || !has_subclass(relid)) return;
+  List *below = find_all_inheritors(relid, NoLock, nullptr);
+  ListCell *cell;
+  foreach (cell, below) {
+    const Oid child = lfirst_oid(cell);
+    if (child == relid || !Guarded(child, schema, events)) continue;
+    ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                    errmsg("outbox: %s.%s has outbox's table %s.%s below it",
+                           get_namespace_name(get_rel_namespace(relid)), get_rel_name(relid),
+                           get_namespace_name(get_rel_namespace(child)), get_rel_name(child)),
+                    errdetail("What is put on it would be cloned onto outbox's tables unchecked."),
+                    errhint("Detach it: outbox's tables sit under nothing but outbox.events.")));
+  }
+}
+
 }  // namespace
 
 void RefuseLockingDdlOfNonOwners(Node *stmt) {
@@ -431,6 +454,10 @@ void RefuseTriggerFunctionsGivenAway(Node *stmt) {
   const Oid events = get_relname_relid("events", schema);
   if (!OidIsValid(events)) return;
   RefuseTriggersOthersMayReplace(events);
+  for (const char *table : kOtherTables) {
+    const Oid relid = get_relname_relid(table, schema);
+    if (OidIsValid(relid)) RefuseTriggersOthersMayReplace(relid);
+  }
   RefuseEventTriggersOthersMayReplace();
 }
 
@@ -446,7 +473,11 @@ void RefuseDdlEmitWouldRefuse(Node *stmt) {
   // it ran (RefuseConcurrentIndexWithCode).
   if (IsA(stmt, IndexStmt) && castNode(IndexStmt, stmt)->concurrent) return;
   const Oid relid = RangeVarGetRelid(target, NoLock, true);
-  if (!OidIsValid(relid) || !Guarded(relid, schema, events)) return;
+  if (!OidIsValid(relid)) return;
+  if (!Guarded(relid, schema, events)) {
+    RefuseOutboxTablesBelow(relid, schema, events);
+    return;
+  }
   const bool events_tree = UnderEvents(relid, events);
   // outbox's own scripts shape its other tables (a foreign key, in 0.1.0).
   if (!events_tree && creating_extension) return;

@@ -216,6 +216,31 @@ like($err, qr/ERROR:  outbox: trigger "counts_audit" on outbox\.counts calls pub
 isnt($rc, 0, 'outbox\'s counting function given to another role is refused');
 like($err, qr/ERROR:  outbox: trigger "events_count_\w+" on outbox\.events calls outbox\.count_changes\(\), which role "tenant" may replace/,
 	'naming the trigger that calls it');
+for my $case (
+	[ 'a rule on outbox.counts', q{CREATE RULE counts_rule AS ON UPDATE TO outbox.counts DO ALSO NOTIFY counts},
+	  qr/outbox\.counts has rule "counts_rule"/ ],
+	[ 'a policy on outbox.counts', q{CREATE POLICY counts_policy ON outbox.counts USING (public.topic_ok(topic))},
+	  qr/outbox\.counts has policy "counts_policy"/ ])
+{
+	my ($what, $ddl, $names) = @$case;
+	($rc, $out, $err) = $node->psql('postgres', $ddl);
+	isnt($rc, 0, "$what is refused");
+	like($err, $names, "$what: naming it");
+}
+# A trigger on outbox.counts whose function a superuser owns, given away.
+$node->safe_psql('postgres', q{
+CREATE TRIGGER counts_admin AFTER UPDATE ON outbox.counts FOR EACH ROW EXECUTE FUNCTION public.admin_audit()});
+($rc, $out, $err) = $node->psql('postgres', q{ALTER FUNCTION public.admin_audit() OWNER TO tenant});
+like($err, qr/ERROR:  outbox: trigger "counts_admin" on outbox\.counts calls public\.admin_audit\(\)/,
+	'the function of a trigger on outbox.counts given away is refused');
+$node->safe_psql('postgres', q{DROP TRIGGER counts_admin ON outbox.counts});
+# outbox's tables under a table of someone else's: what is put on that one
+# is cloned onto them.
+$node->safe_psql('postgres', q{CREATE TABLE public.over (LIKE outbox.counts) PARTITION BY LIST (topic)});
+($rc, $out, $err) = $node->psql('postgres', q{ALTER TABLE public.over ATTACH PARTITION outbox.counts DEFAULT});
+isnt($rc, 0, 'outbox.counts attached under another table is refused');
+like($err, qr/ERROR:  outbox: public\.over has outbox's table outbox\.counts below it/, 'saying so');
+
 $node->safe_psql('postgres', q{
 CREATE FUNCTION public.ddl_audit() RETURNS event_trigger LANGUAGE plpgsql AS $$ BEGIN NULL; END $$;
 ALTER FUNCTION public.ddl_audit() OWNER TO tenant;});
