@@ -76,8 +76,19 @@ constexpr const char *kOtherTables[] = {"counts", "sinks", "routes", "home"};
 // outbox_writer: outbox.events or below it, or another table of the
 // extension's (outbox.counts, which the counting triggers write,
 // outbox.sinks, outbox.routes, outbox.home, which outbox's functions write).
+// A day partition detached from outbox.events stays outbox_writer's: what
+// is built on it runs as that role too.
 bool Guarded(Oid relid, Oid schema, Oid events) {
   if (UnderEvents(relid, events)) return true;
+  HeapTuple tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+  if (!HeapTupleIsValid(tuple)) return false;
+  const Form_pg_class form = reinterpret_cast<Form_pg_class>(GETSTRUCT(tuple));
+  const bool table =
+      form->relkind == RELKIND_RELATION || form->relkind == RELKIND_PARTITIONED_TABLE;
+  const Oid owner = form->relowner;
+  ReleaseSysCache(tuple);
+  if (!table) return false;  // an index, a view, a sequence: what they run is their table's
+  if (owner == get_role_oid("outbox_writer", true)) return true;
   return get_rel_namespace(relid) == schema && get_rel_relkind(relid) == RELKIND_RELATION &&
          getExtensionOfObject(RelationRelationId, relid) == get_extension_oid("outbox", true);
 }
@@ -205,8 +216,7 @@ void RefuseTriggersOthersMayReplace(Oid relid) {
            errmsg("outbox: trigger \"%s\" on %s.%s calls %s, which role \"%s\" may replace",
                   trigname, get_namespace_name(get_rel_namespace(rel_oid)), get_rel_name(rel_oid),
                   format_procedure_qualified(function), GetUserNameFromId(function_owner, false)),
-           errdetail("The publisher runs triggers on outbox.events as its owner when it "
-                     "updates events."),
+           errdetail("outbox's own statements run the triggers on its tables as their owner."),
            errhint("Call a function a superuser owns.")));
     }
     table_close(rel, NoLock);
@@ -366,9 +376,11 @@ void RefuseIndexCodeBeforeBuild(Node *stmt, const char *query_string) {
   if (!OidIsValid(schema)) return;
   const Oid events = get_relname_relid("events", schema);
   if (!OidIsValid(events)) return;
-  Oid relid = RangeVarGetRelid(index->relation, NoLock, true);
+  Oid relid = OutboxRelationNamed(index->relation, schema);
+  if (!OidIsValid(relid)) relid = RangeVarGetRelid(index->relation, NoLock, true);
   if (!OidIsValid(relid) || !Guarded(relid, schema, events)) return;
-  // The lock, and the owner check before it, that PostgreSQL takes next.
+  // The lock, and the owner check before it, that PostgreSQL takes next
+  // (it looks the name up again once it holds the lock: so does this).
   relid = RangeVarGetRelidExtended(index->relation, ShareLock, 0, RangeVarCallbackOwnsRelation,
                                    nullptr);
   if (!Guarded(relid, schema, events)) return;
@@ -379,6 +391,35 @@ void RefuseIndexCodeBeforeBuild(Node *stmt, const char *query_string) {
                          get_rel_name(relid), why),
                   errdetail("Its build would run that code as the owner of outbox's tables."),
                   errhint("Index outbox's tables with built-in code only.")));
+}
+
+void RefuseAlterTableOfOutboxTables(Node *stmt) {
+  if (!IsA(stmt, AlterTableStmt)) return;
+  AlterTableStmt *alter = castNode(AlterTableStmt, stmt);
+  const char *what = nullptr;
+  ListCell *cell;
+  foreach (cell, alter->cmds) {
+    const AlterTableCmd *cmd = lfirst_node(AlterTableCmd, cell);
+    if (cmd->subtype == AT_AddInherit) what = "INHERIT";
+    if (cmd->subtype == AT_AddConstraint && cmd->def != nullptr && IsA(cmd->def, Constraint) &&
+        castNode(Constraint, cmd->def)->contype == CONSTR_EXCLUSION) {
+      what = "an EXCLUDE constraint";
+    }
+  }
+  if (what == nullptr || alter->relation == nullptr) return;
+  const Oid schema = get_namespace_oid("outbox", true);
+  if (!OidIsValid(schema)) return;
+  const Oid events = get_relname_relid("events", schema);
+  if (!OidIsValid(events)) return;
+  Oid relid = OutboxRelationNamed(alter->relation, schema);
+  if (!OidIsValid(relid)) relid = RangeVarGetRelid(alter->relation, NoLock, true);
+  if (!OidIsValid(relid) || !Guarded(relid, schema, events)) return;
+  ereport(ERROR,
+          (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+           errmsg("outbox: %s on %s is refused", what, get_rel_name(relid)),
+           errdetail("A parent's privileges would reach outbox's rows, and an EXCLUDE "
+                     "constraint's index build runs its code as the owner of outbox's tables."),
+           errhint("outbox's tables inherit from nothing and take no EXCLUDE constraint.")));
 }
 
 void RefuseConcurrentIndexWithCode(Node *stmt) {

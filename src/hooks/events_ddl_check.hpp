@@ -44,6 +44,13 @@ void RefuseLockingDdlOfNonOwners(Node *stmt);
 // only refuse it once emit() and the publisher already ran its code.
 void RefuseConcurrentIndexWithCode(Node *stmt);
 
+// Called by the ProcessUtility hook before `stmt` runs: raises 42501 when
+// `stmt` is ALTER TABLE ... INHERIT or ADD CONSTRAINT ... EXCLUDE on one of
+// outbox's tables: a parent table's privileges would reach their rows, and
+// an exclusion constraint builds an index (running its code as the tables'
+// owner) inside ALTER TABLE, where RefuseIndexCodeBeforeBuild never sees it.
+void RefuseAlterTableOfOutboxTables(Node *stmt);
+
 // Called by the ProcessUtility hook before `stmt` runs: when `stmt` is
 // CREATE INDEX (not CONCURRENTLY) on outbox.events, below it, or on
 // outbox's other tables, with an expression, a predicate or a named

@@ -97,6 +97,7 @@ void OutboxProcessUtility(PlannedStmt *pstmt, const char *query_string, bool rea
   RefuseChosenDatabaseOid(stmt);
   RefuseConcurrentIndexWithCode(stmt);
   RefuseIndexCodeBeforeBuild(stmt, query_string);
+  RefuseAlterTableOfOutboxTables(stmt);
   RefuseStatisticsOnExpressions(stmt);
   // 2. Not a database statement: restoring a dump.
   if (IsA(stmt, CreateStmt)) MakeRoomForRestoredPartition(castNode(CreateStmt, stmt));

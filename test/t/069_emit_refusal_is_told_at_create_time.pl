@@ -15,7 +15,8 @@
 #   accepted without a WARNING;
 # - an UPDATE trigger calling a function a role that is no superuser owns is
 #   refused, naming the owner (the publisher would run it as outbox_writer),
-#   and so is ATTACH PARTITION of a day given one while it was detached, and
+#   and so is one made on a day detached from outbox.events, ATTACH
+#   PARTITION of a table that has one, and
 #   giving such a trigger's function away later (ALTER FUNCTION ... OWNER
 #   TO, REASSIGN OWNED, ALTER ROLE ... NOSUPERUSER);
 # - CREATE STATISTICS on an expression of a day is refused (ANALYZE would
@@ -24,7 +25,8 @@
 #   an index on such a function or a trigger calling a function another
 #   role may replace on outbox.counts, outbox's counting function given to
 #   another role, and an event trigger calling a function another role may
-#   replace are refused;
+#   replace are refused; so are INHERIT and EXCLUDE constraints on outbox's
+#   tables, and an index that is not built-in code on a detached day;
 # - CREATE INDEX CONCURRENTLY on a day partition with an expression, a
 #   predicate or an operator class is refused before it builds anything (it
 #   commits the index before any check after it could refuse it), and one
@@ -154,17 +156,21 @@ is($node->safe_psql('postgres', q{SELECT rolsuper FROM pg_roles WHERE rolname = 
 is($rc, 0, 'another ALTER ROLE is not refused') or diag $err;
 $node->safe_psql('postgres', q{DROP TRIGGER admin_update ON outbox.events});
 
-# The same trigger made on a day while it was detached comes back with it:
-# ATTACH PARTITION is refused, naming it.
-$node->safe_psql('postgres', qq{
-ALTER TABLE outbox.events DETACH PARTITION $today;
-CREATE TRIGGER tenant_on_day AFTER UPDATE ON $today FOR EACH ROW EXECUTE FUNCTION public.tenant_audit();});
-($rc, $out, $err) = $node->psql('postgres', qq{ALTER TABLE outbox.events ATTACH PARTITION $today $bound});
-isnt($rc, 0, 'a day that got such a trigger while detached is not attached again');
+# Such a trigger on a day detached from outbox.events (still outbox_writer's)
+# is refused; made on a table of another owner, that table is not attached.
+$node->safe_psql('postgres', qq{ALTER TABLE outbox.events DETACH PARTITION $today});
+($rc, $out, $err) = $node->psql('postgres', qq{CREATE TRIGGER tenant_on_day AFTER UPDATE ON $today
+  FOR EACH ROW EXECUTE FUNCTION public.tenant_audit()});
 like($err, qr/ERROR:  outbox: trigger "tenant_on_day" on outbox\.events_p\d+ calls public\.tenant_audit\(\), which role "tenant" may replace/,
-	'naming the trigger on the day');
-$node->safe_psql('postgres', qq{DROP TRIGGER tenant_on_day ON $today;
-ALTER TABLE outbox.events ATTACH PARTITION $today $bound;});
+	'such a trigger on a detached day is refused');
+$node->safe_psql('postgres', qq{ALTER TABLE outbox.events ATTACH PARTITION $today $bound});
+$node->safe_psql('postgres', q{CREATE TABLE public.later (LIKE outbox.events INCLUDING DEFAULTS INCLUDING CONSTRAINTS);
+CREATE TRIGGER tenant_on_later AFTER UPDATE ON public.later FOR EACH ROW EXECUTE FUNCTION public.tenant_audit();});
+($rc, $out, $err) = $node->psql('postgres',
+	q{ALTER TABLE outbox.events ATTACH PARTITION public.later FOR VALUES FROM ('2099-01-01') TO ('2099-01-02')});
+isnt($rc, 0, 'a table that has such a trigger is not attached');
+like($err, qr/ERROR:  outbox: trigger "tenant_on_later" on public\.later calls public\.tenant_audit\(\), which role "tenant" may replace/,
+	'naming the trigger on it');
 
 # CREATE INDEX CONCURRENTLY commits its index before it returns: refused
 # up front when it carries code, whatever that code is.
@@ -240,6 +246,35 @@ $node->safe_psql('postgres', q{CREATE TABLE public.over (LIKE outbox.counts) PAR
 ($rc, $out, $err) = $node->psql('postgres', q{ALTER TABLE public.over ATTACH PARTITION outbox.counts DEFAULT});
 isnt($rc, 0, 'outbox.counts attached under another table is refused');
 like($err, qr/ERROR:  outbox: public\.over has outbox's table outbox\.counts below it/, 'saying so');
+
+# ALTER TABLE ... INHERIT (a parent's privileges would reach the rows) and
+# an EXCLUDE constraint (its index is built inside ALTER TABLE) on outbox's
+# tables; an index on a day detached from outbox.events (still
+# outbox_writer's, so its build runs as that role).
+$node->safe_psql('postgres', q{CREATE TABLE public.parent_of_sinks (LIKE outbox.sinks)});
+for my $case (
+	[ 'INHERIT', q{ALTER TABLE outbox.sinks INHERIT public.parent_of_sinks},
+	  qr/ERROR:  outbox: INHERIT on sinks is refused/ ],
+	[ 'an EXCLUDE constraint', qq{ALTER TABLE $today ADD CONSTRAINT loud_excl EXCLUDE USING btree ((public.loud(topic)) WITH =)},
+	  qr/ERROR:  outbox: an EXCLUDE constraint on events_p\d+ is refused/ ])
+{
+	my ($what, $ddl, $names) = @$case;
+	($rc, $out, $err) = $node->psql('postgres', $ddl);
+	isnt($rc, 0, "$what on outbox's tables is refused");
+	like($err, $names, "$what: saying so");
+	unlike($err, qr/loud ran/, "$what: the code never ran");
+}
+$node->safe_psql('postgres', qq{ALTER TABLE outbox.events DETACH PARTITION $today});
+($rc, $out, $err) = $node->psql('postgres', qq{CREATE INDEX detached_loud ON $today (public.loud(topic))});
+like($err, qr/an index on events_p\d+ that is not built-in code is refused/,
+	'an index on a detached day, still outbox_writer\'s, is refused before it is built');
+unlike($err, qr/loud ran/, 'its code never ran');
+$node->safe_psql('postgres', qq{ALTER TABLE outbox.events ATTACH PARTITION $today $bound});
+# An unqualified name that outbox's search_path entry may come to name is
+# judged after the lock, as PostgreSQL looks it up then.
+($rc, $out, $err) = $node->psql('postgres', q{SET search_path = outbox, public;
+  CREATE INDEX counts_loud ON counts (public.loud(topic))});
+like($err, qr/an index on counts that is not built-in code is refused/, 'an unqualified name is judged too');
 
 $node->safe_psql('postgres', q{
 CREATE FUNCTION public.ddl_audit() RETURNS event_trigger LANGUAGE plpgsql AS $$ BEGIN NULL; END $$;
