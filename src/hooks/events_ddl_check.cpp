@@ -312,6 +312,19 @@ void RefuseOutboxTablesBelow(Oid relid, Oid schema, Oid events) {
   }
 }
 
+// The relation `target` names, or may come to name before PostgreSQL locks
+// it (OutboxRelationNamed), when it is one of outbox's tables (Guarded);
+// InvalidOid otherwise, or without the extension. Takes no lock.
+Oid GuardedTarget(RangeVar *target) {
+  const Oid schema = get_namespace_oid("outbox", true);
+  if (!OidIsValid(schema)) return InvalidOid;
+  const Oid events = get_relname_relid("events", schema);
+  if (!OidIsValid(events)) return InvalidOid;
+  Oid relid = OutboxRelationNamed(target, schema);
+  if (!OidIsValid(relid)) relid = RangeVarGetRelid(target, NoLock, true);
+  return OidIsValid(relid) && Guarded(relid, schema, events) ? relid : InvalidOid;
+}
+
 }  // namespace
 
 void RefuseLockingDdlOfNonOwners(Node *stmt) {
@@ -371,19 +384,14 @@ void RefuseIndexCodeBeforeBuild(Node *stmt, const char *query_string) {
   if (!IsA(stmt, IndexStmt)) return;
   IndexStmt *index = castNode(IndexStmt, stmt);
   if (index->concurrent || index->transformed || index->relation == nullptr) return;
-  if (!MayCarryCode(index)) return;
-  const Oid schema = get_namespace_oid("outbox", true);
-  if (!OidIsValid(schema)) return;
-  const Oid events = get_relname_relid("events", schema);
-  if (!OidIsValid(events)) return;
-  Oid relid = OutboxRelationNamed(index->relation, schema);
-  if (!OidIsValid(relid)) relid = RangeVarGetRelid(index->relation, NoLock, true);
-  if (!OidIsValid(relid) || !Guarded(relid, schema, events)) return;
+  if (!MayCarryCode(index) || !OidIsValid(GuardedTarget(index->relation))) return;
   // The lock, and the owner check before it, that PostgreSQL takes next
   // (it looks the name up again once it holds the lock: so does this).
-  relid = RangeVarGetRelidExtended(index->relation, ShareLock, 0, RangeVarCallbackOwnsRelation,
-                                   nullptr);
-  if (!Guarded(relid, schema, events)) return;
+  const Oid locked = RangeVarGetRelidExtended(index->relation, ShareLock, 0,
+                                              RangeVarCallbackOwnsRelation, nullptr);
+  const Oid schema = get_namespace_oid("outbox", true);
+  if (!Guarded(locked, schema, get_relname_relid("events", schema))) return;
+  const Oid relid = locked;
   const char *why = IndexWhyNot(relid, index, query_string);
   if (why == nullptr) return;
   ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
@@ -407,13 +415,8 @@ void RefuseAlterTableOfOutboxTables(Node *stmt) {
     }
   }
   if (what == nullptr || alter->relation == nullptr) return;
-  const Oid schema = get_namespace_oid("outbox", true);
-  if (!OidIsValid(schema)) return;
-  const Oid events = get_relname_relid("events", schema);
-  if (!OidIsValid(events)) return;
-  Oid relid = OutboxRelationNamed(alter->relation, schema);
-  if (!OidIsValid(relid)) relid = RangeVarGetRelid(alter->relation, NoLock, true);
-  if (!OidIsValid(relid) || !Guarded(relid, schema, events)) return;
+  const Oid relid = GuardedTarget(alter->relation);
+  if (!OidIsValid(relid)) return;
   ereport(ERROR,
           (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
            errmsg("outbox: %s on %s is refused", what, get_rel_name(relid)),
@@ -427,13 +430,8 @@ void RefuseConcurrentIndexWithCode(Node *stmt) {
   IndexStmt *index = castNode(IndexStmt, stmt);
   if (!index->concurrent || index->relation == nullptr) return;
   if (!MayCarryCode(index)) return;
-  const Oid schema = get_namespace_oid("outbox", true);
-  if (!OidIsValid(schema)) return;
-  const Oid events = get_relname_relid("events", schema);
-  if (!OidIsValid(events)) return;
-  Oid relid = OutboxRelationNamed(index->relation, schema);
-  if (!OidIsValid(relid)) relid = RangeVarGetRelid(index->relation, NoLock, true);
-  if (!OidIsValid(relid) || !Guarded(relid, schema, events)) return;
+  const Oid relid = GuardedTarget(index->relation);
+  if (!OidIsValid(relid)) return;
   ereport(ERROR,
           (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
            errmsg("outbox: CREATE INDEX CONCURRENTLY with an expression, a predicate or an "
@@ -455,17 +453,11 @@ void RefuseStatisticsOnExpressions(Node *stmt) {
         expressions || (IsA(elem, StatsElem) && castNode(StatsElem, elem)->expr != nullptr);
   }
   if (!expressions) return;
-  const Oid schema = get_namespace_oid("outbox", true);
-  if (!OidIsValid(schema)) return;
-  const Oid events = get_relname_relid("events", schema);
-  if (!OidIsValid(events)) return;
   foreach (cell, stats->relations) {
     Node *node = lfirst_node(Node, cell);
     if (!IsA(node, RangeVar)) continue;
-    RangeVar *target = castNode(RangeVar, node);
-    Oid relid = OutboxRelationNamed(target, schema);
-    if (!OidIsValid(relid)) relid = RangeVarGetRelid(target, NoLock, true);
-    if (!OidIsValid(relid) || !Guarded(relid, schema, events)) continue;
+    const Oid relid = GuardedTarget(castNode(RangeVar, node));
+    if (!OidIsValid(relid)) continue;
     ereport(ERROR,
             (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
              errmsg("outbox: statistics on expressions of %s are refused", get_rel_name(relid)),
