@@ -325,6 +325,19 @@ Oid GuardedTarget(RangeVar *target) {
   return OidIsValid(relid) && Guarded(relid, schema, events) ? relid : InvalidOid;
 }
 
+// Refuses (42501) a table made a child of `parent` by inheritance when
+// `parent` is one of outbox's tables.
+void RefuseChildOf(RangeVar *parent) {
+  const Oid relid = GuardedTarget(parent);
+  if (!OidIsValid(relid)) return;
+  ereport(ERROR,
+          (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+           errmsg("outbox: a table inheriting from %s is refused", get_rel_name(relid)),
+           errdetail("outbox's statements on its tables would reach the child's rows and fire "
+                     "its triggers as their owner."),
+           errhint("outbox's tables have no children but outbox.events' partitions.")));
+}
+
 }  // namespace
 
 void RefuseLockingDdlOfNonOwners(Node *stmt) {
@@ -402,13 +415,25 @@ void RefuseIndexCodeBeforeBuild(Node *stmt, const char *query_string) {
 }
 
 void RefuseAlterTableOfOutboxTables(Node *stmt) {
+  ListCell *cell;
+  if (IsA(stmt, CreateStmt) && castNode(CreateStmt, stmt)->partbound == nullptr) {
+    // CREATE TABLE ... INHERITS (one of outbox's): its statements without
+    // ONLY (outbox.recount(), publish_here()) would reach the child's rows
+    // and fire its triggers. PARTITION OF outbox.events is maintenance's.
+    foreach (cell, castNode(CreateStmt, stmt)->inhRelations) {
+      RefuseChildOf(lfirst_node(RangeVar, cell));
+    }
+  }
   if (!IsA(stmt, AlterTableStmt)) return;
   AlterTableStmt *alter = castNode(AlterTableStmt, stmt);
   const char *what = nullptr;
-  ListCell *cell;
   foreach (cell, alter->cmds) {
     const AlterTableCmd *cmd = lfirst_node(AlterTableCmd, cell);
-    if (cmd->subtype == AT_AddInherit) what = "INHERIT";
+    if (cmd->subtype == AT_AddInherit) {
+      what = "INHERIT";
+      if (cmd->def != nullptr && IsA(cmd->def, RangeVar))
+        RefuseChildOf(castNode(RangeVar, cmd->def));
+    }
     if (cmd->subtype == AT_AddConstraint && cmd->def != nullptr && IsA(cmd->def, Constraint) &&
         castNode(Constraint, cmd->def)->contype == CONSTR_EXCLUSION) {
       what = "an EXCLUDE constraint";
@@ -417,12 +442,12 @@ void RefuseAlterTableOfOutboxTables(Node *stmt) {
   if (what == nullptr || alter->relation == nullptr) return;
   const Oid relid = GuardedTarget(alter->relation);
   if (!OidIsValid(relid)) return;
-  ereport(ERROR,
-          (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-           errmsg("outbox: %s on %s is refused", what, get_rel_name(relid)),
-           errdetail("A parent's privileges would reach outbox's rows, and an EXCLUDE "
-                     "constraint's index build runs its code as the owner of outbox's tables."),
-           errhint("outbox's tables inherit from nothing and take no EXCLUDE constraint.")));
+  ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                  errmsg("outbox: %s on %s is refused", what, get_rel_name(relid)),
+                  errdetail(strcmp(what, "INHERIT") == 0
+                                ? "A parent's privileges would reach outbox's rows."
+                                : "Its index build runs its code as the owner of outbox's tables."),
+                  errhint("outbox's tables inherit from nothing and take no EXCLUDE constraint.")));
 }
 
 void RefuseConcurrentIndexWithCode(Node *stmt) {

@@ -46,9 +46,12 @@ void RefuseConcurrentIndexWithCode(Node *stmt);
 
 // Called by the ProcessUtility hook before `stmt` runs: raises 42501 when
 // `stmt` is ALTER TABLE ... INHERIT or ADD CONSTRAINT ... EXCLUDE on one of
-// outbox's tables: a parent table's privileges would reach their rows, and
-// an exclusion constraint builds an index (running its code as the tables'
-// owner) inside ALTER TABLE, where RefuseIndexCodeBeforeBuild never sees it.
+// outbox's tables, or makes a table inherit from one (CREATE TABLE ...
+// INHERITS, ALTER TABLE ... INHERIT): a parent table's privileges would
+// reach their rows, a child's rows and triggers would be reached by outbox's
+// statements, and an exclusion constraint builds an index (running its code
+// as the tables' owner) inside ALTER TABLE, where RefuseIndexCodeBeforeBuild
+// never sees it.
 void RefuseAlterTableOfOutboxTables(Node *stmt);
 
 // Called by the ProcessUtility hook before `stmt` runs: when `stmt` is

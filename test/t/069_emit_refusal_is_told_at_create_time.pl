@@ -264,6 +264,13 @@ for my $case (
 	like($err, $names, "$what: saying so");
 	unlike($err, qr/loud ran/, "$what: the code never ran");
 }
+# A table inheriting from one of outbox's: outbox's statements without ONLY
+# (publish_here(), recount()) would reach its rows and fire its triggers.
+($rc, $out, $err) = $node->psql('postgres', q{CREATE TABLE public.kid () INHERITS (outbox.home)});
+like($err, qr/ERROR:  outbox: a table inheriting from home is refused/, 'CREATE TABLE ... INHERITS (outbox.home) is refused');
+$node->safe_psql('postgres', q{CREATE TABLE public.kid2 (LIKE outbox.counts)});
+($rc, $out, $err) = $node->psql('postgres', q{ALTER TABLE public.kid2 INHERIT outbox.counts});
+like($err, qr/ERROR:  outbox: a table inheriting from counts is refused/, 'ALTER TABLE ... INHERIT outbox.counts is refused');
 $node->safe_psql('postgres', qq{ALTER TABLE outbox.events DETACH PARTITION $today});
 ($rc, $out, $err) = $node->psql('postgres', qq{CREATE INDEX detached_loud ON $today (public.loud(topic))});
 like($err, qr/an index on events_p\d+ that is not built-in code is refused/,
